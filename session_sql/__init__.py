@@ -1,0 +1,60 @@
+"""session_sql: event-sourced LLM-agent sessions stored in SQL."""
+
+from session_sql.catalog import DEFAULT_CATALOG, Catalog
+from session_sql.errors import (
+    ConcurrencyError,
+    CorruptSessionError,
+    ForkError,
+    InvalidEventError,
+    InvalidHeaderError,
+    InvalidSeedError,
+    NotJSONError,
+    ReentrantAppendError,
+    SchemaMismatchError,
+    SchemaVersionError,
+    SessionExistsError,
+    SessionFormatUnsupportedError,
+    SessionNotFoundError,
+    SessionSQLError,
+    StoreError,
+    SurfaceError,
+)
+from session_sql.events import SESSION_FORMAT_VERSION, Replace, SessionEvent
+from session_sql.invariants import Violation, check_invariants, invariant_validator
+from session_sql.jsonvalue import snapshot_json, thaw
+from session_sql.repair import interrupted_turn_closers
+from session_sql.session import Session
+from session_sql.surface import SurfaceFold, fold_surface
+
+__all__ = [
+    "DEFAULT_CATALOG",
+    "SESSION_FORMAT_VERSION",
+    "Catalog",
+    "ConcurrencyError",
+    "CorruptSessionError",
+    "ForkError",
+    "InvalidEventError",
+    "InvalidHeaderError",
+    "InvalidSeedError",
+    "NotJSONError",
+    "ReentrantAppendError",
+    "Replace",
+    "SchemaMismatchError",
+    "SchemaVersionError",
+    "Session",
+    "SessionEvent",
+    "SessionExistsError",
+    "SessionFormatUnsupportedError",
+    "SessionNotFoundError",
+    "SessionSQLError",
+    "StoreError",
+    "SurfaceError",
+    "SurfaceFold",
+    "Violation",
+    "check_invariants",
+    "fold_surface",
+    "interrupted_turn_closers",
+    "invariant_validator",
+    "snapshot_json",
+    "thaw",
+]

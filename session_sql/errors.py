@@ -1,0 +1,136 @@
+"""The exception hierarchy of session_sql.
+
+One root, branches by what the caller can do, leaves named after the broken rule. Every leaf
+also inherits the nearest built-in so ``except ValueError`` keeps working::
+
+    SessionSQLError
+    ├── NotJSONError                      (TypeError)   a value is not lossless JSON
+    ├── InvalidEventError                 (ValueError)  envelope / data / surface / provenance
+    │   ├── SurfaceError                                a surface op breaks §4
+    │   └── InvalidSeedError                            a seed event is bad (.index)
+    ├── InvalidHeaderError                (ValueError)  session header or seed/header mismatch
+    ├── ReentrantAppendError              (RuntimeError) append from inside an observer
+    ├── SessionFormatUnsupportedError     (ValueError)  other format version / unknown type
+    ├── CorruptSessionError               (ValueError)  stored or imported data is broken
+    ├── SchemaVersionError                (RuntimeError) database of another build
+    │   └── SchemaMismatchError                         structure differs from this build
+    ├── ConcurrencyError                  (RuntimeError) another writer appended first
+    ├── SessionNotFoundError              (LookupError)
+    ├── SessionExistsError                (ValueError)
+    ├── ForkError                         (ValueError)  bad fork boundary (.code)
+    └── StoreError                        (RuntimeError) the database failed or is unusable
+
+Errors keep their structured fields as attributes; ``args`` holds only the message, so every
+error pickles and unpickles (fields travel in ``__dict__``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SessionSQLError(Exception):
+    """Root of every error raised by session_sql."""
+
+    def __init__(self, message: str = "", **fields: Any) -> None:
+        super().__init__(message)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class NotJSONError(SessionSQLError, TypeError):
+    """A value is outside the lossless JSON domain; ``path`` names where."""
+
+    path: str = ""
+
+
+class InvalidEventError(SessionSQLError, ValueError):
+    """An event envelope, its data, its surface op or its provenance breaks a rule."""
+
+    seq: int | None = None
+    code: str = "invalid_event"
+
+
+class SurfaceError(InvalidEventError):
+    """A surface op cannot apply to the current surface (§4)."""
+
+    code = "surface"
+
+
+class InvalidSeedError(InvalidEventError):
+    """A seed event is invalid; ``index`` is its position in the seed."""
+
+    index: int | None = None
+
+
+class InvalidHeaderError(SessionSQLError, ValueError):
+    """A session header is malformed or contradicts the seed."""
+
+
+class ReentrantAppendError(SessionSQLError, RuntimeError):
+    """``append`` was called on a session while that session was notifying observers."""
+
+
+class SessionFormatUnsupportedError(SessionSQLError, ValueError):
+    """The log was written with another format version or holds an unknown required type."""
+
+
+class CorruptSessionError(SessionSQLError, ValueError):
+    """Stored or imported data cannot be read back as a valid session."""
+
+    session_id: str | None = None
+    seq: int | None = None
+    line: int | None = None
+
+
+class SchemaVersionError(SessionSQLError, RuntimeError):
+    """The database was written by another build (or has no version)."""
+
+    expected: int | None = None
+    actual: str | None = None
+
+
+class SchemaMismatchError(SchemaVersionError):
+    """The live database structure differs from this build's; ``differences`` lists how."""
+
+    differences: tuple[str, ...] = ()
+
+
+class ConcurrencyError(SessionSQLError, RuntimeError):
+    """Another writer appended to the session first; refresh and retry."""
+
+    session_id: str | None = None
+    expected: int | None = None
+
+
+class SessionNotFoundError(SessionSQLError, LookupError):
+    """No session with this id exists in the store."""
+
+    session_id: str | None = None
+
+    def __str__(self) -> str:  # LookupError would otherwise quote the message
+        return self.message
+
+
+class SessionExistsError(SessionSQLError, ValueError):
+    """A session with this id already exists."""
+
+    session_id: str | None = None
+
+
+class ForkError(SessionSQLError, ValueError):
+    """A fork boundary is invalid; ``code`` says why."""
+
+    code: str = "invalid_boundary"
+
+
+class StoreError(SessionSQLError, RuntimeError):
+    """The database failed, is unreachable, read-only, locked, or not a database at all."""
+
+
+class TornTailWarning(UserWarning):
+    """A JSONL import dropped an incomplete final line."""

@@ -1,0 +1,169 @@
+"""Relational invariants of a session log (SPEC §7.6), as a checker and as a validator."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from session_sql.errors import InvalidEventError
+from session_sql.events import SessionEvent
+from session_sql.repair import NOT_STARTED
+
+if TYPE_CHECKING:
+    from session_sql.session import Session
+
+
+class Violation(NamedTuple):
+    seq: int
+    code: str
+    message: str
+
+
+_TURN_SCOPED = frozenset(
+    {"assistant/chunk", "assistant/message", "assistant/attempt", "tool/call", "tool/result"}
+)
+_REQUEST = frozenset({"request/header", "request/context"})
+
+
+def _get(data: Any, key: str) -> Any:
+    return data.get(key) if isinstance(data, dict) else None
+
+
+class InvariantState:
+    """The fold state of the invariant checker; ``step`` checks one event and advances."""
+
+    __slots__ = ("call_ids", "last_seq", "last_step", "last_turn", "open_step", "open_turn")
+
+    def __init__(self) -> None:
+        self.last_seq = -1
+        self.last_turn = 0
+        self.open_turn: int | None = None
+        self.last_step = 0
+        self.open_step: int | None = None
+        self.call_ids: set[str] = set()
+
+    def copy(self) -> InvariantState:
+        new = copy.copy(self)
+        new.call_ids = set(self.call_ids)
+        return new
+
+    def step(self, event: SessionEvent) -> list[Violation]:
+        found: list[Violation] = []
+
+        def bad(code: str, message: str) -> None:
+            found.append(Violation(event.seq, code, message))
+
+        if event.seq <= self.last_seq:
+            bad("seq-order", f"seq {event.seq} does not follow {self.last_seq}")
+        self.last_seq = max(self.last_seq, event.seq)
+        t, data = event.type, event.data
+        if t == "turn/start":
+            turn = _get(data, "turn")
+            if self.open_turn is not None:
+                bad("turn-nested", f"turn/start while turn {self.open_turn} is open")
+            if turn != self.last_turn + 1:
+                bad("turn-number", f"turn/start {turn!r}, expected {self.last_turn + 1}")
+            if type(turn) is int:
+                self.last_turn = turn
+            self.open_turn, self.open_step, self.last_step = turn, None, 0
+            self.call_ids.clear()
+        elif t == "turn/end":
+            if self.open_turn is None or _get(data, "turn") != self.open_turn:
+                bad("turn-not-open", f"turn/end {_get(data, 'turn')!r} names no open turn")
+            if self.open_step is not None:
+                bad("step-open-at-turn-end", f"turn/end while step {self.open_step} is open")
+            self.open_turn = self.open_step = None
+        elif t == "step/start":
+            step = _get(data, "step")
+            if self.open_turn is None or _get(data, "turn") != self.open_turn:
+                bad("step-outside-turn", "step/start outside its open turn")
+            if self.open_step is not None:
+                bad("step-nested", f"step/start while step {self.open_step} is open")
+            if step != self.last_step + 1:
+                bad("step-number", f"step/start {step!r}, expected {self.last_step + 1}")
+            if type(step) is int:
+                self.last_step = step
+            self.open_step = step
+            self.call_ids.clear()
+        elif t == "step/end":
+            if self.open_step is None or (
+                _get(data, "turn"),
+                _get(data, "step"),
+            ) != (self.open_turn, self.open_step):
+                bad("step-not-open", "step/end names no open step")
+            self.open_step = None
+        elif t in _TURN_SCOPED and not (t == "tool/result" and event.surface_op != "append"):
+            where = (_get(data, "turn"), _get(data, "step"))
+            if self.open_step is None or where != (self.open_turn, self.open_step):
+                bad(
+                    "outside-step",
+                    f"{t} names turn/step {where}, open is ({self.open_turn}, {self.open_step})",
+                )
+            if t == "tool/call":
+                call_id = _get(data, "callId")
+                if type(call_id) is str:
+                    self.call_ids.add(call_id)
+            elif t == "tool/result":
+                source = _get(_get(data, "message"), "source")
+                call_id = _get(source, "callId")
+                synthetic = _get(_get(data, "error"), "code") == NOT_STARTED
+                if call_id not in self.call_ids and not synthetic:
+                    bad("result-without-call", f"tool/result answers no tool/call {call_id!r}")
+        elif t in _REQUEST and self.open_turn is None:
+            bad("request-outside-turn", f"{t} outside an open turn")
+        return found
+
+
+def _as_event(raw: SessionEvent | dict[str, Any]) -> SessionEvent:
+    return raw if isinstance(raw, SessionEvent) else SessionEvent.from_json(raw)
+
+
+def check_invariants(events: Iterable[SessionEvent | dict[str, Any]]) -> list[Violation]:
+    """Every invariant violation in ``events`` (an empty list means the log is sound)."""
+    state = InvariantState()
+    found: list[Violation] = []
+    for raw in events:
+        found.extend(state.step(_as_event(raw)))
+    return found
+
+
+def invariant_validator() -> Callable[[Session, SessionEvent], None]:
+    """A pre-commit validator that refuses events breaking the invariants.
+
+    Each candidate's transition is staged and only becomes the committed state once the event
+    is in the session's log, so a veto by a later validator never advances this state.
+    """
+    committed = InvariantState()
+    seen = 0  # how many logged events ``committed`` has folded
+    staged: list[tuple[SessionEvent, InvariantState]] = []  # candidates of the current batch
+
+    def validate(session: Session, candidate: SessionEvent) -> None:
+        nonlocal committed, seen
+        log = session.events
+        while seen < len(log):
+            event = log[seen]
+            adopted = next((st for ev, st in staged if ev is event), None)
+            if adopted is not None:
+                committed = adopted
+            else:
+                committed.step(event)
+            seen += 1
+        # Earlier candidates of this batch (contiguous, below the candidate) stay staged.
+        chain: list[tuple[SessionEvent, InvariantState]] = []
+        for ev, st in staged:
+            if ev.seq >= seen and ev.seq < candidate.seq:
+                chain.append((ev, st))
+        if [ev.seq for ev, _ in chain] != list(range(seen, candidate.seq)):
+            chain = []
+        base = chain[-1][1] if chain else committed
+        state = base.copy()
+        violations = state.step(candidate)
+        if violations:
+            first = violations[0]
+            raise InvalidEventError(
+                f"invariant {first.code}: {first.message}", seq=candidate.seq, code=first.code
+            )
+        staged[:] = [*chain, (candidate, state)]
+
+    return validate

@@ -1,0 +1,146 @@
+"""JSONL interchange (SPEC §1.4): line 1 the header, then one event per line.
+
+Reading streams: a file is never held in memory whole. A final line that is incomplete or does
+not parse is a torn tail (a writer died mid-line): it is dropped with a ``TornTailWarning``. A bad
+line followed by any valid line is corruption.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from session_sql.errors import CorruptSessionError, InvalidEventError, TornTailWarning
+from session_sql.events import SessionEvent, check_header
+from session_sql.jsonvalue import FrozenDict
+
+PathLike = str | os.PathLike[str]
+
+
+def dumps_line(obj: Any) -> str:
+    """One compact JSON line (UTF-8 text, no NaN, newline-terminated)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+def write_jsonl(
+    target: PathLike | IO[str], header: Any, events: Iterable[SessionEvent | dict[str, Any]]
+) -> int:
+    """Write a session to ``target``; returns the number of events written."""
+    if isinstance(target, str | os.PathLike):
+        with open(target, "w", encoding="utf-8", newline="\n") as fh:
+            return write_jsonl(fh, header, events)
+    target.write(dumps_line(header))
+    count = 0
+    for event in events:
+        wire = event.to_json() if isinstance(event, SessionEvent) else event
+        target.write(dumps_line(wire))
+        count += 1
+    return count
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class JsonlReader:
+    """Iterates the events of a JSONL file after reading its header (``.header``)."""
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = Path(path)
+        self._fh = open(self.path, "rb")  # noqa: SIM115 - closed by close()/iteration end
+        self.dropped_tail = False
+        first = self._fh.readline()
+        try:
+            raw_header = _loads(first.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            self._fh.close()
+            raise CorruptSessionError(
+                f"{self.path}: line 1 (the header) is not JSON: {exc}", line=1
+            ) from exc
+        if not isinstance(raw_header, dict):
+            self._fh.close()
+            raise CorruptSessionError(f"{self.path}: line 1 is not a header object", line=1)
+        try:
+            self.header: FrozenDict = check_header(raw_header)
+        except BaseException:
+            self._fh.close()
+            raise
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> JsonlReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def raw_events(self) -> Iterator[tuple[int, Any]]:
+        """Yield ``(line number, parsed JSON)`` for every event line, handling a torn tail."""
+        pending_error: tuple[int, Exception] | None = None
+        line_no = 1
+        try:
+            for raw in self._fh:
+                line_no += 1
+                if pending_error is not None:
+                    bad_line, exc = pending_error
+                    raise CorruptSessionError(
+                        f"{self.path}: line {bad_line} is not a valid event line and is "
+                        f"followed by more lines: {exc}",
+                        line=bad_line,
+                    ) from exc
+                try:
+                    if not raw.endswith(b"\n"):
+                        # Unterminated final line: keep it only when it is a whole JSON object.
+                        value = _loads(raw.decode("utf-8"))
+                        if not isinstance(value, dict):
+                            raise ValueError("unterminated final line")
+                    else:
+                        value = _loads(raw.decode("utf-8"))
+                except (UnicodeDecodeError, ValueError) as exc:
+                    pending_error = (line_no, exc)
+                    continue
+                yield line_no, value
+        finally:
+            self._fh.close()
+        if pending_error is not None:
+            self.dropped_tail = True
+            warnings.warn(
+                f"{self.path}: dropped a torn final line {pending_error[0]} ({pending_error[1]})",
+                TornTailWarning,
+                stacklevel=2,
+            )
+
+    def events(self) -> Iterator[SessionEvent]:
+        """Envelope-checked events (``CorruptSessionError`` names the line of a bad one)."""
+        for line_no, value in self.raw_events():
+            try:
+                yield SessionEvent.from_json(value)
+            except InvalidEventError as exc:
+                raise CorruptSessionError(
+                    f"{self.path}: line {line_no}: {exc}", line=line_no
+                ) from exc
+
+
+def read_jsonl(path: PathLike) -> tuple[FrozenDict, list[SessionEvent]]:
+    """Read a whole JSONL session: ``(header, events)``."""
+    reader = JsonlReader(path)
+    return reader.header, list(reader.events())
+
+
+def inherited_count(header: Any, events: Iterable[SessionEvent]) -> int:
+    """The inherited prefix of a seeded (forked) log: up to its ``{"inherited": true}`` marker."""
+    if not header.get("isSeeded"):
+        return 0
+    for event in events:
+        if event.type == "session/end-seed" and event.data == {"inherited": True}:
+            return event.seq
+    return 0

@@ -1,0 +1,227 @@
+"""Lossless JSON values: validate-and-freeze in one pass, and thaw back.
+
+A frozen value is built from ``FrozenDict`` (a read-only ``dict``) and ``FrozenList`` (a
+``tuple``). Both are subclasses of the built-ins the stdlib JSON encoder knows, so a frozen value
+serialises with ``json.dumps`` directly, without being thawed first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from math import copysign, isfinite
+from typing import Any, NoReturn, TypeAlias
+
+from session_sql.errors import NotJSONError
+
+MAX_SAFE_INTEGER = 2**53 - 1
+
+JSONValue: TypeAlias = Any
+"""A frozen lossless-JSON value (None, bool, int, float, str, FrozenList, FrozenDict)."""
+
+
+def _readonly(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+    raise TypeError(f"{type(self).__name__} is immutable")
+
+
+class FrozenDict(dict[str, Any]):
+    """A ``dict`` that refuses every mutation (values are frozen too)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = _readonly
+    clear = pop = popitem = setdefault = update = _readonly
+    __ior__ = _readonly
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({dict.__repr__(self)})"
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        raise TypeError("unhashable type: 'FrozenDict'")
+
+
+class FrozenList(tuple[Any, ...]):
+    """A JSON array after freezing: a tuple that also compares equal to the equal list."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return f"FrozenList({list(self)!r})"
+
+
+def _fail(path: list[Any], why: str) -> NoReturn:
+    where = str(path[0]) + "".join(
+        f"[{json.dumps(p, ensure_ascii=False)}]" if type(p) is str else f"[{p!r}]" for p in path[1:]
+    )
+    raise NotJSONError(f"{where}: {why}", path=where)
+
+
+def _str_problem(s: str) -> str | None:
+    if "\x00" in s:
+        return "string contains U+0000"
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            return "string contains an unpaired surrogate"
+    return None
+
+
+def _scalar_problem(value: Any) -> str | None:
+    """Why a non-container value is not lossless JSON, or None when it is."""
+    t = type(value)
+    if t is str:
+        return _str_problem(value)
+    if t is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return None
+        return f"integer {value} is outside the safe range ±(2**53-1)"
+    if t is float:
+        if not isfinite(value):
+            return f"{value!r} is not a finite number"
+        if value == 0.0 and copysign(1.0, value) < 0:
+            return "-0.0 does not survive a JSON round trip"
+        return None
+    if t is bool or value is None:
+        return None
+    return f"{t.__name__} is not a JSON value"
+
+
+def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
+    """Validate ``value`` as lossless JSON and return a deeply frozen copy, in one pass.
+
+    Each container is read exactly once; the item read is the item validated and copied. An
+    explicit stack replaces recursion, so depth is bounded by memory. Shared (non-cyclic)
+    references become independent copies. Raises ``NotJSONError`` naming the path of the first
+    bad value, prefixed by ``root``.
+    """
+    t = type(value)
+    if t is FrozenDict or t is FrozenList:
+        return value
+    if t is not dict and t is not list:
+        problem = _scalar_problem(value)
+        if problem is not None:
+            _fail([root], problem)
+        return value
+    # Ancestors of the current position, for cycle detection (shared siblings are fine).
+    active: set[int] = {id(value)}
+    # path[i + 1] is the key/index by which frames[i + 1] hangs below frames[i].
+    path: list[Any] = [root]
+    # A frame: (id of the source, collected output, iterator over the source, is a dict).
+    frames: list[tuple[int, list[Any], Iterator[Any], bool]] = [
+        (id(value), [], iter(value.items()) if t is dict else iter(value), t is dict)
+    ]
+    while True:
+        src_id, out, it, is_dict = frames[-1]
+        descended = False
+        for item in it:
+            if is_dict:
+                key, child = item
+                if type(key) is not str:
+                    _fail([*path, key], f"key {key!r} is not a str")
+                if not key.isascii() or "\x00" in key:
+                    problem = _str_problem(key)
+                    if problem is not None:
+                        _fail([*path, key], "key " + problem)
+            else:
+                key, child = len(out), item
+            ct = type(child)
+            if ct is dict or ct is list:
+                cid = id(child)
+                if cid in active:
+                    _fail([*path, key], "cycle: a container contains itself")
+                active.add(cid)
+                path.append(key)
+                out.append(key)  # placeholder, replaced when the child frame finishes
+                frames.append(
+                    (cid, [], iter(child.items()) if ct is dict else iter(child), ct is dict)
+                )
+                descended = True
+                break
+            if ct is not FrozenDict and ct is not FrozenList and ct is not bool:
+                if ct is str:
+                    if "\x00" in child or not child.isascii():
+                        problem = _str_problem(child)
+                        if problem is not None:
+                            _fail([*path, key], problem)
+                elif child is not None:
+                    problem = _scalar_problem(child)
+                    if problem is not None:
+                        _fail([*path, key], problem)
+            out.append((key, child) if is_dict else child)
+        if descended:
+            continue
+        frames.pop()
+        active.discard(src_id)
+        done: Any = FrozenDict(out) if is_dict else FrozenList(out)
+        if not frames:
+            return done
+        path.pop()
+        parent_out = frames[-1][1]
+        parent_out[-1] = (parent_out[-1], done) if frames[-1][3] else done
+
+
+def thaw(value: Any) -> Any:
+    """Return a plain, mutable deep copy (``dict``/``list``) of a frozen (or plain) JSON value."""
+    if not isinstance(value, dict | list | tuple):
+        return value
+    root: Any = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    while stack:
+        src, dst = stack.pop()
+        items: Iterable[tuple[Any, Any]] = src.items() if isinstance(src, dict) else enumerate(src)
+        for k, v in items:
+            if isinstance(v, dict):
+                new: Any = {}
+                stack.append((v, new))
+            elif isinstance(v, list | tuple):
+                new = []
+                stack.append((v, new))
+            else:
+                new = v
+            if isinstance(dst, dict):
+                dst[k] = new
+            else:
+                dst.append(new)
+    return root
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Structural JSON equality that, unlike ``==``, tells ``1``, ``1.0`` and ``True`` apart."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        tx, ty = type(x), type(y)
+        x_map, y_map = isinstance(x, dict), isinstance(y, dict)
+        if x_map or y_map:
+            if not (x_map and y_map) or x.keys() != y.keys():
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+            continue
+        x_seq, y_seq = isinstance(x, list | tuple), isinstance(y, list | tuple)
+        if x_seq or y_seq:
+            if not (x_seq and y_seq) or len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+            continue
+        if tx is not ty or x != y:
+            return False
+    return True

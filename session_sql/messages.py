@@ -1,0 +1,83 @@
+"""Message and content-block shapes (SPEC §3) and the projection of events to messages (§6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from session_sql.errors import InvalidEventError
+from session_sql.events import SessionEvent
+
+
+def _nonempty_str(value: Any) -> bool:
+    return type(value) is str and value != ""
+
+
+def _bad(where: str, why: str, seq: int | None) -> InvalidEventError:
+    return InvalidEventError(f"{where}: {why}", seq=seq)
+
+
+def check_blocks(blocks: Any, where: str, seq: int | None) -> None:
+    """Check a content list; nested ``tool-result`` content is walked with a stack."""
+    stack: list[tuple[Any, str]] = [(blocks, where)]
+    while stack:
+        content, at = stack.pop()
+        if not isinstance(content, tuple | list):
+            raise _bad(at, "content must be a list of blocks", seq)
+        for i, block in enumerate(content):
+            here = f"{at}[{i}]"
+            if not isinstance(block, dict) or not _nonempty_str(block.get("type")):
+                raise _bad(here, "a block must be an object with a non-empty str 'type'", seq)
+            kind = block["type"]
+            if kind in ("text", "reasoning"):
+                if type(block.get("text")) is not str:
+                    raise _bad(here, f"a {kind} block needs a str 'text'", seq)
+            elif kind == "tool-call":
+                if not (_nonempty_str(block.get("id")) and _nonempty_str(block.get("name"))):
+                    raise _bad(here, "a tool-call block needs non-empty str 'id' and 'name'", seq)
+                if "arguments" not in block:
+                    raise _bad(here, "a tool-call block needs 'arguments'", seq)
+            elif kind == "tool-result":
+                if not _nonempty_str(block.get("toolCallId")):
+                    raise _bad(here, "a tool-result block needs a non-empty str 'toolCallId'", seq)
+                if "isError" in block and type(block["isError"]) is not bool:
+                    raise _bad(here, "a tool-result block's 'isError' must be a bool", seq)
+                stack.append((block.get("content"), f"{here}.content"))
+            # image, file and unknown block types pass through untouched
+
+
+def check_message(msg: Any, role: str, where: str, seq: int | None) -> None:
+    """``{id, role, content: [block...], source: {kind, ...}}`` with the expected role."""
+    if not isinstance(msg, dict):
+        raise _bad(where, "a message must be an object", seq)
+    if not _nonempty_str(msg.get("id")):
+        raise _bad(where, "a message needs a non-empty str 'id'", seq)
+    if msg.get("role") != role:
+        raise _bad(where, f"role must be {role!r}, got {msg.get('role')!r}", seq)
+    source = msg.get("source")
+    if not isinstance(source, dict) or not _nonempty_str(source.get("kind")):
+        raise _bad(where, "a message needs a 'source' object with a non-empty str 'kind'", seq)
+    check_blocks(msg.get("content"), f"{where}.content", seq)
+
+
+def result_block(data: Any) -> Any:
+    """The single ``tool-result`` block of a ``tool/result`` event's data, or None."""
+    msg = data.get("message") if isinstance(data, dict) else None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if isinstance(content, tuple | list) and len(content) == 1 and isinstance(content[0], dict):
+        block = content[0]
+        if block.get("type") == "tool-result":
+            return block
+    return None
+
+
+def project(event: SessionEvent) -> Any:
+    """The message a surface node contributes, or None (§6)."""
+    t = event.type
+    if t == "user/message":
+        return event.data
+    if t == "assistant/message":
+        message = event.data["message"]
+        return message if message["content"] else None
+    if t == "tool/result":
+        return event.data["message"]
+    return None

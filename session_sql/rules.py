@@ -1,0 +1,137 @@
+"""Per-type data rules (SPEC §3).
+
+One rule set serves appends, seeds and loads. SPEC §3 lets ``append`` trust its typed producer
+and check only the always-on rules; this build checks the seed/load shapes on append as well, so
+that nothing is ever written that a reader of the same catalog would refuse on load (the same
+reasoning SPEC §2.2 applies to unknown types). The extra cost is a few dict lookups per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from session_sql.errors import InvalidEventError
+from session_sql.events import SessionEvent
+from session_sql.messages import check_message, result_block
+
+REQUEST_REASONS = frozenset({"initial", "resume", "change", "series"})
+TURN_END_KINDS = frozenset(
+    {"completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "forked"}
+)
+
+
+def _object(event: SessionEvent) -> dict[str, Any]:
+    data = event.data
+    if not isinstance(data, dict):
+        raise InvalidEventError(
+            f"{event.type} data must be an object, got {type(data).__name__}", seq=event.seq
+        )
+    return data
+
+
+def _turn_step(event: SessionEvent, data: dict[str, Any]) -> None:
+    for key in ("turn", "step"):
+        value = data.get(key)
+        if type(value) is not int or value < 0:
+            raise InvalidEventError(
+                f"{event.type} data.{key} must be an int >= 0, got {value!r}", seq=event.seq
+            )
+
+
+def _user_message(event: SessionEvent) -> None:
+    check_message(event.data, "user", "data", event.seq)
+
+
+def _assistant_message(event: SessionEvent) -> None:
+    data = _object(event)
+    _turn_step(event, data)
+    message: Any = data.get("message")
+    check_message(message, "assistant", "data.message", event.seq)
+    source = message["source"]
+    if source["kind"] != "model" or not all(
+        type(source.get(k)) is str and source.get(k) for k in ("provider", "model")
+    ):
+        raise InvalidEventError(
+            "data.message.source must be {kind: 'model', provider, model} (non-empty)",
+            seq=event.seq,
+        )
+    if "interrupted" in data and data["interrupted"] is not True:
+        raise InvalidEventError("data.interrupted must be exactly true when present", seq=event.seq)
+
+
+def _assistant_other(event: SessionEvent) -> None:
+    _turn_step(event, _object(event))
+
+
+def _tool_result(event: SessionEvent) -> None:
+    data = _object(event)
+    _turn_step(event, data)
+    message: Any = data.get("message")
+    check_message(message, "user", "data.message", event.seq)
+    source = message["source"]
+    block = result_block(data)
+    if source["kind"] != "tool" or type(source.get("callId")) is not str:
+        raise InvalidEventError("data.message.source must be {kind: 'tool', callId}", seq=event.seq)
+    if block is None:
+        raise InvalidEventError(
+            "a tool/result message holds exactly one tool-result block", seq=event.seq
+        )
+    if block["toolCallId"] != source["callId"]:
+        raise InvalidEventError(
+            f"tool-result block toolCallId {block['toolCallId']!r} != source.callId "
+            f"{source['callId']!r}",
+            seq=event.seq,
+        )
+    if "error" in data and block.get("isError") is not True:
+        raise InvalidEventError(
+            "data.error is allowed only when the tool-result block has isError: true",
+            seq=event.seq,
+        )
+
+
+def _request_header(event: SessionEvent) -> None:
+    data = _object(event)
+    header = data.get("header")
+    if not isinstance(header, dict):
+        raise InvalidEventError("request/header data.header must be an object", seq=event.seq)
+    config = header.get("config")
+    if not isinstance(config, dict) or not all(
+        type(config.get(k)) is str and config.get(k) for k in ("provider", "model")
+    ):
+        raise InvalidEventError(
+            "request/header data.header.config needs non-empty str provider and model",
+            seq=event.seq,
+        )
+    if data.get("reason") not in REQUEST_REASONS:
+        raise InvalidEventError(
+            f"request/header data.reason must be one of {sorted(REQUEST_REASONS)}, "
+            f"got {data.get('reason')!r}",
+            seq=event.seq,
+        )
+
+
+def _end_seed(event: SessionEvent) -> None:
+    data = _object(event)
+    if data and dict(data) != {"inherited": True}:
+        raise InvalidEventError(
+            'session/end-seed data must be {} or {"inherited": true}', seq=event.seq
+        )
+
+
+RULES: dict[str, Callable[[SessionEvent], None]] = {
+    "user/message": _user_message,
+    "assistant/message": _assistant_message,
+    "assistant/chunk": _assistant_other,
+    "assistant/attempt": _assistant_other,
+    "tool/result": _tool_result,
+    "request/header": _request_header,
+    "session/end-seed": _end_seed,
+}
+
+
+def check_data(event: SessionEvent) -> None:
+    """Apply the data rules of the event's type (types without rules carry opaque JSON)."""
+    rule = RULES.get(event.type)
+    if rule is not None:
+        rule(event)

@@ -1,0 +1,534 @@
+"""The in-memory session: seeds, the append pipeline, readers, fork (SPEC §7)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time as _time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, overload
+
+from session_sql.catalog import Catalog, default_catalog
+from session_sql.errors import (
+    ForkError,
+    InvalidEventError,
+    InvalidHeaderError,
+    InvalidSeedError,
+    NotJSONError,
+    ReentrantAppendError,
+    SessionFormatUnsupportedError,
+    SurfaceError,
+)
+from session_sql.events import (
+    SessionEvent,
+    SurfaceOp,
+    check_header,
+    check_session_id,
+    check_type_name,
+    make_header,
+    parse_envelope,
+    parse_source_seqs,
+    parse_surface_op,
+)
+from session_sql.jsonvalue import FrozenDict, snapshot_json
+from session_sql.messages import project
+from session_sql.repair import interrupted_turn_closers
+from session_sql.rules import check_data
+from session_sql.surface import Surface, Transition, is_exempt, plan
+
+log = logging.getLogger("session_sql")
+
+END_SEED = "session/end-seed"
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+Validator = Callable[["Session", SessionEvent], object]
+Observer = Callable[["Session", SessionEvent], object]
+
+
+class Clock(Protocol):
+    def __call__(self) -> int: ...
+
+
+def now_ms() -> int:
+    return _time.time_ns() // 1_000_000
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+class _SeedSurfaceError(InvalidSeedError, SurfaceError):
+    """A seed event breaks a surface rule: both an ``InvalidSeedError`` and a ``SurfaceError``."""
+
+
+class EventsView(Sequence[SessionEvent]):
+    """An immutable view of a log prefix; it never grows, even when the log does."""
+
+    __slots__ = ("_len", "_log")
+
+    def __init__(self, log: list[SessionEvent], length: int) -> None:
+        self._log = log
+        self._len = length
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[SessionEvent, ...]: ...
+    def __getitem__(self, index: int | slice) -> SessionEvent | tuple[SessionEvent, ...]:
+        if isinstance(index, slice):
+            return tuple(self._log[: self._len][index])
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError("event index out of range")
+        return self._log[index]
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        log = self._log
+        for i in range(self._len):
+            yield log[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str):
+            return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EventsView({self._len} events)"
+
+
+def _coerce_candidate(
+    type_: Any,
+    data: Any,
+    surface_op: Any,
+    source_event_seqs: Any,
+    ignorable: Any,
+    seq: int,
+    time: int,
+    max_event_bytes: int | None,
+) -> SessionEvent:
+    """Step 1 of the pipeline: snapshot and type every argument into a frozen candidate."""
+    check_type_name(type_, seq=seq)
+    frozen = snapshot_json(data, root="data")
+    op = None if surface_op is None else parse_surface_op(surface_op, seq=seq)
+    sources = None if source_event_seqs is None else parse_source_seqs(source_event_seqs, seq=seq)
+    if type(ignorable) is not bool:
+        raise InvalidEventError(f"ignorable must be a bool, got {ignorable!r}", seq=seq)
+    event = SessionEvent(type_, seq, time, frozen, op, sources, ignorable)
+    if max_event_bytes is not None:
+        _check_size(event, max_event_bytes)
+    return event
+
+
+def _check_size(event: SessionEvent, limit: int) -> None:
+    size = len(json.dumps(event.data, ensure_ascii=False, separators=(",", ":")).encode())
+    if size > limit:
+        raise InvalidEventError(
+            f"event data is {size} bytes of JSON, above the limit of {limit} bytes",
+            seq=event.seq,
+        )
+
+
+class Session:
+    """An append-only log of typed events with its surface and derived messages."""
+
+    def __init__(
+        self,
+        session_id: str | None = None,
+        *,
+        seed: Iterable[SessionEvent | Mapping[str, Any]] | None = None,
+        header: Mapping[str, Any] | None = None,
+        inherited_event_count: int = 0,
+        catalog: Catalog | None = None,
+        clock: Clock | None = None,
+        max_event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
+        self._catalog = default_catalog() if catalog is None else catalog
+        self._clock: Clock = now_ms if clock is None else clock
+        self._max_event_bytes = max_event_bytes
+        frozen_header = self._resolve_header(session_id, header, seed, inherited_event_count)
+        log: list[SessionEvent] = []
+        surface = Surface()
+        if seed is not None:
+            self._fold_seed(seed, log, surface)
+        self._adopt(frozen_header, log, surface, inherited_event_count)
+        if seed is not None and (not log or log[-1].type != END_SEED):
+            cut = bool(frozen_header["isSeeded"]) and inherited_event_count == len(log)
+            marker = SessionEvent(
+                END_SEED,
+                len(log),
+                self._clock(),
+                snapshot_json({"inherited": True} if cut else {}),
+            )
+            self._log.append(marker)
+        self.first_live_seq = len(self._log)
+
+    # -- construction ---------------------------------------------------------------------
+
+    def _resolve_header(
+        self,
+        session_id: str | None,
+        header: Mapping[str, Any] | None,
+        seed: object,
+        inherited_event_count: int,
+    ) -> FrozenDict:
+        if header is None:
+            sid = new_session_id() if session_id is None else check_session_id(session_id)
+            frozen = make_header(sid, self._clock())
+        else:
+            frozen = check_header(dict(header) if not isinstance(header, dict) else header)
+            if session_id is not None and session_id != frozen["id"]:
+                raise InvalidHeaderError(
+                    f"session id {session_id!r} differs from header id {frozen['id']!r}"
+                )
+        count = inherited_event_count
+        if type(count) is not int or count < 0:
+            raise InvalidHeaderError(f"inherited_event_count must be an int >= 0, got {count!r}")
+        if frozen["isSeeded"]:
+            if seed is None:
+                raise InvalidHeaderError("a seeded header (isSeeded: true) requires a seed")
+            if count < 1:
+                raise InvalidHeaderError(
+                    "a seeded header requires inherited_event_count (the inherited prefix)"
+                )
+        elif count:
+            raise InvalidHeaderError(
+                "inherited_event_count is only meaningful with a seeded header (isSeeded: true)"
+            )
+        return frozen
+
+    def _fold_seed(
+        self,
+        seed: Iterable[SessionEvent | Mapping[str, Any]],
+        log: list[SessionEvent],
+        surface: Surface,
+    ) -> None:
+        """Check every seed event and fold it; raise before anything becomes visible."""
+        catalog = self._catalog
+        nodes = surface.node_list()
+        for index, raw in enumerate(seed):
+            try:
+                if isinstance(raw, SessionEvent):
+                    event = parse_envelope({**raw.to_json(), "data": snapshot_json(raw.data)})
+                else:
+                    event = parse_envelope(snapshot_json(raw, root="event"))
+                if event.seq != index:
+                    raise InvalidEventError(f"seq {event.seq} must equal its index {index}")
+                if event.type not in catalog:
+                    if not event.ignorable:
+                        raise SessionFormatUnsupportedError(
+                            f"unknown event type {event.type!r} at seq {event.seq}: this "
+                            "build's catalog does not know it and it is not ignorable",
+                        )
+                    log.append(event)
+                    continue
+                check_data(event)
+                transition = plan(nodes, event, log.__getitem__)
+            except SessionFormatUnsupportedError:
+                raise
+            except SurfaceError as exc:
+                raise _SeedSurfaceError(
+                    f"seed event {index}: {exc}", index=index, seq=index
+                ) from exc
+            except (InvalidEventError, NotJSONError) as exc:
+                raise InvalidSeedError(
+                    f"seed event {index}: {exc}", index=index, seq=index
+                ) from exc
+            log.append(event)
+            surface.apply(transition)
+
+    def _adopt(
+        self,
+        header: FrozenDict,
+        log: list[SessionEvent],
+        surface: Surface,
+        inherited_event_count: int,
+    ) -> None:
+        if inherited_event_count > len(log):
+            raise InvalidHeaderError(
+                f"inherited_event_count {inherited_event_count} exceeds the seed length {len(log)}"
+            )
+        self._header = header
+        self._log = log
+        self._surface = surface
+        self.inherited_event_count = inherited_event_count
+        self._validators: list[Validator] = []
+        self._observers: list[Observer] = []
+        self._busy = False
+        self._messages: list[Any] = []
+        self._projected = 0  # surface nodes already projected into _messages
+        self._projected_generation = surface.replace_generation
+        self._request_header: Any = None
+        self._request_header_seq = -1
+
+    # -- readers --------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return str(self._header["id"])
+
+    @property
+    def header(self) -> FrozenDict:
+        return self._header
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._catalog
+
+    @property
+    def seq(self) -> int:
+        """The next seq (the log length)."""
+        return len(self._log)
+
+    @property
+    def events(self) -> EventsView:
+        return EventsView(self._log, len(self._log))
+
+    @property
+    def surface(self) -> Surface:
+        return self._surface
+
+    def messages(self) -> list[Any]:
+        """The messages a model sees, in surface order (a new list of shared frozen objects)."""
+        nodes = self._surface.node_list()
+        if self._projected_generation != self._surface.replace_generation:
+            self._messages = []
+            self._projected = 0
+            self._projected_generation = self._surface.replace_generation
+        if self._projected < len(nodes):
+            log = self._log
+            out = self._messages
+            for seq in nodes[self._projected :]:
+                message = project(log[seq])
+                if message is not None:
+                    out.append(message)
+            self._projected = len(nodes)
+        return list(self._messages)
+
+    def message_for(self, event: SessionEvent) -> Any:
+        """The message ``event`` projects to, or None."""
+        if is_exempt(event, self._catalog):
+            return None
+        return project(event)
+
+    def request_header(self) -> Any:
+        """The data of the latest ``request/header``, or None."""
+        log = self._log
+        for i in range(len(log) - 1, self._request_header_seq, -1):
+            if log[i].type == "request/header":
+                self._request_header = log[i].data
+                self._request_header_seq = i
+                break
+        else:
+            self._request_header_seq = len(log) - 1
+        return self._request_header
+
+    # -- registration ---------------------------------------------------------------------
+
+    def add_validator(self, fn: Validator) -> Callable[[], None]:
+        """Run ``fn(session, candidate)`` before each commit; any exception vetoes it."""
+        self._validators.append(fn)
+        return lambda: self._remove(self._validators, fn)
+
+    def subscribe(self, fn: Observer) -> Callable[[], None]:
+        """Call ``fn(session, event)`` after each commit; its failures are logged, not raised."""
+        self._observers.append(fn)
+        return lambda: self._remove(self._observers, fn)
+
+    @staticmethod
+    def _remove(registry: list[Any], fn: Any) -> None:
+        for i, registered in enumerate(registry):
+            if registered is fn:
+                del registry[i]
+                return
+
+    # -- appending ------------------------------------------------------------------------
+
+    def append(
+        self,
+        type: str,
+        data: Any = None,
+        *,
+        surface_op: SurfaceOp | Mapping[str, Any] | None = None,
+        source_event_seqs: Sequence[int] | None = None,
+        ignorable: bool = False,
+    ) -> SessionEvent:
+        """Validate, commit and publish one event (SPEC §7.2)."""
+        return self._append_batch([(type, data, surface_op, source_event_seqs, ignorable)])[0]
+
+    def append_many(self, items: Iterable[Mapping[str, Any]]) -> list[SessionEvent]:
+        """Append several events atomically: all commit or none does."""
+        batch = []
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping):
+                raise InvalidEventError(f"append_many item {i} must be a dict, got {item!r}")
+            unknown = item.keys() - {"type", "data", "surface_op", "source_event_seqs", "ignorable"}
+            if unknown or "type" not in item:
+                raise InvalidEventError(
+                    f"append_many item {i} needs 'type' and only append's keyword names; "
+                    f"unexpected {sorted(unknown)}"
+                )
+            batch.append(
+                (
+                    item["type"],
+                    item.get("data"),
+                    item.get("surface_op"),
+                    item.get("source_event_seqs"),
+                    item.get("ignorable", False),
+                )
+            )
+        if not batch:
+            return []
+        return self._append_batch(batch)
+
+    def _append_batch(self, batch: list[tuple[Any, Any, Any, Any, Any]]) -> list[SessionEvent]:
+        if self._busy:
+            raise ReentrantAppendError(
+                f"append on session {self.id!r} while it is validating or notifying; "
+                "an observer must not append to the session it observes"
+            )
+        self._busy = True
+        try:
+            events, transitions = self._prepare(batch)
+            self._persist(events, transitions)
+            self._commit(events, transitions)
+        finally:
+            self._busy = False
+        self._notify(events)
+        return events
+
+    def _prepare(
+        self, batch: list[tuple[Any, Any, Any, Any, Any]]
+    ) -> tuple[list[SessionEvent], list[Transition]]:
+        """Steps 1–3: snapshot, rules, plan, validators. Nothing changes here."""
+        catalog = self._catalog
+        base = len(self._log)
+        now = self._clock()
+        events: list[SessionEvent] = []
+        transitions: list[Transition] = []
+        nodes: Sequence[int] = self._surface.node_list()
+        staged: list[int] | None = None  # a private copy once the batch holds a replace
+
+        def lookup(seq: int) -> SessionEvent:
+            return self._log[seq] if seq < base else events[seq - base]
+
+        for type_, data, surface_op, sources, ignorable in batch:
+            seq = base + len(events)
+            event = _coerce_candidate(
+                type_, data, surface_op, sources, ignorable, seq, now, self._max_event_bytes
+            )
+            if event.type not in catalog:
+                if not event.ignorable:
+                    raise InvalidEventError(
+                        f"event type {event.type!r} is not in this session's catalog; pass "
+                        "ignorable=True to log it for readers that may not know it",
+                        seq=seq,
+                    )
+                transition: Transition = None
+            else:
+                check_data(event)
+                if len(batch) > 1 and staged is None:
+                    staged = list(nodes)
+                    nodes = staged
+                transition = plan(nodes, event, lookup)
+                if staged is not None and transition is not None:
+                    Surface.apply_to(staged, transition)
+            events.append(event)
+            transitions.append(transition)
+        for event in events:
+            for validator in self._validators:
+                validator(self, event)
+        return events, transitions
+
+    def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
+        """Make the events durable before they become visible; a store overrides this."""
+
+    def _commit(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
+        self._log.extend(events)
+        for transition in transitions:
+            self._surface.apply(transition)
+
+    def _notify(self, events: list[SessionEvent]) -> None:
+        self._busy = True
+        try:
+            for event in events:
+                for observer in list(self._observers):
+                    try:
+                        observer(self, event)
+                    except Exception:
+                        log.warning(
+                            "observer %r failed on session %s seq %d",
+                            observer,
+                            self.id,
+                            event.seq,
+                            exc_info=True,
+                        )
+        finally:
+            self._busy = False
+
+    # -- fork -----------------------------------------------------------------------------
+
+    def fork(self, boundary: int | None = None, child_id: str | None = None) -> Session:
+        """A child session inheriting events ``0..boundary`` (default: the last)."""
+        seed, header, inherited = fork_seed(self, boundary, child_id, self._clock())
+        return Session._from_checked(
+            header, seed, inherited, self._catalog, self._clock, self._max_event_bytes
+        )
+
+    @classmethod
+    def _from_checked(
+        cls,
+        header: FrozenDict,
+        log: list[SessionEvent],
+        inherited_event_count: int,
+        catalog: Catalog,
+        clock: Clock,
+        max_event_bytes: int | None,
+    ) -> Session:
+        """Build a session from a log that this build produced and checked (fork, store)."""
+        session = cls.__new__(cls)
+        session._catalog = catalog
+        session._clock = clock
+        session._max_event_bytes = max_event_bytes
+        surface = Surface()
+        nodes = surface.node_list()
+        for event in log:
+            if not is_exempt(event, catalog):
+                surface.apply(plan(nodes, event, log.__getitem__))
+        session._adopt(header, list(log), surface, inherited_event_count)
+        session.first_live_seq = len(log)
+        return session
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r}, seq={self.seq})"
+
+
+def fork_seed(
+    parent: Session, boundary: int | None, child_id: str | None, now: int
+) -> tuple[list[SessionEvent], FrozenDict, int]:
+    """The child's log, header and inherited count for a fork of ``parent`` (SPEC §7.5)."""
+    length = parent.seq
+    if length == 0:
+        raise ForkError(f"session {parent.id!r} is empty: there is nothing to fork", code="empty")
+    if boundary is None:
+        boundary = length - 1
+    if type(boundary) is not int or not 0 <= boundary < length:
+        raise ForkError(
+            f"fork boundary {boundary!r} is outside 0..{length - 1} of session {parent.id!r}",
+            code="out_of_range",
+        )
+    cid = new_session_id() if child_id is None else check_session_id(child_id)
+    if cid == parent.id:
+        raise ForkError(f"a fork cannot reuse its parent's id {cid!r}", code="same_id")
+    prefix = list(parent.events[: boundary + 1])
+    time = prefix[-1].time
+    marker = SessionEvent(END_SEED, boundary + 1, time, snapshot_json({"inherited": True}))
+    closers = interrupted_turn_closers([*prefix, marker], reason="forked")
+    header = make_header(cid, now, is_seeded=True, parent_session=parent.id)
+    return [*prefix, marker, *closers], header, boundary + 1

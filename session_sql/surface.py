@@ -1,0 +1,253 @@
+"""The surface: one pure planner for every surface rule (SPEC §4–5), and its fold.
+
+``plan`` decides what an event does to the surface and raises on any violation without changing
+anything. The in-memory ``Surface`` and the SQL side table both apply the very Transition it
+returns, so the live view, the stored table and a replay cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, TypeAlias
+
+from session_sql.catalog import DEFAULT_CATALOG, SURFACE_TYPES, Catalog
+from session_sql.errors import InvalidEventError, SurfaceError
+from session_sql.events import Replace, SessionEvent
+from session_sql.jsonvalue import json_equal
+from session_sql.messages import result_block
+
+
+class AppendNode(NamedTuple):
+    """Push ``seq`` onto the end of the surface."""
+
+    seq: int
+
+
+class ReplaceNodes(NamedTuple):
+    """Remove positions ``start_pos..end_pos`` (inclusive) and put ``seq`` at ``start_pos``."""
+
+    start_pos: int
+    end_pos: int
+    seq: int
+    shadowed: tuple[int, ...]
+
+
+Transition: TypeAlias = AppendNode | ReplaceNodes | None
+
+
+def is_exempt(event: SessionEvent, catalog: Catalog) -> bool:
+    """An unknown ``ignorable`` event: kept verbatim, its surface metadata ignored."""
+    return event.ignorable and event.type not in catalog
+
+
+def plan(
+    nodes: Sequence[int],
+    event: SessionEvent,
+    lookup: Callable[[int], SessionEvent],
+) -> Transition:
+    """What ``event`` does to a surface holding ``nodes``; raises, never mutates.
+
+    ``lookup(seq)`` returns a logged event (needed for the tool/result replacement rule). The
+    caller has already excluded exempt (unknown, ignorable) events.
+    """
+    seq, op, sources = event.seq, event.surface_op, event.source_event_seqs
+    if event.type not in SURFACE_TYPES:
+        if op is not None or sources is not None:
+            raise SurfaceError(
+                f"{event.type} is not surface-eligible and may not carry surfaceOp or "
+                f"sourceEventSeqs (seq {seq})",
+                seq=seq,
+            )
+        return None
+    if op is None:
+        raise SurfaceError(
+            f"{event.type} is surface-eligible and must carry a surfaceOp (seq {seq}); "
+            "without one it would vanish from history on resume",
+            seq=seq,
+        )
+    if sources is not None:
+        _check_provenance(seq, sources)
+    if op == "append":
+        return AppendNode(seq)
+    assert isinstance(op, Replace)
+    start, end = op
+    if start >= seq or end >= seq:
+        raise SurfaceError(
+            f"replace endpoints must precede the event (start={start}, end={end}, seq {seq})",
+            seq=seq,
+        )
+    start_pos = _position(nodes, start, seq, "start")
+    end_pos = _position(nodes, end, seq, "end")
+    if start_pos > end_pos:
+        raise SurfaceError(
+            f"replace range is reversed: start {start} is at position {start_pos}, "
+            f"end {end} at {end_pos} (seq {seq})",
+            seq=seq,
+        )
+    shadowed = tuple(nodes[start_pos : end_pos + 1])
+    covered = set(sources or ())
+    missing = [s for s in shadowed if s not in covered]
+    if missing:
+        raise SurfaceError(
+            f"sourceEventSeqs must cover every shadowed node; missing {missing} (seq {seq})",
+            seq=seq,
+        )
+    if event.type == "tool/result":
+        _check_result_replacement(event, shadowed, lookup)
+    return ReplaceNodes(start_pos, end_pos, seq, shadowed)
+
+
+def _check_provenance(seq: int, sources: tuple[int, ...]) -> None:
+    if not sources:
+        raise InvalidEventError(f"sourceEventSeqs must not be empty (seq {seq})", seq=seq)
+    if len(set(sources)) != len(sources):
+        raise InvalidEventError(f"sourceEventSeqs has duplicates: {list(sources)}", seq=seq)
+    for s in sources:
+        if not 0 <= s < seq:
+            raise InvalidEventError(
+                f"sourceEventSeqs entry {s} must be >= 0 and < the event's seq {seq}", seq=seq
+            )
+
+
+def _position(nodes: Sequence[int], target: int, seq: int, which: str) -> int:
+    # Newest nodes sit at the end and replaces usually aim near it: search from the back.
+    for pos in range(len(nodes) - 1, -1, -1):
+        if nodes[pos] == target:
+            return pos
+    raise SurfaceError(f"replace {which} {target} is not on the surface (seq {seq})", seq=seq)
+
+
+def _without_result_content(data: Any) -> Any:
+    """``data`` with the result block's ``content`` blanked, for the pruning comparison."""
+    block = result_block(data)
+    if block is None:
+        return data
+    message = data["message"]
+    blanked = {k: v for k, v in block.items() if k != "content"}
+    return {**data, "message": {**message, "content": [blanked]}}
+
+
+def _check_result_replacement(
+    event: SessionEvent, shadowed: tuple[int, ...], lookup: Callable[[int], SessionEvent]
+) -> None:
+    """A tool/result may replace one tool/result, changing only the result block's content."""
+    if len(shadowed) != 1:
+        raise SurfaceError(
+            f"a tool/result may replace exactly one node, not {len(shadowed)} (seq {event.seq})",
+            seq=event.seq,
+        )
+    target = lookup(shadowed[0])
+    if target.type != "tool/result":
+        raise SurfaceError(
+            f"a tool/result may only replace a tool/result, not {target.type} (seq {shadowed[0]})",
+            seq=event.seq,
+        )
+    new_block, old_block = result_block(event.data), result_block(target.data)
+    if (
+        new_block is None
+        or old_block is None
+        or ("content" in new_block) != ("content" in old_block)
+        or not json_equal(_without_result_content(event.data), _without_result_content(target.data))
+    ):
+        raise SurfaceError(
+            "a tool/result replacement may change only the result block's content; turn, "
+            "step, error, meta, message id/role/source, toolCallId and isError must be equal "
+            f"(seq {event.seq} replacing {shadowed[0]})",
+            seq=event.seq,
+        )
+
+
+class Surface:
+    """The incremental surface of a live session: node seqs in order, and a replace counter."""
+
+    __slots__ = ("_nodes", "_tuple", "replace_generation")
+
+    def __init__(self, nodes: Iterable[int] = (), replace_generation: int = 0) -> None:
+        self._nodes: list[int] = list(nodes)
+        self._tuple: tuple[int, ...] | None = None
+        self.replace_generation = replace_generation
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """The node seqs in surface order (an immutable snapshot)."""
+        if self._tuple is None:
+            self._tuple = tuple(self._nodes)
+        return self._tuple
+
+    def node_list(self) -> list[int]:
+        """The live node list (read-only by convention; for planners)."""
+        return self._nodes
+
+    def apply(self, transition: Transition) -> None:
+        """Apply a planned transition; never re-validates."""
+        if transition is not None:
+            self._tuple = None
+            if Surface.apply_to(self._nodes, transition):
+                self.replace_generation += 1
+
+    @staticmethod
+    def apply_to(nodes: list[int], transition: AppendNode | ReplaceNodes) -> bool:
+        """Apply ``transition`` to a bare node list; True when it was a replace."""
+        if type(transition) is AppendNode:
+            nodes.append(transition.seq)
+            return False
+        assert isinstance(transition, ReplaceNodes)
+        nodes[transition.start_pos : transition.end_pos + 1] = [transition.seq]
+        return True
+
+    def copy(self) -> Surface:
+        return Surface(self._nodes, self.replace_generation)
+
+    def __repr__(self) -> str:
+        return f"Surface(nodes={self.nodes!r}, replace_generation={self.replace_generation})"
+
+
+class Replacement(NamedTuple):
+    """One committed replace: the replacing ``seq``, its endpoints and what it shadowed."""
+
+    seq: int
+    start: int
+    end: int
+    shadowed: tuple[int, ...]
+
+
+class SurfaceFold(NamedTuple):
+    nodes: tuple[int, ...]
+    replacements: tuple[Replacement, ...]
+
+
+def fold_surface(
+    events: Iterable[SessionEvent | dict[str, Any]], *, catalog: Catalog | None = None
+) -> SurfaceFold:
+    """Replay a complete log from seq 0 and return its surface and replacement history."""
+    known = DEFAULT_CATALOG if catalog is None else catalog
+    log: list[SessionEvent] = []
+    surface = Surface()
+    replacements: list[Replacement] = []
+    for i, raw in enumerate(events):
+        event = raw if isinstance(raw, SessionEvent) else SessionEvent.from_json(raw)
+        if event.seq != i:
+            raise InvalidEventError(f"seq {event.seq} at index {i}: seqs must run 0, 1, 2, ...")
+        log.append(event)
+        if is_exempt(event, known):
+            continue
+        transition = plan(surface.node_list(), event, log.__getitem__)
+        if type(transition) is ReplaceNodes:
+            op = event.surface_op
+            assert isinstance(op, Replace)
+            replacements.append(Replacement(event.seq, op.start, op.end, transition.shadowed))
+        surface.apply(transition)
+    return SurfaceFold(surface.nodes, tuple(replacements))
+
+
+__all__ = [
+    "AppendNode",
+    "ReplaceNodes",
+    "Replacement",
+    "Surface",
+    "SurfaceFold",
+    "Transition",
+    "fold_surface",
+    "is_exempt",
+    "plan",
+]
