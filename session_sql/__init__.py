@@ -24,14 +24,21 @@ from session_sql.invariants import Violation, check_invariants, invariant_valida
 from session_sql.jsonvalue import snapshot_json, thaw
 from session_sql.repair import interrupted_turn_closers
 from session_sql.session import Session
+from session_sql.store import (
+    SCHEMA_VERSION,
+    SessionInfo,
+    SessionStore,
+    StoredSession,
+    VerifyReport,
+    open_store,
+)
 from session_sql.surface import SurfaceFold, fold_surface
 
 __all__ = [
-    "DEFAULT_CATALOG",
-    "SESSION_FORMAT_VERSION",
     "Catalog",
     "ConcurrencyError",
     "CorruptSessionError",
+    "DEFAULT_CATALOG",
     "ForkError",
     "InvalidEventError",
     "InvalidHeaderError",
@@ -39,22 +46,29 @@ __all__ = [
     "NotJSONError",
     "ReentrantAppendError",
     "Replace",
+    "SCHEMA_VERSION",
+    "SESSION_FORMAT_VERSION",
     "SchemaMismatchError",
     "SchemaVersionError",
     "Session",
     "SessionEvent",
     "SessionExistsError",
     "SessionFormatUnsupportedError",
+    "SessionInfo",
     "SessionNotFoundError",
     "SessionSQLError",
+    "SessionStore",
     "StoreError",
+    "StoredSession",
     "SurfaceError",
     "SurfaceFold",
+    "VerifyReport",
     "Violation",
     "check_invariants",
     "fold_surface",
     "interrupted_turn_closers",
     "invariant_validator",
+    "open_store",
     "snapshot_json",
     "thaw",
 ]

@@ -119,6 +119,11 @@ class JsonlReader:
                 stacklevel=2,
             )
 
+    def values(self) -> Iterator[Any]:
+        """The parsed event lines (not yet validated), torn tail handled."""
+        for _, value in self.raw_events():
+            yield value
+
     def events(self) -> Iterator[SessionEvent]:
         """Envelope-checked events (``CorruptSessionError`` names the line of a bad one)."""
         for line_no, value in self.raw_events():

@@ -46,6 +46,10 @@ Validator = Callable[["Session", SessionEvent], object]
 Observer = Callable[["Session", SessionEvent], object]
 
 
+# (type, data, surface_op, source_event_seqs, ignorable, time or None for "now")
+_Item = tuple[Any, Any, Any, Any, Any, int | None]
+
+
 class Clock(Protocol):
     def __call__(self) -> int: ...
 
@@ -135,6 +139,54 @@ def _check_size(event: SessionEvent, limit: int) -> None:
         )
 
 
+def check_logged(raw: SessionEvent | Mapping[str, Any], seq: int, catalog: Catalog) -> SessionEvent:
+    """Envelope, expected seq, unknown-event gate and data rules of one logged event."""
+    if isinstance(raw, SessionEvent):
+        event = parse_envelope({**raw.to_json(), "data": snapshot_json(raw.data, root="data")})
+    else:
+        event = parse_envelope(snapshot_json(raw, root="event"))
+    if event.seq != seq:
+        raise InvalidEventError(f"seq {event.seq} must equal its position {seq}", seq=event.seq)
+    if event.type not in catalog:
+        if not event.ignorable:
+            raise SessionFormatUnsupportedError(
+                f"unknown event type {event.type!r} at seq {event.seq}: this build's catalog "
+                "does not know it and it is not ignorable",
+            )
+    else:
+        check_data(event)
+    return event
+
+
+def fold_checked(
+    events: Iterable[SessionEvent | Mapping[str, Any]],
+    log: list[SessionEvent],
+    surface: Surface,
+    catalog: Catalog,
+) -> None:
+    """Check logged events one by one and fold them onto ``log``/``surface`` (a private pair).
+
+    Used for seeds, stored logs and refreshes: envelope, contiguous seqs, the unknown-event gate,
+    data rules and the surface transition. Raises ``InvalidSeedError`` (``index`` counts from the
+    first event given) or ``SessionFormatUnsupportedError``; the caller discards the pair.
+    """
+    nodes = surface.node_list()
+    for index, raw in enumerate(events):
+        try:
+            event = check_logged(raw, len(log), catalog)
+            transition = None if is_exempt(event, catalog) else plan(nodes, event, log.__getitem__)
+        except SessionFormatUnsupportedError:
+            raise
+        except SurfaceError as exc:
+            raise _SeedSurfaceError(
+                f"seed event {index}: {exc}", index=index, seq=len(log)
+            ) from exc
+        except (InvalidEventError, NotJSONError) as exc:
+            raise InvalidSeedError(f"seed event {index}: {exc}", index=index, seq=len(log)) from exc
+        log.append(event)
+        surface.apply(transition)
+
+
 class Session:
     """An append-only log of typed events with its surface and derived messages."""
 
@@ -156,7 +208,7 @@ class Session:
         log: list[SessionEvent] = []
         surface = Surface()
         if seed is not None:
-            self._fold_seed(seed, log, surface)
+            fold_checked(seed, log, surface, self._catalog)
         self._adopt(frozen_header, log, surface, inherited_event_count)
         if seed is not None and (not log or log[-1].type != END_SEED):
             cut = bool(frozen_header["isSeeded"]) and inherited_event_count == len(log)
@@ -202,46 +254,6 @@ class Session:
                 "inherited_event_count is only meaningful with a seeded header (isSeeded: true)"
             )
         return frozen
-
-    def _fold_seed(
-        self,
-        seed: Iterable[SessionEvent | Mapping[str, Any]],
-        log: list[SessionEvent],
-        surface: Surface,
-    ) -> None:
-        """Check every seed event and fold it; raise before anything becomes visible."""
-        catalog = self._catalog
-        nodes = surface.node_list()
-        for index, raw in enumerate(seed):
-            try:
-                if isinstance(raw, SessionEvent):
-                    event = parse_envelope({**raw.to_json(), "data": snapshot_json(raw.data)})
-                else:
-                    event = parse_envelope(snapshot_json(raw, root="event"))
-                if event.seq != index:
-                    raise InvalidEventError(f"seq {event.seq} must equal its index {index}")
-                if event.type not in catalog:
-                    if not event.ignorable:
-                        raise SessionFormatUnsupportedError(
-                            f"unknown event type {event.type!r} at seq {event.seq}: this "
-                            "build's catalog does not know it and it is not ignorable",
-                        )
-                    log.append(event)
-                    continue
-                check_data(event)
-                transition = plan(nodes, event, log.__getitem__)
-            except SessionFormatUnsupportedError:
-                raise
-            except SurfaceError as exc:
-                raise _SeedSurfaceError(
-                    f"seed event {index}: {exc}", index=index, seq=index
-                ) from exc
-            except (InvalidEventError, NotJSONError) as exc:
-                raise InvalidSeedError(
-                    f"seed event {index}: {exc}", index=index, seq=index
-                ) from exc
-            log.append(event)
-            surface.apply(transition)
 
     def _adopt(
         self,
@@ -360,11 +372,11 @@ class Session:
         ignorable: bool = False,
     ) -> SessionEvent:
         """Validate, commit and publish one event (SPEC §7.2)."""
-        return self._append_batch([(type, data, surface_op, source_event_seqs, ignorable)])[0]
+        return self._append_batch([(type, data, surface_op, source_event_seqs, ignorable, None)])[0]
 
     def append_many(self, items: Iterable[Mapping[str, Any]]) -> list[SessionEvent]:
         """Append several events atomically: all commit or none does."""
-        batch = []
+        batch: list[_Item] = []
         for i, item in enumerate(items):
             if not isinstance(item, Mapping):
                 raise InvalidEventError(f"append_many item {i} must be a dict, got {item!r}")
@@ -381,13 +393,21 @@ class Session:
                     item.get("surface_op"),
                     item.get("source_event_seqs"),
                     item.get("ignorable", False),
+                    None,
                 )
             )
         if not batch:
             return []
         return self._append_batch(batch)
 
-    def _append_batch(self, batch: list[tuple[Any, Any, Any, Any, Any]]) -> list[SessionEvent]:
+    def _append_events(self, events: Iterable[SessionEvent]) -> list[SessionEvent]:
+        """Append prepared events (closers) through the whole pipeline, keeping their times."""
+        batch: list[_Item] = [
+            (e.type, e.data, e.surface_op, e.source_event_seqs, e.ignorable, e.time) for e in events
+        ]
+        return self._append_batch(batch) if batch else []
+
+    def _append_batch(self, batch: list[_Item]) -> list[SessionEvent]:
         if self._busy:
             raise ReentrantAppendError(
                 f"append on session {self.id!r} while it is validating or notifying; "
@@ -403,9 +423,7 @@ class Session:
         self._notify(events)
         return events
 
-    def _prepare(
-        self, batch: list[tuple[Any, Any, Any, Any, Any]]
-    ) -> tuple[list[SessionEvent], list[Transition]]:
+    def _prepare(self, batch: list[_Item]) -> tuple[list[SessionEvent], list[Transition]]:
         """Steps 1–3: snapshot, rules, plan, validators. Nothing changes here."""
         catalog = self._catalog
         base = len(self._log)
@@ -418,10 +436,17 @@ class Session:
         def lookup(seq: int) -> SessionEvent:
             return self._log[seq] if seq < base else events[seq - base]
 
-        for type_, data, surface_op, sources, ignorable in batch:
+        for type_, data, surface_op, sources, ignorable, time in batch:
             seq = base + len(events)
             event = _coerce_candidate(
-                type_, data, surface_op, sources, ignorable, seq, now, self._max_event_bytes
+                type_,
+                data,
+                surface_op,
+                sources,
+                ignorable,
+                seq,
+                now if time is None else time,
+                self._max_event_bytes,
             )
             if event.type not in catalog:
                 if not event.ignorable:

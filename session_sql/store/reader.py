@@ -1,0 +1,201 @@
+"""Read paths: the surface and its messages, streamed events, and following a live session."""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from sqlalchemy import Connection, bindparam, select
+
+from session_sql.errors import CorruptSessionError, NotJSONError, SessionNotFoundError
+from session_sql.events import SessionEvent
+from session_sql.jsonvalue import snapshot_json
+from session_sql.store.engine import read_tx, translate_errors
+from session_sql.store.rows import event_from_row
+from session_sql.store.schema import SchemaTables
+from session_sql.store.writer import StoreContext
+
+FOLLOW_BATCH = 500
+STREAM_BATCH = 1000
+
+
+class Queries:
+    """The read statements of one schema, built once."""
+
+    def __init__(self, tables: SchemaTables) -> None:
+        s, e, sf = tables.sessions, tables.events, tables.surface
+        self.exists = select(s.c.id).where(s.c.id == bindparam("b_id"))
+        joined = sf.join(e, (sf.c.session_id == e.c.session_id) & (sf.c.event_seq == e.c.seq))
+        # One indexed walk of the surface primary key joined to the events primary key: the
+        # cost follows the surface, never the length of the log.
+        self.surface_messages = (
+            select(sf.c.event_seq, e.c.type, e.c.data)
+            .select_from(joined)
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos)
+        )
+        self.surface_seqs = (
+            select(sf.c.event_seq).where(sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
+        )
+        self.surface_rows = (
+            select(sf.c.pos, sf.c.event_seq)
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos)
+        )
+        self.events_after = (
+            select(e)
+            .where(e.c.session_id == bindparam("b_id"), e.c.seq > bindparam("b_after"))
+            .order_by(e.c.seq)
+            .limit(bindparam("b_limit"))
+        )
+
+
+_queries: dict[int, Queries] = {}
+
+
+def queries_for(tables: SchemaTables) -> Queries:
+    key = id(tables)
+    found = _queries.get(key)
+    if found is None:
+        found = _queries[key] = Queries(tables)
+    return found
+
+
+def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> None:
+    if conn.execute(queries_for(ctx.tables).exists, {"b_id": session_id}).first() is None:
+        raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+
+
+def _project_row(session_id: str, seq: int, type_: str, data: Any) -> Any:
+    try:
+        frozen = snapshot_json(data, root="data")
+        if type_ == "user/message":
+            return frozen
+        if type_ == "assistant/message":
+            message = frozen["message"]
+            return message if message["content"] else None
+        if type_ == "tool/result":
+            return frozen["message"]
+    except (NotJSONError, KeyError, TypeError) as exc:
+        raise CorruptSessionError(
+            f"session {session_id!r} seq {seq}: stored surface event is malformed: {exc}",
+            session_id=session_id,
+            seq=seq,
+        ) from exc
+    raise CorruptSessionError(
+        f"session {session_id!r} seq {seq}: a {type_} event is on the surface",
+        session_id=session_id,
+        seq=seq,
+    )
+
+
+def messages(ctx: StoreContext, session_id: str) -> list[Any]:
+    """The messages a model sees, read from the ``surface`` side table (no replay)."""
+    q = queries_for(ctx.tables)
+    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        rows = conn.execute(q.surface_messages, {"b_id": session_id}).all()
+        if not rows:
+            require_session(conn, ctx, session_id)
+    out = []
+    for seq, type_, data in rows:
+        message = _project_row(session_id, seq, type_, data)
+        if message is not None:
+            out.append(message)
+    return out
+
+
+def surface(ctx: StoreContext, session_id: str) -> tuple[int, ...]:
+    """The surface's event seqs in order, from the side table."""
+    q = queries_for(ctx.tables)
+    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        seqs = tuple(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
+        if not seqs:
+            require_session(conn, ctx, session_id)
+    return seqs
+
+
+def stream_events(
+    ctx: StoreContext, session_id: str, from_seq: int = 0, to_seq: int | None = None
+) -> Iterator[SessionEvent]:
+    """Events in seq order, fetched in pages so memory stays bounded."""
+    e = ctx.tables.events
+    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        require_session(conn, ctx, session_id)
+    after = from_seq - 1
+    while True:
+        page = select(e).where(e.c.session_id == session_id, e.c.seq > after)
+        if to_seq is not None:
+            page = page.where(e.c.seq < to_seq)
+        page = page.order_by(e.c.seq).limit(STREAM_BATCH)
+        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+            rows = conn.execute(page).all()
+        for row in rows:
+            yield event_from_row(session_id, row)
+        if len(rows) < STREAM_BATCH:
+            return
+        after = rows[-1].seq
+
+
+def follow(
+    ctx: StoreContext, session_id: str, after_seq: int = -1, timeout: float | None = None
+) -> Iterator[SessionEvent]:
+    """Yield events committed after ``after_seq`` as they arrive, in order, each once.
+
+    PostgreSQL wakes the follower with LISTEN/NOTIFY; SQLite polls with a short backoff. Returns
+    after ``timeout`` seconds without a new event (``None``: never). Takes no write lock.
+    """
+    q = queries_for(ctx.tables)
+    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        require_session(conn, ctx, session_id)
+    listener = _Listener(ctx) if ctx.channel is not None else None
+    try:
+        last = after_seq
+        idle_since = _time.monotonic()
+        backoff = 0.002
+        while True:
+            with translate_errors(session_id), read_tx(ctx.engine) as conn:
+                rows = conn.execute(
+                    q.events_after, {"b_id": session_id, "b_after": last, "b_limit": FOLLOW_BATCH}
+                ).all()
+            if rows:
+                for row in rows:
+                    event = event_from_row(session_id, row)
+                    last = event.seq
+                    yield event
+                idle_since = _time.monotonic()
+                backoff = 0.002
+                continue
+            remaining = None if timeout is None else timeout - (_time.monotonic() - idle_since)
+            if remaining is not None and remaining <= 0:
+                return
+            if listener is not None:
+                listener.wait(1.0 if remaining is None else min(remaining, 1.0))
+            else:
+                _time.sleep(backoff if remaining is None else min(backoff, remaining))
+                backoff = min(backoff * 2, 0.05)
+    finally:
+        if listener is not None:
+            listener.close()
+
+
+class _Listener:
+    """A dedicated autocommit connection LISTENing on the store's channel (PostgreSQL)."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        url = ctx.engine.url.set(drivername="postgresql")
+        conninfo = url.render_as_string(hide_password=False)
+        with translate_errors():
+            self._conn = psycopg.connect(conninfo, autocommit=True)
+            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
+
+    def wait(self, seconds: float) -> None:
+        """Return on the first notification, or after ``seconds``."""
+        with translate_errors():
+            for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                pass
+
+    def close(self) -> None:
+        self._conn.close()

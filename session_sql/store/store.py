@@ -1,0 +1,530 @@
+"""``SessionStore``: sessions in SQL (SPEC §8). Each public method is one transaction."""
+
+from __future__ import annotations
+
+import os
+import re
+import time as _time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import Connection, and_, delete, insert, or_, select
+
+from session_sql.catalog import Catalog, default_catalog
+from session_sql.errors import (
+    CorruptSessionError,
+    InvalidSeedError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionSQLError,
+)
+from session_sql.events import SessionEvent, check_header
+from session_sql.jsonl import JsonlReader, inherited_count, write_jsonl
+from session_sql.jsonvalue import FrozenDict
+from session_sql.repair import interrupted_turn_closers
+from session_sql.session import (
+    DEFAULT_MAX_EVENT_BYTES,
+    END_SEED,
+    Clock,
+    Session,
+    fold_checked,
+    fork_seed,
+    now_ms,
+)
+from session_sql.store import reader
+from session_sql.store.engine import (
+    is_sqlite,
+    make_engine,
+    read_tx,
+    snapshot_tx,
+    translate_errors,
+    write_tx,
+)
+from session_sql.store.gate import ensure_schema
+from session_sql.store.rows import event_row, surface_rows, wire_from_row
+from session_sql.store.schema import DEFAULT_SCHEMA, tables_for
+from session_sql.store.writer import StoreContext, StoredSession, notify
+from session_sql.surface import Surface
+
+INSERT_CHUNK = 1000
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
+
+
+class SessionInfo(BaseModel):
+    """One row of ``list_sessions``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    created_at: int
+    updated_at: int
+    head_seq: int
+    parent_session: str | None
+
+
+class VerifyReport(BaseModel):
+    """The outcome of ``verify``: ``ok`` when the log, the surface table and the row agree."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    ok: bool
+    events: int
+    problems: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class _Loaded(NamedTuple):
+    """A stored session read back: its row and its fully validated log."""
+
+    header: FrozenDict
+    log: list[SessionEvent]
+    inherited_event_count: int
+    head_seq: int
+    surface_next_pos: int
+    replace_generation: int
+
+
+class SessionStore:
+    """A session store on SQLite or PostgreSQL; see ``open_store``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        catalog: Catalog | None = None,
+        clock: Clock | None = None,
+        max_event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES,
+        **engine_options: Any,
+    ) -> None:
+        engine = make_engine(url, **engine_options)
+        try:
+            target = None if is_sqlite(engine) else schema
+            ensure_schema(engine, target)
+        except BaseException:
+            engine.dispose()
+            raise
+        self.url = url
+        self.backend = engine.dialect.name
+        self.schema = target
+        self._ctx = StoreContext(
+            engine=engine,
+            tables=tables_for(target),
+            catalog=default_catalog() if catalog is None else catalog,
+            clock=now_ms if clock is None else clock,
+            max_event_bytes=max_event_bytes,
+            channel=None if target is None else target,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Any:
+        return self._ctx.engine
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._ctx.catalog
+
+    def close(self) -> None:
+        """Release every pooled connection."""
+        self._ctx.engine.dispose()
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SessionStore({self._ctx.engine.url.render_as_string(hide_password=True)!r})"
+
+    # -- writing --------------------------------------------------------------------------
+
+    def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        header: Mapping[str, Any] | None = None,
+        seed: Sequence[SessionEvent | Mapping[str, Any]] | None = None,
+    ) -> StoredSession:
+        """Create a session (with its seed and end-of-seed marker) in one transaction."""
+        ctx = self._ctx
+        session = Session(
+            session_id,
+            seed=seed,
+            header=header,
+            catalog=ctx.catalog,
+            clock=ctx.clock,
+            max_event_bytes=ctx.max_event_bytes,
+        )
+        log = list(session.events)
+        next_pos = self._insert_session(session.header, log, 0)
+        handle = StoredSession._attach(ctx, session.header, log, 0, next_pos)
+        handle.first_live_seq = session.first_live_seq
+        return handle
+
+    def open_session(self, session_id: str, *, resume: bool = False) -> StoredSession:
+        """A write handle on a stored session. Writes nothing unless ``resume=True``.
+
+        With ``resume`` (a process taking over an interrupted lifecycle) the end-of-seed marker
+        is appended durably unless the log is empty or already ends with one.
+        """
+        loaded = self._load(session_id, check_surface=True)
+        handle = StoredSession._attach(
+            self._ctx,
+            loaded.header,
+            loaded.log,
+            loaded.inherited_event_count,
+            loaded.surface_next_pos,
+        )
+        if resume and loaded.log and loaded.log[-1].type != END_SEED:
+            handle.append(END_SEED, {})
+            handle.first_live_seq = handle.seq
+        return handle
+
+    def fork_session(
+        self, parent_id: str, *, boundary: int | None = None, child_id: str | None = None
+    ) -> StoredSession:
+        """Fork a stored session (SPEC §7.5); the child is written in one transaction."""
+        loaded = self._load(parent_id)
+        ctx = self._ctx
+        parent = Session._from_checked(
+            loaded.header,
+            loaded.log,
+            loaded.inherited_event_count,
+            ctx.catalog,
+            ctx.clock,
+            ctx.max_event_bytes,
+        )
+        log, header, inherited = fork_seed(parent, boundary, child_id, ctx.clock())
+        next_pos = self._insert_session(header, log, inherited)
+        return StoredSession._attach(ctx, header, log, inherited, next_pos)
+
+    def repair(self, session_id: str) -> list[SessionEvent]:
+        """Close a turn left open by a crash (SPEC §7.4); returns the appended closers."""
+        handle = self.open_session(session_id)
+        return handle._append_events(interrupted_turn_closers(handle.events))
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete a session with its events and surface rows."""
+        s = self._ctx.tables.sessions
+        with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
+            gone = conn.execute(delete(s).where(s.c.id == session_id)).rowcount
+        if gone != 1:
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+
+    def import_jsonl(self, path: str | os.PathLike[str]) -> str:
+        """Store a JSONL session exactly as the file holds it (no marker added); returns its id."""
+        with JsonlReader(path) as source:
+            header = source.header
+            log: list[SessionEvent] = []
+            try:
+                fold_checked(source.values(), log, Surface(), self._ctx.catalog)
+            except InvalidSeedError as exc:
+                line = (exc.index or 0) + 2
+                raise CorruptSessionError(
+                    f"{path}: line {line}: {exc}", session_id=str(header["id"]), line=line
+                ) from exc
+        self._insert_session(header, log, inherited_count(header, log))
+        return str(header["id"])
+
+    def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
+        """Write a session as JSONL (header line, then one event per line); returns #events.
+
+        A path is written through a temporary file and renamed, so a reader never sees half.
+        """
+        header = self._header(session_id)
+        events = self.events(session_id)
+        if not isinstance(path, str | os.PathLike):
+            return write_jsonl(path, header, events)
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            count = write_jsonl(tmp, header, events)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return count
+
+    # -- reading --------------------------------------------------------------------------
+
+    def load_session(self, session_id: str) -> Session:
+        """A detached, fully validated in-memory replay of a stored session (writes nothing)."""
+        loaded = self._load(session_id)
+        try:
+            return Session(
+                seed=loaded.log,
+                header=loaded.header,
+                inherited_event_count=loaded.inherited_event_count,
+                catalog=self._ctx.catalog,
+                clock=self._ctx.clock,
+                max_event_bytes=self._ctx.max_event_bytes,
+            )
+        except InvalidSeedError as exc:  # pragma: no cover - _load already validated
+            raise CorruptSessionError(str(exc), session_id=session_id, seq=exc.seq) from exc
+
+    def messages(self, session_id: str) -> list[Any]:
+        """The messages a model sees, from the ``surface`` side table (never replays)."""
+        return reader.messages(self._ctx, session_id)
+
+    def surface(self, session_id: str) -> tuple[int, ...]:
+        """The surface's event seqs in order, from the side table."""
+        return reader.surface(self._ctx, session_id)
+
+    def events(
+        self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
+    ) -> Iterator[SessionEvent]:
+        """Stream a session's events in seq order (``to_seq`` exclusive), bounded memory."""
+        self._header(session_id)  # fail now, not at the first next()
+        return reader.stream_events(self._ctx, session_id, from_seq, to_seq)
+
+    def follow(
+        self, session_id: str, *, after_seq: int = -1, timeout: float | None = None
+    ) -> Iterator[SessionEvent]:
+        """Yield events as other processes commit them (see ``reader.follow``)."""
+        self._header(session_id)
+        return reader.follow(self._ctx, session_id, after_seq, timeout)
+
+    def list_sessions(
+        self,
+        *,
+        limit: int = 100,
+        after: SessionInfo | str | None = None,
+        parent: str | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+    ) -> list[SessionInfo]:
+        """Sessions newest-updated first (ties by id), paged by ``after`` (an info or an id)."""
+        s = self._ctx.tables.sessions
+        query = select(
+            s.c.id, s.c.created_at, s.c.updated_at, s.c.head_seq, s.c.parent_session
+        ).order_by(s.c.updated_at.desc(), s.c.id.desc())
+        if parent is not None:
+            query = query.where(s.c.parent_session == parent)
+        if created_after is not None:
+            query = query.where(s.c.created_at >= created_after)
+        if created_before is not None:
+            query = query.where(s.c.created_at < created_before)
+        with translate_errors(), read_tx(self._ctx.engine) as conn:
+            if after is not None:
+                cursor = after if isinstance(after, SessionInfo) else self._info(conn, after)
+                query = query.where(
+                    or_(
+                        s.c.updated_at < cursor.updated_at,
+                        and_(s.c.updated_at == cursor.updated_at, s.c.id < cursor.id),
+                    )
+                )
+            rows = conn.execute(query.limit(limit)).all()
+        return [SessionInfo.model_validate(row._asdict()) for row in rows]
+
+    def verify(self, session_id: str) -> VerifyReport:
+        """Replay the log and compare its fold with the ``surface`` table and the session row."""
+        problems: list[str] = []
+        ctx = self._ctx
+        row, wires, table = self._read_all(session_id, bounded=False)
+        log: list[SessionEvent] = []
+        try:
+            fold_checked(wires, log, Surface(), ctx.catalog)
+        except SessionSQLError as exc:
+            problems.append(f"log: {exc}")
+        expected = surface_rows(log, ctx.catalog)
+        if not problems:
+            if table != expected.rows:
+                problems.append(_surface_diff(table, expected.rows))
+            for column, want in (
+                ("head_seq", len(log) - 1),
+                ("surface_next_pos", expected.next_pos),
+                ("replace_generation", expected.replace_generation),
+            ):
+                if getattr(row, column) != want:
+                    problems.append(
+                        f"sessions.{column} is {getattr(row, column)}, the log implies {want}"
+                    )
+        header = row.header
+        for column, want in (
+            ("id", header.get("id")),
+            ("format_version", header.get("version")),
+            ("created_at", header.get("createdAt")),
+            ("parent_session", header.get("parentSession")),
+        ):
+            if getattr(row, column) != want:
+                problems.append(
+                    f"sessions.{column} is {getattr(row, column)!r}, header says {want!r}"
+                )
+        return VerifyReport(
+            session_id=session_id, ok=not problems, events=len(wires), problems=tuple(problems)
+        )
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _info(self, conn: Connection, session_id: str) -> SessionInfo:
+        s = self._ctx.tables.sessions
+        row = conn.execute(
+            select(s.c.id, s.c.created_at, s.c.updated_at, s.c.head_seq, s.c.parent_session).where(
+                s.c.id == session_id
+            )
+        ).first()
+        if row is None:
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        return SessionInfo.model_validate(row._asdict())
+
+    def _header(self, session_id: str) -> FrozenDict:
+        s = self._ctx.tables.sessions
+        with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
+            row = conn.execute(select(s.c.header).where(s.c.id == session_id)).first()
+        if row is None:
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        return _frozen_header(session_id, row.header)
+
+    def _read_all(
+        self, session_id: str, *, bounded: bool = True
+    ) -> tuple[Any, list[dict[str, Any]], list[tuple[int, int]]]:
+        """The session row, its log as wire dicts, and its surface rows, from one snapshot.
+
+        ``bounded`` reads events up to the row's head only (what a writer may build on);
+        ``verify`` reads them all, so rows past the head show up as a problem.
+        """
+        t = self._ctx.tables
+        with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
+            row = conn.execute(select(t.sessions).where(t.sessions.c.id == session_id)).first()
+            if row is None:
+                raise SessionNotFoundError(
+                    f"session {session_id!r} not found", session_id=session_id
+                )
+            e = t.events
+            rows = conn.execute(
+                select(e)
+                .where(e.c.session_id == session_id)
+                .where(e.c.seq <= row.head_seq if bounded else e.c.seq >= 0)
+                .order_by(e.c.seq)
+            ).all()
+            surface = [
+                (pos, seq)
+                for pos, seq in conn.execute(
+                    reader.queries_for(t).surface_rows, {"b_id": session_id}
+                ).all()
+            ]
+        return row, [wire_from_row(session_id, r) for r in rows], surface
+
+    def _load(self, session_id: str, *, check_surface: bool = False) -> _Loaded:
+        """Read and fully validate a stored session; ``check_surface`` also compares the table."""
+        row, wires, table = self._read_all(session_id)
+        header = _frozen_header(session_id, row.header)
+        log: list[SessionEvent] = []
+        try:
+            fold_checked(wires, log, Surface(), self._ctx.catalog)
+        except InvalidSeedError as exc:
+            raise CorruptSessionError(
+                f"session {session_id!r} seq {exc.seq}: stored event is invalid: {exc}",
+                session_id=session_id,
+                seq=exc.seq,
+            ) from exc
+        if check_surface:
+            expected = surface_rows(log, self._ctx.catalog)
+            if (
+                table != expected.rows
+                or row.head_seq != len(log) - 1
+                or row.surface_next_pos != expected.next_pos
+                or row.replace_generation != expected.replace_generation
+            ):
+                raise CorruptSessionError(
+                    f"session {session_id!r}: the surface table or session row disagrees with "
+                    "the log; run verify (refusing to write on top of it)",
+                    session_id=session_id,
+                )
+        return _Loaded(
+            header,
+            log,
+            row.inherited_event_count,
+            row.head_seq,
+            row.surface_next_pos,
+            row.replace_generation,
+        )
+
+    def _insert_session(
+        self, header: FrozenDict, log: list[SessionEvent], inherited_event_count: int
+    ) -> int:
+        """Write a whole new session (row, events, surface rows) in one transaction."""
+        ctx = self._ctx
+        t = ctx.tables
+        session_id = str(header["id"])
+        rows = surface_rows(log, ctx.catalog)
+        now = _time.time_ns() // 1_000_000
+        with translate_errors(session_id), write_tx(ctx.engine) as conn:
+            taken = conn.execute(select(t.sessions.c.id).where(t.sessions.c.id == session_id))
+            if taken.first() is not None:
+                raise SessionExistsError(
+                    f"session {session_id!r} already exists", session_id=session_id
+                )
+            conn.execute(
+                insert(t.sessions),
+                {
+                    "id": session_id,
+                    "format_version": header["version"],
+                    "created_at": header["createdAt"],
+                    "parent_session": header.get("parentSession"),
+                    "inherited_event_count": inherited_event_count,
+                    "header": header,
+                    "head_seq": len(log) - 1,
+                    "surface_next_pos": rows.next_pos,
+                    "replace_generation": rows.replace_generation,
+                    "updated_at": now,
+                },
+            )
+            for i in range(0, len(log), INSERT_CHUNK):
+                chunk = log[i : i + INSERT_CHUNK]
+                conn.execute(insert(t.events), [event_row(session_id, e) for e in chunk])
+            for i in range(0, len(rows.rows), INSERT_CHUNK):
+                conn.execute(
+                    insert(t.surface),
+                    [
+                        {"session_id": session_id, "pos": pos, "event_seq": seq}
+                        for pos, seq in rows.rows[i : i + INSERT_CHUNK]
+                    ],
+                )
+            if log:
+                notify(conn, ctx, session_id, len(log) - 1)
+        return rows.next_pos
+
+
+def _frozen_header(session_id: str, raw: Any) -> FrozenDict:
+    try:
+        return check_header(raw)
+    except (ValueError, TypeError) as exc:
+        raise CorruptSessionError(
+            f"session {session_id!r}: stored header is invalid: {exc}", session_id=session_id
+        ) from exc
+
+
+def _surface_diff(table: list[tuple[int, int]], expected: list[tuple[int, int]]) -> str:
+    extra = sorted(set(table) - set(expected))
+    missing = sorted(set(expected) - set(table))
+    if not extra and not missing:
+        return "surface table rows are out of order"
+    return f"surface table differs from the fold: extra (pos, seq) {extra}, missing {missing}"
+
+
+def open_store(
+    url: str = "sqlite:///sessions.db",
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    catalog: Catalog | None = None,
+    **options: Any,
+) -> SessionStore:
+    """Open (initialising when empty) a store; refuses another build's schema.
+
+    ``options``: ``synchronous`` ("FULL" or "NORMAL", SQLite), ``busy_timeout_ms`` (SQLite),
+    ``pool_size``, ``max_event_bytes`` (default 16 MiB; None for no limit), ``clock``, and any
+    ``sqlalchemy.create_engine`` keyword.
+    """
+    if _SCHEMA_NAME.match(schema) is None:
+        raise ValueError(
+            f"schema must be a plain identifier (letters, digits, '_', at most 63), got {schema!r}"
+        )
+    return SessionStore(url, schema=schema, catalog=catalog, **options)

@@ -1,0 +1,270 @@
+"""``StoredSession``: the core session whose commits go through one SQL transaction each.
+
+The in-memory pipeline (snapshot → rules → plan → validators) runs unchanged; the commit step is
+preceded by ``_persist``, which writes the candidate events and applies the planner's very
+Transitions to the ``surface`` side table. Memory changes only after the transaction commits.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+
+from session_sql.catalog import Catalog
+from session_sql.errors import (
+    ConcurrencyError,
+    CorruptSessionError,
+    InvalidSeedError,
+    SessionNotFoundError,
+)
+from session_sql.events import SessionEvent
+from session_sql.jsonvalue import FrozenDict
+from session_sql.session import Clock, Session, fold_checked
+from session_sql.store.engine import is_sqlite, read_tx, translate_errors, write_tx
+from session_sql.store.rows import event_row, wire_from_row
+from session_sql.store.schema import SchemaTables
+from session_sql.surface import AppendNode, ReplaceNodes, Transition, is_exempt
+
+
+@dataclass(frozen=True)
+class StoreContext:
+    """What a stored session needs from its store: engine, tables and settings."""
+
+    engine: Engine
+    tables: SchemaTables
+    catalog: Catalog
+    clock: Clock
+    max_event_bytes: int | None
+    channel: str | None  # the NOTIFY channel on PostgreSQL, None on SQLite
+
+    @property
+    def sqlite(self) -> bool:
+        return is_sqlite(self.engine)
+
+
+class Statements:
+    """The write statements of one schema, built once and reused for every append."""
+
+    def __init__(self, tables: SchemaTables) -> None:
+        s, e, sf = tables.sessions, tables.events, tables.surface
+        # The conditional head update is the optimistic lock: zero rows means another writer
+        # won (or the row was edited underneath us). On PostgreSQL it also takes the row lock
+        # that serialises concurrent writers of one session until commit.
+        self.advance = (
+            update(s)
+            .where(
+                s.c.id == bindparam("b_id"),
+                s.c.head_seq == bindparam("b_expected_head"),
+                s.c.surface_next_pos == bindparam("b_expected_pos"),
+                s.c.replace_generation == bindparam("b_expected_gen"),
+            )
+            .values(
+                head_seq=bindparam("b_head"),
+                surface_next_pos=bindparam("b_pos"),
+                replace_generation=bindparam("b_gen"),
+                updated_at=bindparam("b_now"),
+            )
+        )
+        self.insert_events = insert(e)
+        self.insert_surface = insert(sf)
+        self.drop_nodes = delete(sf).where(
+            sf.c.session_id == bindparam("b_id"),
+            sf.c.event_seq.in_(bindparam("b_seqs", expanding=True)),
+        )
+        self.retarget_node = (
+            update(sf)
+            .where(sf.c.session_id == bindparam("b_id"), sf.c.event_seq == bindparam("b_old"))
+            .values(event_seq=bindparam("b_new"))
+        )
+        self.session_row = select(s.c.head_seq, s.c.surface_next_pos, s.c.replace_generation).where(
+            s.c.id == bindparam("b_id")
+        )
+        self.events_from = (
+            select(e)
+            .where(
+                e.c.session_id == bindparam("b_id"),
+                e.c.seq >= bindparam("b_from"),
+                e.c.seq <= bindparam("b_to"),
+            )
+            .order_by(e.c.seq)
+        )
+
+
+_statements: dict[int, Statements] = {}
+
+
+def statements_for(tables: SchemaTables) -> Statements:
+    key = id(tables)
+    found = _statements.get(key)
+    if found is None:
+        found = _statements[key] = Statements(tables)
+    return found
+
+
+def write_events(
+    conn: Connection,
+    ctx: StoreContext,
+    session_id: str,
+    events: list[SessionEvent],
+    transitions: Iterable[Transition],
+    next_pos: int,
+) -> int:
+    """Insert event rows and apply their transitions to ``surface``; returns the next pos.
+
+    Never commits: the caller owns the transaction (the same helper serves append, create,
+    fork, import and repair).
+    """
+    st = statements_for(ctx.tables)
+    conn.execute(st.insert_events, [event_row(session_id, e) for e in events])
+    pending: list[dict[str, Any]] = []
+    for transition in transitions:
+        if type(transition) is AppendNode:
+            pending.append({"session_id": session_id, "pos": next_pos, "event_seq": transition.seq})
+            next_pos += 1
+        elif type(transition) is ReplaceNodes:
+            if pending:  # keep the table's order of operations equal to the plan's
+                conn.execute(st.insert_surface, pending)
+                pending = []
+            first, rest = transition.shadowed[0], list(transition.shadowed[1:])
+            if rest:
+                conn.execute(st.drop_nodes, {"b_id": session_id, "b_seqs": rest})
+            conn.execute(
+                st.retarget_node, {"b_id": session_id, "b_old": first, "b_new": transition.seq}
+            )
+    if pending:
+        conn.execute(st.insert_surface, pending)
+    return next_pos
+
+
+def notify(conn: Connection, ctx: StoreContext, session_id: str, head_seq: int) -> None:
+    """Wake followers (PostgreSQL only); delivered at commit, dropped on rollback."""
+    if ctx.channel is not None:
+        conn.execute(select(func.pg_notify(ctx.channel, f"{session_id}:{head_seq}")))
+
+
+class StoredSession(Session):
+    """A write handle on a stored session: ``Session``'s API plus ``refresh()``.
+
+    Several processes may hold handles on one session; each append succeeds only if nobody
+    appended since this handle last saw the log (``ConcurrencyError`` otherwise).
+    """
+
+    _ctx: StoreContext
+    _next_pos: int
+
+    @classmethod
+    def _attach(
+        cls,
+        ctx: StoreContext,
+        header: FrozenDict,
+        log: list[SessionEvent],
+        inherited_event_count: int,
+        next_pos: int,
+    ) -> StoredSession:
+        session = cls._from_checked(
+            header, log, inherited_event_count, ctx.catalog, ctx.clock, ctx.max_event_bytes
+        )
+        assert isinstance(session, StoredSession)
+        session._ctx = ctx
+        session._next_pos = next_pos
+        return session
+
+    def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
+        ctx = self._ctx
+        st = statements_for(ctx.tables)
+        head = events[-1].seq
+        generation = self._surface.replace_generation + sum(
+            1 for t in transitions if type(t) is ReplaceNodes
+        )
+        next_pos = self._next_pos + sum(1 for t in transitions if type(t) is AppendNode)
+        with translate_errors(self.id), write_tx(ctx.engine) as conn:
+            moved = conn.execute(
+                st.advance,
+                {
+                    "b_id": self.id,
+                    "b_expected_head": self.seq - 1,
+                    "b_expected_pos": self._next_pos,
+                    "b_expected_gen": self._surface.replace_generation,
+                    "b_head": head,
+                    "b_pos": next_pos,
+                    "b_gen": generation,
+                    "b_now": _time.time_ns() // 1_000_000,
+                },
+            ).rowcount
+            if moved != 1:
+                self._raise_lost_race(conn)
+            write_events(conn, ctx, self.id, events, transitions, self._next_pos)
+            notify(conn, ctx, self.id, head)
+        self._next_pos = next_pos
+
+    def _raise_lost_race(self, conn: Connection) -> None:
+        row = conn.execute(statements_for(self._ctx.tables).session_row, {"b_id": self.id}).first()
+        if row is None:
+            raise SessionNotFoundError(f"session {self.id!r} no longer exists", session_id=self.id)
+        if row.head_seq == self.seq - 1:
+            raise CorruptSessionError(
+                f"session {self.id!r}: the session row disagrees with the log (surface_next_pos "
+                f"{row.surface_next_pos} != {self._next_pos} or replace_generation "
+                f"{row.replace_generation} != {self._surface.replace_generation}); "
+                "run verify; refusing to append",
+                session_id=self.id,
+            )
+        raise ConcurrencyError(
+            f"session {self.id!r}: another writer appended first (head is now seq "
+            f"{row.head_seq}, this handle expected {self.seq - 1}); refresh() and retry",
+            session_id=self.id,
+            expected=self.seq - 1,
+        )
+
+    def refresh(self) -> list[SessionEvent]:
+        """Load (and fully validate) what other writers appended; returns the new events."""
+        ctx = self._ctx
+        st = statements_for(ctx.tables)
+        with translate_errors(self.id), read_tx(ctx.engine) as conn:
+            row = conn.execute(st.session_row, {"b_id": self.id}).first()
+            if row is None:
+                raise SessionNotFoundError(f"session {self.id!r} not found", session_id=self.id)
+            # Bounded by the head read first: on PostgreSQL each statement has its own
+            # snapshot, and every event up to a committed head is committed with it.
+            rows = conn.execute(
+                st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
+            ).all()
+        if not rows:
+            return []
+        log, base = self._log, len(self._log)
+        surface = self._surface.copy()
+        try:
+            fold_checked((wire_from_row(self.id, r) for r in rows), log, surface, ctx.catalog)
+        except InvalidSeedError as exc:
+            del log[base:]
+            raise CorruptSessionError(
+                f"session {self.id!r} seq {exc.seq}: stored event is invalid: {exc}",
+                session_id=self.id,
+                seq=exc.seq,
+            ) from exc
+        except BaseException:
+            del log[base:]
+            raise
+        added = log[base:]
+        next_pos = self._next_pos + sum(
+            1 for e in added if e.surface_op == "append" and not is_exempt(e, ctx.catalog)
+        )
+        if (row.head_seq, row.surface_next_pos, row.replace_generation) != (
+            len(log) - 1,
+            next_pos,
+            surface.replace_generation,
+        ):
+            del log[base:]
+            raise CorruptSessionError(
+                f"session {self.id!r}: the session row (head_seq {row.head_seq}, "
+                f"surface_next_pos {row.surface_next_pos}, replace_generation "
+                f"{row.replace_generation}) disagrees with its log; run verify",
+                session_id=self.id,
+            )
+        self._surface = surface
+        self._next_pos = next_pos
+        return added
