@@ -81,8 +81,13 @@ def is_safe_int(value: Any) -> TypeGuard[int]:
     return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
 
 
+_valid_type_names: set[str] = set()
+
+
 def check_type_name(name: Any, *, seq: int | None = None) -> str:
     """Event type names: 1–128 chars, ``/``-separated segments of ``[A-Za-z0-9._-]``."""
+    if type(name) is str and name in _valid_type_names:  # a handful of names recur in every log
+        return str(name)
     if type(name) is not str or not name:
         raise InvalidEventError(f"event type must be a non-empty str, got {name!r}", seq=seq)
     if len(name) > MAX_TYPE_LENGTH or _TYPE_NAME.match(name) is None:
@@ -91,6 +96,8 @@ def check_type_name(name: Any, *, seq: int | None = None) -> str:
             f"'.', '_' or '-' separated by '/', at most {MAX_TYPE_LENGTH} characters)",
             seq=seq,
         )
+    if len(_valid_type_names) < 4096:
+        _valid_type_names.add(name)
     return name
 
 

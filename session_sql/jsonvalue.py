@@ -225,3 +225,65 @@ def json_equal(a: Any, b: Any) -> bool:
         if tx is not ty or x != y:
             return False
     return True
+
+
+def _frozen_pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
+    for _, v in pairs:
+        if type(v) is list:
+            return FrozenDict((k, _freeze_lists(v) if type(v) is list else v) for k, v in pairs)
+    return FrozenDict(pairs)
+
+
+def _freeze_lists(items: list[Any]) -> FrozenList:
+    """A parsed JSON array as a FrozenList (its objects are frozen already; arrays nest)."""
+    return FrozenList(_freeze_lists(v) if type(v) is list else v for v in items)
+
+
+def _checked_int(text: str) -> int:
+    value = int(text)
+    if len(text) > 15 and not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        raise NotJSONError(f"integer {text} is outside the safe range ±(2**53-1)")
+    return value
+
+
+def _checked_float(text: str) -> float:
+    value = float(text)
+    if not isfinite(value):
+        raise NotJSONError(f"{text} overflows to {value!r}")
+    if value == 0.0 and copysign(1.0, value) < 0:
+        raise NotJSONError("-0.0 does not survive a JSON round trip")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise NotJSONError(f"{name} is not a JSON value")
+
+
+_FROZEN_DECODER = json.JSONDecoder(
+    object_pairs_hook=_frozen_pairs,
+    parse_int=_checked_int,
+    parse_float=_checked_float,
+    parse_constant=_no_constant,
+)
+
+
+def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
+    """Parse JSON text straight into a frozen, validated value (what ``snapshot_json`` yields).
+
+    The decoder's hooks check numbers and freeze containers as they are built. Only ``\\u``
+    escapes can smuggle U+0000 or a lone surrogate into a string, so text holding one takes
+    the full ``snapshot_json`` pass instead. Raises ``NotJSONError``.
+    """
+    try:
+        if "\\u" in text:
+            return snapshot_json(json.loads(text, parse_constant=_no_constant), root=root)
+        value = _FROZEN_DECODER.decode(text)
+    except ValueError as exc:  # JSONDecodeError
+        raise NotJSONError(f"{root}: unreadable JSON: {exc}", path=root) from exc
+    except NotJSONError as exc:
+        raise NotJSONError(f"{root}: {exc}", path=root) from exc
+    if type(value) is list:
+        return _freeze_lists(value)
+    if type(value) is str and "\x00" in value:
+        raise NotJSONError(f"{root}: string contains U+0000", path=root)
+    return value

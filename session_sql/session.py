@@ -139,9 +139,16 @@ def _check_size(event: SessionEvent, limit: int) -> None:
         )
 
 
-def check_logged(raw: SessionEvent | Mapping[str, Any], seq: int, catalog: Catalog) -> SessionEvent:
-    """Envelope, expected seq, unknown-event gate and data rules of one logged event."""
-    if isinstance(raw, SessionEvent):
+def check_logged(
+    raw: SessionEvent | Mapping[str, Any], seq: int, catalog: Catalog, *, parsed: bool = False
+) -> SessionEvent:
+    """Envelope, expected seq, unknown-event gate and data rules of one logged event.
+
+    ``parsed`` marks events that the store's row seam already built and envelope-checked.
+    """
+    if parsed and isinstance(raw, SessionEvent):
+        event = raw
+    elif isinstance(raw, SessionEvent):
         event = parse_envelope({**raw.to_json(), "data": snapshot_json(raw.data, root="data")})
     else:
         event = parse_envelope(snapshot_json(raw, root="event"))
@@ -163,6 +170,8 @@ def fold_checked(
     log: list[SessionEvent],
     surface: Surface,
     catalog: Catalog,
+    *,
+    parsed: bool = False,
 ) -> None:
     """Check logged events one by one and fold them onto ``log``/``surface`` (a private pair).
 
@@ -173,7 +182,7 @@ def fold_checked(
     nodes = surface.node_list()
     for index, raw in enumerate(events):
         try:
-            event = check_logged(raw, len(log), catalog)
+            event = check_logged(raw, len(log), catalog, parsed=parsed)
             transition = None if is_exempt(event, catalog) else plan(nodes, event, log.__getitem__)
         except SessionFormatUnsupportedError:
             raise
@@ -210,16 +219,19 @@ class Session:
         if seed is not None:
             fold_checked(seed, log, surface, self._catalog)
         self._adopt(frozen_header, log, surface, inherited_event_count)
-        if seed is not None and (not log or log[-1].type != END_SEED):
-            cut = bool(frozen_header["isSeeded"]) and inherited_event_count == len(log)
-            marker = SessionEvent(
-                END_SEED,
-                len(log),
-                self._clock(),
-                snapshot_json({"inherited": True} if cut else {}),
-            )
-            self._log.append(marker)
+        # §7.1: the seed length; the end-of-seed marker appended next is the first live event.
         self.first_live_seq = len(self._log)
+        if seed is not None:
+            self._mark_end_of_seed()
+
+    def _mark_end_of_seed(self) -> None:
+        """Append the end-of-seed marker unless the log already ends with one (§7.1)."""
+        log = self._log
+        if log and log[-1].type == END_SEED:
+            return
+        cut = bool(self._header["isSeeded"]) and self.inherited_event_count == len(log)
+        data = snapshot_json({"inherited": True} if cut else {})
+        log.append(SessionEvent(END_SEED, len(log), self._clock(), data))
 
     # -- construction ---------------------------------------------------------------------
 
@@ -234,7 +246,8 @@ class Session:
             sid = new_session_id() if session_id is None else check_session_id(session_id)
             frozen = make_header(sid, self._clock())
         else:
-            frozen = check_header(dict(header) if not isinstance(header, dict) else header)
+            # Anything but a mapping goes to check_header, which refuses it as a header error.
+            frozen = check_header(dict(header) if isinstance(header, Mapping) else header)
             if session_id is not None and session_id != frozen["id"]:
                 raise InvalidHeaderError(
                     f"session id {session_id!r} differs from header id {frozen['id']!r}"
@@ -515,19 +528,29 @@ class Session:
         catalog: Catalog,
         clock: Clock,
         max_event_bytes: int | None,
+        *,
+        surface: Surface | None = None,
+        seeded: bool = False,
     ) -> Session:
-        """Build a session from a log that this build produced and checked (fork, store)."""
+        """Build a session from a log this build already checked (fork, store).
+
+        ``surface`` is the log's fold when the caller has it; ``seeded`` adds the end-of-seed
+        marker as ``Session(seed=log)`` would.
+        """
         session = cls.__new__(cls)
         session._catalog = catalog
         session._clock = clock
         session._max_event_bytes = max_event_bytes
-        surface = Surface()
-        nodes = surface.node_list()
-        for event in log:
-            if not is_exempt(event, catalog):
-                surface.apply(plan(nodes, event, log.__getitem__))
+        if surface is None:
+            surface = Surface()
+            nodes = surface.node_list()
+            for event in log:
+                if not is_exempt(event, catalog):
+                    surface.apply(plan(nodes, event, log.__getitem__))
         session._adopt(header, list(log), surface, inherited_event_count)
-        session.first_live_seq = len(log)
+        session.first_live_seq = len(session._log)
+        if seeded:
+            session._mark_end_of_seed()
         return session
 
     def __repr__(self) -> str:

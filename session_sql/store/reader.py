@@ -14,7 +14,7 @@ from session_sql.errors import CorruptSessionError, NotJSONError, SessionNotFoun
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import snapshot_json
 from session_sql.store.engine import read_tx, translate_errors
-from session_sql.store.rows import event_from_row
+from session_sql.store.rows import event_columns, event_from_row
 from session_sql.store.schema import SchemaTables
 from session_sql.store.writer import StoreContext
 
@@ -46,7 +46,7 @@ class Queries:
             .order_by(sf.c.pos)
         )
         self.events_after = (
-            select(e)
+            select(*event_columns(tables))
             .where(e.c.session_id == bindparam("b_id"), e.c.seq > bindparam("b_after"))
             .order_by(e.c.seq)
             .limit(bindparam("b_limit"))
@@ -126,7 +126,9 @@ def stream_events(
         require_session(conn, ctx, session_id)
     after = from_seq - 1
     while True:
-        page = select(e).where(e.c.session_id == session_id, e.c.seq > after)
+        page = select(*event_columns(ctx.tables)).where(
+            e.c.session_id == session_id, e.c.seq > after
+        )
         if to_seq is not None:
             page = page.where(e.c.seq < to_seq)
         page = page.order_by(e.c.seq).limit(STREAM_BATCH)

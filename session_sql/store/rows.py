@@ -10,9 +10,21 @@ import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from sqlalchemy import Text, cast
+
 from session_sql.catalog import Catalog
 from session_sql.errors import CorruptSessionError, InvalidEventError, NotJSONError
-from session_sql.events import Replace, SessionEvent
+from session_sql.events import (
+    Replace,
+    SessionEvent,
+    check_type_name,
+    is_safe_int,
+    parse_source_seqs,
+    parse_surface_op,
+)
+from session_sql.jsonvalue import loads_frozen
+from session_sql.store.engine import dumps_json
+from session_sql.store.schema import SchemaTables
 from session_sql.surface import (
     AppendNode,
     ReplaceNodes,
@@ -42,40 +54,51 @@ def event_row(session_id: str, event: SessionEvent) -> dict[str, Any]:
     }
 
 
-def wire_from_row(session_id: str, row: Any) -> dict[str, Any]:
-    """The wire dict stored in a row (not yet validated)."""
-    try:
-        wire: dict[str, Any] = {
-            "type": row.type,
-            "seq": row.seq,
-            "time": row.time,
-            "data": row.data,
-        }
-        if row.surface_op is not None:
-            wire["surfaceOp"] = json.loads(row.surface_op)
-        if row.source_event_seqs is not None:
-            wire["sourceEventSeqs"] = json.loads(row.source_event_seqs)
-        if row.ignorable is not None:
-            wire["ignorable"] = row.ignorable
-    except ValueError as exc:
-        raise CorruptSessionError(
-            f"session {session_id!r} seq {row.seq}: unreadable surface metadata: {exc}",
-            session_id=session_id,
-            seq=row.seq,
-        ) from exc
-    return wire
+def event_row_json(session_id: str, event: SessionEvent) -> dict[str, Any]:
+    """``event_row`` with ``data`` already serialised, for the DBAPI write path."""
+    row = event_row(session_id, event)
+    row["data"] = dumps_json(event.data)
+    return row
+
+
+def event_columns(tables: SchemaTables) -> list[Any]:
+    """The ``events`` columns a reader selects; ``data`` arrives as JSON text."""
+    e = tables.events
+    # As text, not parsed by the driver: loads_frozen parses, validates and freezes in one go.
+    return [
+        e.c.seq,
+        e.c.type,
+        e.c.time,
+        cast(e.c.data, Text).label("data"),
+        e.c.source_event_seqs,
+        e.c.surface_op,
+        e.c.ignorable,
+    ]
 
 
 def event_from_row(session_id: str, row: Any) -> SessionEvent:
-    """An envelope-checked, frozen event from a row, or ``CorruptSessionError``."""
+    """A frozen, envelope-checked event from a row selected by ``event_columns``.
+
+    Raises ``CorruptSessionError`` naming the session and seq for anything a wire envelope
+    would be refused for.
+    """
+    seq, type_name, time, text, src, op, ignorable = row
     try:
-        return SessionEvent.from_json(wire_from_row(session_id, row))
-    except (InvalidEventError, NotJSONError) as exc:
+        type_ = check_type_name(type_name, seq=seq)
+        if not is_safe_int(time):
+            raise InvalidEventError(f"time must be an int, got {time!r}", seq=seq)
+        data = loads_frozen(text, root="data")
+        surface_op = None if op is None else parse_surface_op(json.loads(op), seq=seq)
+        sources = None if src is None else parse_source_seqs(json.loads(src), seq=seq)
+        if ignorable not in (None, True):
+            raise InvalidEventError(f"ignorable must be true or NULL, got {ignorable!r}")
+    except (InvalidEventError, NotJSONError, ValueError) as exc:
         raise CorruptSessionError(
-            f"session {session_id!r} seq {row.seq}: stored event is invalid: {exc}",
+            f"session {session_id!r} seq {seq}: stored event is invalid: {exc}",
             session_id=session_id,
-            seq=row.seq,
+            seq=seq,
         ) from exc
+    return SessionEvent(type_, seq, time, data, surface_op, sources, ignorable is True)
 
 
 class SurfaceRows(NamedTuple):

@@ -43,7 +43,7 @@ from session_sql.store.engine import (
     write_tx,
 )
 from session_sql.store.gate import ensure_schema
-from session_sql.store.rows import event_row, surface_rows, wire_from_row
+from session_sql.store.rows import event_columns, event_from_row, event_row, surface_rows
 from session_sql.store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql.store.writer import StoreContext, StoredSession, notify
 from session_sql.surface import Surface
@@ -87,6 +87,7 @@ class _Loaded(NamedTuple):
     head_seq: int
     surface_next_pos: int
     replace_generation: int
+    surface: Surface
 
 
 class SessionStore:
@@ -182,6 +183,7 @@ class SessionStore:
             loaded.log,
             loaded.inherited_event_count,
             loaded.surface_next_pos,
+            loaded.surface,
         )
         if resume and loaded.log and loaded.log[-1].type != END_SEED:
             handle.append(END_SEED, {})
@@ -255,19 +257,23 @@ class SessionStore:
     # -- reading --------------------------------------------------------------------------
 
     def load_session(self, session_id: str) -> Session:
-        """A detached, fully validated in-memory replay of a stored session (writes nothing)."""
+        """A detached, fully validated in-memory replay of a stored session (writes nothing).
+
+        Equal to ``Session(seed=<stored log>, header=<stored header>)``, marker included; the
+        log is validated once, while it is read.
+        """
         loaded = self._load(session_id)
-        try:
-            return Session(
-                seed=loaded.log,
-                header=loaded.header,
-                inherited_event_count=loaded.inherited_event_count,
-                catalog=self._ctx.catalog,
-                clock=self._ctx.clock,
-                max_event_bytes=self._ctx.max_event_bytes,
-            )
-        except InvalidSeedError as exc:  # pragma: no cover - _load already validated
-            raise CorruptSessionError(str(exc), session_id=session_id, seq=exc.seq) from exc
+        ctx = self._ctx
+        return Session._from_checked(
+            loaded.header,
+            loaded.log,
+            loaded.inherited_event_count,
+            ctx.catalog,
+            ctx.clock,
+            ctx.max_event_bytes,
+            surface=loaded.surface,
+            seeded=True,
+        )
 
     def messages(self, session_id: str) -> list[Any]:
         """The messages a model sees, from the ``surface`` side table (never replays)."""
@@ -327,10 +333,16 @@ class SessionStore:
         """Replay the log and compare its fold with the ``surface`` table and the session row."""
         problems: list[str] = []
         ctx = self._ctx
-        row, wires, table = self._read_all(session_id, bounded=False)
+        row, rows, table = self._read_all(session_id, bounded=False)
         log: list[SessionEvent] = []
         try:
-            fold_checked(wires, log, Surface(), ctx.catalog)
+            fold_checked(
+                (event_from_row(session_id, r) for r in rows),
+                log,
+                Surface(),
+                ctx.catalog,
+                parsed=True,
+            )
         except SessionSQLError as exc:
             problems.append(f"log: {exc}")
         expected = surface_rows(log, ctx.catalog)
@@ -358,7 +370,7 @@ class SessionStore:
                     f"sessions.{column} is {getattr(row, column)!r}, header says {want!r}"
                 )
         return VerifyReport(
-            session_id=session_id, ok=not problems, events=len(wires), problems=tuple(problems)
+            session_id=session_id, ok=not problems, events=len(rows), problems=tuple(problems)
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -384,7 +396,7 @@ class SessionStore:
 
     def _read_all(
         self, session_id: str, *, bounded: bool = True
-    ) -> tuple[Any, list[dict[str, Any]], list[tuple[int, int]]]:
+    ) -> tuple[Any, Sequence[Any], list[tuple[int, int]]]:
         """The session row, its log as wire dicts, and its surface rows, from one snapshot.
 
         ``bounded`` reads events up to the row's head only (what a writer may build on);
@@ -399,7 +411,7 @@ class SessionStore:
                 )
             e = t.events
             rows = conn.execute(
-                select(e)
+                select(*event_columns(t))
                 .where(e.c.session_id == session_id)
                 .where(e.c.seq <= row.head_seq if bounded else e.c.seq >= 0)
                 .order_by(e.c.seq)
@@ -410,15 +422,22 @@ class SessionStore:
                     reader.queries_for(t).surface_rows, {"b_id": session_id}
                 ).all()
             ]
-        return row, [wire_from_row(session_id, r) for r in rows], surface
+        return row, rows, surface
 
     def _load(self, session_id: str, *, check_surface: bool = False) -> _Loaded:
         """Read and fully validate a stored session; ``check_surface`` also compares the table."""
-        row, wires, table = self._read_all(session_id)
+        row, rows, table = self._read_all(session_id)
         header = _frozen_header(session_id, row.header)
         log: list[SessionEvent] = []
+        folded = Surface()
         try:
-            fold_checked(wires, log, Surface(), self._ctx.catalog)
+            fold_checked(
+                (event_from_row(session_id, r) for r in rows),
+                log,
+                folded,
+                self._ctx.catalog,
+                parsed=True,
+            )
         except InvalidSeedError as exc:
             raise CorruptSessionError(
                 f"session {session_id!r} seq {exc.seq}: stored event is invalid: {exc}",
@@ -445,6 +464,7 @@ class SessionStore:
             row.head_seq,
             row.surface_next_pos,
             row.replace_generation,
+            folded,
         )
 
     def _insert_session(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +25,10 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
 from session_sql.session import Clock, Session, fold_checked
-from session_sql.store.engine import is_sqlite, read_tx, translate_errors, write_tx
-from session_sql.store.rows import event_row, wire_from_row
+from session_sql.store.engine import is_sqlite, read_tx, translate_errors
+from session_sql.store.rows import event_columns, event_from_row, event_row, event_row_json
 from session_sql.store.schema import SchemaTables
-from session_sql.surface import AppendNode, ReplaceNodes, Transition, is_exempt
+from session_sql.surface import AppendNode, ReplaceNodes, Surface, Transition, is_exempt
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class Statements:
             s.c.id == bindparam("b_id")
         )
         self.events_from = (
-            select(e)
+            select(*event_columns(tables))
             .where(
                 e.c.session_id == bindparam("b_id"),
                 e.c.seq >= bindparam("b_from"),
@@ -146,6 +147,144 @@ def notify(conn: Connection, ctx: StoreContext, session_id: str, head_seq: int) 
         conn.execute(select(func.pg_notify(ctx.channel, f"{session_id}:{head_seq}")))
 
 
+class FastWrites:
+    """The append transaction on the DBAPI connection, with statements compiled once.
+
+    SQLAlchemy Core builds every statement; they are compiled once per engine and executed on
+    the pooled DBAPI cursor, which takes the per-statement Core overhead off the interactive
+    path. On PostgreSQL the statements go through one pipeline (a single round trip).
+    """
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self.engine = ctx.engine
+        self.sqlite = ctx.sqlite
+        self.channel = ctx.channel
+        dialect = ctx.engine.dialect
+        self.positional = dialect.paramstyle == "qmark"
+        st = statements_for(ctx.tables)
+        sf = ctx.tables.surface
+        event_columns = [c.name for c in ctx.tables.events.c]
+        surface_columns = [c.name for c in sf.c]
+
+        def compiled(stmt: Any, keys: list[str] | None = None) -> tuple[str, tuple[str, ...]]:
+            c = stmt.compile(dialect=dialect, column_keys=keys)
+            names = tuple(c.positiontup or ()) if self.positional else tuple(c.params)
+            return c.string, names
+
+        self.advance = compiled(st.advance)
+        self.insert_event = compiled(insert(ctx.tables.events), event_columns)
+        self.insert_surface = compiled(insert(sf), surface_columns)
+        self.drop_node = compiled(
+            delete(sf).where(
+                sf.c.session_id == bindparam("b_id"), sf.c.event_seq == bindparam("b_seq")
+            )
+        )
+        self.retarget = compiled(st.retarget_node)
+        self.notify = compiled(
+            select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
+        )
+
+    def _args(self, stmt: tuple[str, tuple[str, ...]], params: dict[str, Any]) -> Any:
+        return tuple(params[k] for k in stmt[1]) if self.positional else params
+
+    def append(
+        self,
+        session_id: str,
+        advance: dict[str, Any],
+        events: list[SessionEvent],
+        transitions: list[Transition],
+        next_pos: int,
+        head: int,
+    ) -> bool:
+        """Run one append transaction; False (nothing written) when the head moved."""
+        args = self._args
+        event_rows = [args(self.insert_event, event_row_json(session_id, e)) for e in events]
+        surface_ops: list[tuple[tuple[str, tuple[str, ...]], Any, bool]] = []
+        pending: list[Any] = []
+        for t in transitions:
+            if type(t) is AppendNode:
+                pending.append(
+                    args(
+                        self.insert_surface,
+                        {"session_id": session_id, "pos": next_pos, "event_seq": t.seq},
+                    )
+                )
+                next_pos += 1
+            elif type(t) is ReplaceNodes:
+                if pending:
+                    surface_ops.append((self.insert_surface, pending, True))
+                    pending = []
+                drops = [
+                    args(self.drop_node, {"b_id": session_id, "b_seq": s}) for s in t.shadowed[1:]
+                ]
+                if drops:
+                    surface_ops.append((self.drop_node, drops, True))
+                surface_ops.append(
+                    (
+                        self.retarget,
+                        args(
+                            self.retarget,
+                            {"b_id": session_id, "b_old": t.shadowed[0], "b_new": t.seq},
+                        ),
+                        False,
+                    )
+                )
+        if pending:
+            surface_ops.append((self.insert_surface, pending, True))
+        raw = self.engine.raw_connection()
+        try:
+            dbapi = raw.driver_connection
+            assert dbapi is not None
+            cur = raw.cursor()
+            if self.sqlite:
+                cur.execute("BEGIN IMMEDIATE")
+            try:
+                with nullcontext() if self.sqlite else dbapi.pipeline():
+                    head_cur = raw.cursor()
+                    head_cur.execute(self.advance[0], args(self.advance, advance))
+                    if self.sqlite and head_cur.rowcount != 1:
+                        dbapi.rollback()
+                        return False
+                    if len(event_rows) == 1:
+                        cur.execute(self.insert_event[0], event_rows[0])
+                    else:
+                        cur.executemany(self.insert_event[0], event_rows)
+                    for (sql_text, _), params, many in surface_ops:
+                        if many:
+                            cur.executemany(sql_text, params)
+                        else:
+                            cur.execute(sql_text, params)
+                    if self.channel is not None:
+                        cur.execute(
+                            self.notify[0],
+                            args(
+                                self.notify,
+                                {"b_channel": self.channel, "b_payload": f"{session_id}:{head}"},
+                            ),
+                        )
+                if head_cur.rowcount != 1:  # PostgreSQL: known once the pipeline has synced
+                    dbapi.rollback()
+                    return False
+                dbapi.commit()
+            except BaseException:
+                dbapi.rollback()
+                raise
+        finally:
+            raw.close()
+        return True
+
+
+_fast: dict[int, FastWrites] = {}
+
+
+def fast_writes(ctx: StoreContext) -> FastWrites:
+    key = id(ctx)
+    found = _fast.get(key)
+    if found is None:
+        found = _fast[key] = FastWrites(ctx)
+    return found
+
+
 class StoredSession(Session):
     """A write handle on a stored session: ``Session``'s API plus ``refresh()``.
 
@@ -164,9 +303,16 @@ class StoredSession(Session):
         log: list[SessionEvent],
         inherited_event_count: int,
         next_pos: int,
+        surface: Surface | None = None,
     ) -> StoredSession:
         session = cls._from_checked(
-            header, log, inherited_event_count, ctx.catalog, ctx.clock, ctx.max_event_bytes
+            header,
+            log,
+            inherited_event_count,
+            ctx.catalog,
+            ctx.clock,
+            ctx.max_event_bytes,
+            surface=surface,
         )
         assert isinstance(session, StoredSession)
         session._ctx = ctx
@@ -175,30 +321,28 @@ class StoredSession(Session):
 
     def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
         ctx = self._ctx
-        st = statements_for(ctx.tables)
         head = events[-1].seq
         generation = self._surface.replace_generation + sum(
             1 for t in transitions if type(t) is ReplaceNodes
         )
         next_pos = self._next_pos + sum(1 for t in transitions if type(t) is AppendNode)
-        with translate_errors(self.id), write_tx(ctx.engine) as conn:
-            moved = conn.execute(
-                st.advance,
-                {
-                    "b_id": self.id,
-                    "b_expected_head": self.seq - 1,
-                    "b_expected_pos": self._next_pos,
-                    "b_expected_gen": self._surface.replace_generation,
-                    "b_head": head,
-                    "b_pos": next_pos,
-                    "b_gen": generation,
-                    "b_now": _time.time_ns() // 1_000_000,
-                },
-            ).rowcount
-            if moved != 1:
+        advance = {
+            "b_id": self.id,
+            "b_expected_head": self.seq - 1,
+            "b_expected_pos": self._next_pos,
+            "b_expected_gen": self._surface.replace_generation,
+            "b_head": head,
+            "b_pos": next_pos,
+            "b_gen": generation,
+            "b_now": _time.time_ns() // 1_000_000,
+        }
+        with translate_errors(self.id):
+            moved = fast_writes(ctx).append(
+                self.id, advance, events, transitions, self._next_pos, head
+            )
+        if not moved:
+            with translate_errors(self.id), read_tx(ctx.engine) as conn:
                 self._raise_lost_race(conn)
-            write_events(conn, ctx, self.id, events, transitions, self._next_pos)
-            notify(conn, ctx, self.id, head)
         self._next_pos = next_pos
 
     def _raise_lost_race(self, conn: Connection) -> None:
@@ -238,7 +382,9 @@ class StoredSession(Session):
         log, base = self._log, len(self._log)
         surface = self._surface.copy()
         try:
-            fold_checked((wire_from_row(self.id, r) for r in rows), log, surface, ctx.catalog)
+            fold_checked(
+                (event_from_row(self.id, r) for r in rows), log, surface, ctx.catalog, parsed=True
+            )
         except InvalidSeedError as exc:
             del log[base:]
             raise CorruptSessionError(

@@ -1,0 +1,740 @@
+"""``session-sql bench``: session_sql against the raw driver doing the same rows, in one run.
+
+Every workload runs the store and a raw-driver baseline (stdlib ``sqlite3`` or raw psycopg) on
+the same database, the same tables and the same durability settings. The baseline writes the
+same event rows and the same conditional session-row update, without validation and without
+surface upkeep. Figures are medians over repetitions; ratios are ours / raw (higher is better
+for throughput, lower is better for times).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from sqlalchemy import make_url
+
+from session_sql.errors import ConcurrencyError
+from session_sql.store.store import SessionStore, open_store
+
+Item = dict[str, Any]
+
+
+# -- a realistic event mix ---------------------------------------------------------------------
+
+_TEXT = "The quick brown fox jumps over the lazy dog. " * 12  # ~540 bytes
+
+
+def _user(i: int) -> Any:
+    return {
+        "id": f"u{i}",
+        "role": "user",
+        "content": [{"type": "text", "text": _TEXT[:480]}],
+        "source": {"kind": "user"},
+    }
+
+
+def _assistant(i: int, turn: int, step: int, call: str | None) -> Any:
+    content: list[Any] = [{"type": "text", "text": _TEXT[:400]}]
+    if call is not None:
+        content.append({"type": "tool-call", "id": call, "name": "shell", "arguments": '{"c":1}'})
+    return {
+        "turn": turn,
+        "step": step,
+        "message": {
+            "id": f"a{i}",
+            "role": "assistant",
+            "content": content,
+            "source": {"kind": "model", "provider": "bench", "model": "bench-1"},
+        },
+        "usage": {"inputTokens": 1200, "outputTokens": 90},
+    }
+
+
+def _result(call: str, turn: int, step: int, text: str) -> Any:
+    return {
+        "turn": turn,
+        "step": step,
+        "message": {
+            "id": f"r{call}",
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool-result",
+                    "toolCallId": call,
+                    "content": [{"type": "text", "text": text}],
+                }
+            ],
+            "source": {"kind": "tool", "callId": call},
+        },
+    }
+
+
+def _chunk(turn: int, step: int, i: int) -> Any:
+    return {
+        "turn": turn,
+        "step": step,
+        "chunk": {"type": "text-delta", "index": 0, "text": _TEXT[i % 40 : i % 40 + 24]},
+    }
+
+
+def agent_events(n: int, start: int = 0) -> list[Item]:
+    """``n`` append items of a plausible agent session, seqs starting at ``start``.
+
+    Per turn: turn/start, user message, a step with chunks, an assistant message calling a
+    tool, the tool call and its result, a second step with chunks and a final answer.
+    """
+    out: list[Item] = []
+    turn = 0
+    while len(out) < n:
+        turn += 1
+        seq = start + len(out)
+        items: list[Item] = [
+            {"type": "turn/start", "data": {"turn": turn}},
+            {"type": "user/message", "data": _user(seq + 1), "surface_op": "append"},
+        ]
+        for step, call in ((1, f"c{turn}"), (2, None)):
+            items.append({"type": "step/start", "data": {"turn": turn, "step": step}})
+            first_chunk = seq + len(items)
+            items.extend(
+                {"type": "assistant/chunk", "data": _chunk(turn, step, k)} for k in range(6)
+            )
+            chunks = list(range(first_chunk, first_chunk + 6))
+            items.append(
+                {
+                    "type": "assistant/message",
+                    "data": _assistant(seq + len(items), turn, step, call),
+                    "surface_op": "append",
+                    "source_event_seqs": chunks,
+                }
+            )
+            if call is not None:
+                call_seq = seq + len(items)
+                items.append(
+                    {
+                        "type": "tool/call",
+                        "data": {
+                            "turn": turn,
+                            "step": step,
+                            "callId": call,
+                            "name": "shell",
+                            "arguments": '{"c":1}',
+                        },
+                    }
+                )
+                items.append(
+                    {
+                        "type": "tool/result",
+                        "data": _result(call, turn, step, _TEXT[:450]),
+                        "surface_op": "append",
+                        "source_event_seqs": [call_seq],
+                    }
+                )
+            items.append({"type": "step/end", "data": {"turn": turn, "step": step}})
+        items.append({"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}})
+        out.extend(items)
+    del out[n:]
+    return out
+
+
+def chunk_events(n: int, turn: int = 1, step: int = 1) -> list[Item]:
+    return [{"type": "assistant/chunk", "data": _chunk(turn, step, i)} for i in range(n)]
+
+
+# -- raw baselines --------------------------------------------------------------------------------
+
+
+def _row_values(session_id: str, seq: int, item: Item, now: int) -> tuple[Any, ...]:
+    op = item.get("surface_op")
+    sources = item.get("source_event_seqs")
+    return (
+        session_id,
+        seq,
+        item["type"],
+        now,
+        json.dumps(item["data"], separators=(",", ":"), ensure_ascii=False),
+        None if sources is None else json.dumps(sources),
+        None if op is None else json.dumps(op),
+        None,
+    )
+
+
+class RawSQLite:
+    """stdlib sqlite3 on the store's file: the same rows, pragmas and BEGIN IMMEDIATE."""
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+        self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        self.conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
+        self.insert = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        self.advance = (
+            "UPDATE sessions SET head_seq = ?, updated_at = ? WHERE id = ? AND head_seq = ?"
+        )
+
+    def new_session(self) -> str:
+        sid = "raw-" + uuid.uuid4().hex
+        self.conn.execute(
+            "INSERT INTO sessions VALUES (?, 0, 0, NULL, 0, '{}', -1, 0, 0, 0)", (sid,)
+        )
+        return sid
+
+    def write(self, session_id: str, head: int, items: list[Item]) -> int:
+        now = time.time_ns() // 1_000_000
+        rows = [_row_values(session_id, head + 1 + i, it, now) for i, it in enumerate(items)]
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        c.execute(self.advance, (head + len(items), now, session_id, head))
+        if len(rows) == 1:
+            c.execute(self.insert, rows[0])
+        else:
+            c.executemany(self.insert, rows)
+        c.execute("COMMIT")
+        return head + len(items)
+
+    def fetch_surface(self, session_id: str) -> list[Any]:
+        rows = self.conn.execute(
+            "SELECT e.data FROM surface s JOIN events e ON e.session_id = s.session_id "
+            "AND e.seq = s.event_seq WHERE s.session_id = ? ORDER BY s.pos",
+            (session_id,),
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def fetch_log(self, session_id: str) -> list[Any]:
+        rows = self.conn.execute(
+            "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable "
+            "FROM events WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RawPostgres:
+    """Raw psycopg on the store's schema: the same rows and the same conditional update."""
+
+    def __init__(self, conninfo: str, schema: str) -> None:
+        self.conn = psycopg.connect(conninfo)
+        self.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        self.conn.commit()
+        self.insert = "INSERT INTO events VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s)"
+        self.advance = (
+            "UPDATE sessions SET head_seq = %s, updated_at = %s WHERE id = %s AND head_seq = %s"
+        )
+
+    def new_session(self) -> str:
+        sid = "raw-" + uuid.uuid4().hex
+        with self.conn.transaction():
+            self.conn.execute(
+                "INSERT INTO sessions VALUES (%s, 0, 0, NULL, 0, '{}', -1, 0, 0, 0)", (sid,)
+            )
+        return sid
+
+    def write(self, session_id: str, head: int, items: list[Item]) -> int:
+        now = time.time_ns() // 1_000_000
+        rows = [_row_values(session_id, head + 1 + i, it, now) for i, it in enumerate(items)]
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(self.advance, (head + len(items), now, session_id, head))
+            if len(rows) == 1:
+                cur.execute(self.insert, rows[0])
+            else:
+                cur.executemany(self.insert, rows)
+        return head + len(items)
+
+    def fetch_surface(self, session_id: str) -> list[Any]:
+        with self.conn.transaction():
+            rows = self.conn.execute(
+                "SELECT e.data::text FROM surface s JOIN events e ON e.session_id = s.session_id "
+                "AND e.seq = s.event_seq WHERE s.session_id = %s ORDER BY s.pos",
+                (session_id,),
+            ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def fetch_log(self, session_id: str) -> list[Any]:
+        with self.conn.transaction():
+            rows = self.conn.execute(
+                "SELECT seq, type, time, data::text, source_event_seqs, surface_op, ignorable "
+                "FROM events WHERE session_id = %s ORDER BY seq",
+                (session_id,),
+            ).fetchall()
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+Raw = RawSQLite | RawPostgres
+
+
+# -- the harness ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    name: str
+    events_per_s: float
+    raw_events_per_s: float
+    ratio: float
+    reps: int
+    extra: dict[str, Any] = field(default_factory=dict)
+    spread: tuple[float, float] = (0.0, 0.0)  # min-max of our events/s
+
+
+@dataclass
+class Target:
+    """Where the bench runs: a store factory and a matching raw baseline."""
+
+    backend: str
+    url: str
+    schema: str
+    workdir: str
+    synchronous: str = "FULL"
+
+    def store(self, **options: Any) -> SessionStore:
+        if self.backend == "sqlite":
+            options.setdefault("synchronous", self.synchronous)
+        return open_store(self.url, schema=self.schema, **options)
+
+    def raw(self) -> Raw:
+        if self.backend == "sqlite":
+            return RawSQLite(str(make_url(self.url).database), self.synchronous)
+        conninfo = make_url(self.url).set(drivername="postgresql")
+        return RawPostgres(conninfo.render_as_string(hide_password=False), self.schema)
+
+
+def _median_rate(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def _rates(count: int, seconds: list[float]) -> list[float]:
+    return [count / s for s in seconds if s > 0]
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _workload(
+    name: str, count: int, ours: list[float], raw: list[float], extra: dict[str, Any]
+) -> Workload:
+    mine, base = _rates(count, ours), _rates(count, raw)
+    m, b = _median_rate(mine), _median_rate(base)
+    return Workload(
+        name=name,
+        events_per_s=m,
+        raw_events_per_s=b,
+        ratio=m / b if b else 0.0,
+        reps=len(ours),
+        extra=extra,
+        spread=(min(mine), max(mine)),
+    )
+
+
+def w_append(target: Target, n: int, reps: int, label: str) -> Workload:
+    """W1: one event per transaction (the interactive path)."""
+    items = agent_events(n)
+    ours, raws = [], []
+    with target.store() as store, _closing(target.raw()) as raw:
+        for _ in range(reps):
+            handle = store.create_session()
+
+            def run_ours(h: Any = handle) -> None:
+                for it in items:
+                    h.append(
+                        it["type"],
+                        it["data"],
+                        surface_op=it.get("surface_op"),
+                        source_event_seqs=it.get("source_event_seqs"),
+                    )
+
+            ours.append(_timed(run_ours))
+            sid = raw.new_session()
+
+            def run_raw(s: str = sid) -> None:
+                head = -1
+                for it in items:
+                    head = raw.write(s, head, [it])
+
+            raws.append(_timed(run_raw))
+    return _workload(label, n, ours, raws, {"events": n})
+
+
+def w_append_many(target: Target, batches: int, reps: int) -> Workload:
+    """W2: append_many of 100 chunk events per transaction (streaming)."""
+    batch = chunk_events(100)
+    ours, raws = [], []
+    with target.store() as store, _closing(target.raw()) as raw:
+        for _ in range(reps):
+            handle = store.create_session()
+
+            def run_ours(h: Any = handle) -> None:
+                for _ in range(batches):
+                    h.append_many(batch)
+
+            ours.append(_timed(run_ours))
+            sid = raw.new_session()
+
+            def run_raw(s: str = sid) -> None:
+                head = -1
+                for _ in range(batches):
+                    head = raw.write(s, head, batch)
+
+            raws.append(_timed(run_raw))
+    return _workload("W2 append_many x100", batches * 100, ours, raws, {"batch": 100})
+
+
+def compaction_events(n: int) -> Iterator[Item]:
+    """W3's stream: messages, and every 50th event a summary replacing the last 40 nodes."""
+    nodes: list[int] = []
+    for seq in range(n):
+        if seq % 50 == 49 and len(nodes) >= 40:
+            shadowed = nodes[-40:]
+            yield {
+                "type": "user/message",
+                "data": _user(seq),
+                "surface_op": {"op": "replace", "start": shadowed[0], "end": shadowed[-1]},
+                "source_event_seqs": shadowed,
+            }
+            del nodes[-40:]
+        else:
+            yield {"type": "user/message", "data": _user(seq), "surface_op": "append"}
+        nodes.append(seq)
+
+
+def w_compaction(target: Target, n: int, reps: int) -> Workload:
+    """W3: a replace covering 40 surface nodes every 50 events, one event per transaction."""
+    items = list(compaction_events(n))
+    ours, raws = [], []
+    with target.store() as store, _closing(target.raw()) as raw:
+        for _ in range(reps):
+            handle = store.create_session()
+
+            def run_ours(h: Any = handle) -> None:
+                for it in items:
+                    h.append(
+                        it["type"],
+                        it["data"],
+                        surface_op=it["surface_op"],
+                        source_event_seqs=it.get("source_event_seqs"),
+                    )
+
+            ours.append(_timed(run_ours))
+            sid = raw.new_session()
+
+            def run_raw(s: str = sid) -> None:
+                head = -1
+                for it in items:
+                    head = raw.write(s, head, [it])
+
+            raws.append(_timed(run_raw))
+    return _workload("W3 compaction-heavy", n, ours, raws, {"replace_every": 50, "covers": 40})
+
+
+def _big_session(store: SessionStore, total: int, surface_nodes: int) -> str:
+    """A session of ``total`` events whose surface holds ``surface_nodes`` user messages."""
+    handle = store.create_session()
+    per_message = total // surface_nodes
+    batch: list[Item] = []
+    for k in range(surface_nodes):
+        batch.append({"type": "user/message", "data": _user(k), "surface_op": "append"})
+        batch.extend(chunk_events(per_message - 1))
+        if len(batch) >= 5000:
+            handle.append_many(batch)
+            batch = []
+    if batch:
+        handle.append_many(batch)
+    return handle.id
+
+
+def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[Workload]:
+    """W4 (messages + surface, flat in log length) and W5 (load_session vs raw fetch+parse)."""
+    out = []
+    with target.store() as store, _closing(target.raw()) as raw:
+        big_id = _big_session(store, big, nodes)
+        small_id = _big_session(store, small, nodes)
+
+        def read(sid: str) -> None:
+            store.messages(sid)
+            store.surface(sid)
+
+        read(big_id)  # warm both caches before timing
+        read(small_id)
+        t_big, t_small, t_msgs, t_raw = [], [], [], []
+        for _ in range(max(reps, 7)):  # interleaved, so drift hits both sides alike
+            t_big.append(_timed(lambda: read(big_id)))
+            t_small.append(_timed(lambda: read(small_id)))
+            t_msgs.append(_timed(lambda: store.messages(big_id)))
+            t_raw.append(_timed(lambda: raw.fetch_surface(big_id)))
+        growth = statistics.median(t_big) / statistics.median(t_small)
+        w4 = _workload("W4 messages() of 2k nodes", nodes, t_msgs, t_raw, {})
+        w4.extra = {
+            "log_growth_100k_over_10k": round(growth, 3),
+            "messages_over_raw_time": round(1 / w4.ratio, 3) if w4.ratio else None,
+            "big_log": big,
+            "small_log": small,
+            "surface_nodes": nodes,
+        }
+        out.append(w4)
+        t_load = [_timed(lambda: store.load_session(big_id)) for _ in range(max(2, reps // 2))]
+        t_raw_load = [_timed(lambda: raw.fetch_log(big_id)) for _ in range(max(2, reps // 2))]
+        w5 = _workload("W5 load_session", big, t_load, t_raw_load, {})
+        w5.extra = {"load_over_raw_time": round(1 / w5.ratio, 3) if w5.ratio else None}
+        out.append(w5)
+    return out
+
+
+# -- multi-process workloads ---------------------------------------------------------------
+
+
+def _follow_writer(url: str, schema: str, session_id: str, count: int, interval: float) -> None:
+    with open_store(url, schema=schema) as store:
+        handle = store.open_session(session_id)
+        for i in range(count):
+            handle.append("assistant/chunk", {**_chunk(1, 1, i), "sent": time.time()})
+            time.sleep(interval)
+
+
+def w_follow(target: Target, count: int) -> Workload:
+    """W6: a writer process appends every 20 ms; this process follows; delay percentiles."""
+    ctx = mp.get_context("spawn")
+    with target.store() as store:
+        sid = store.create_session().id
+        writer = ctx.Process(
+            target=_follow_writer, args=(target.url, target.schema, sid, count, 0.02)
+        )
+        delays = []
+        writer.start()
+        try:
+            for event in store.follow(sid, timeout=10):
+                delays.append(time.time() - event.data["sent"])
+                if len(delays) == count:
+                    break
+        finally:
+            writer.join(30)
+    delays.sort()
+    p50 = delays[len(delays) // 2] * 1000
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))] * 1000
+    return Workload(
+        name="W6 follow latency",
+        events_per_s=0.0,
+        raw_events_per_s=0.0,
+        ratio=0.0,
+        reps=1,
+        extra={"p50_ms": round(p50, 2), "p99_ms": round(p99, 2), "events": len(delays)},
+    )
+
+
+def _contender(args: tuple[str, str, str, int]) -> tuple[int, int]:
+    """Append ``count`` events to a session, refreshing and retrying on conflict."""
+    url, schema, session_id, count = args
+    conflicts = 0
+    with open_store(url, schema=schema) as store:
+        handle = store.open_session(session_id)
+        done = 0
+        while done < count:
+            try:
+                handle.append("assistant/chunk", _chunk(1, 1, done))
+                done += 1
+            except ConcurrencyError:
+                conflicts += 1
+                handle.refresh()
+    return done, conflicts
+
+
+def w_contention(target: Target, per_process: int) -> list[Workload]:
+    """W7: 4 processes on 4 sessions vs one writer, and 4 processes on one session."""
+    ctx = mp.get_context("spawn")
+    with target.store() as store:
+        solo = store.create_session().id
+        t_one = _timed(lambda: _contender((target.url, target.schema, solo, per_process)))
+        ids = [store.create_session().id for _ in range(4)]
+        with ctx.Pool(4) as pool:
+            pool.map(_noop, range(4))  # start the workers before timing
+            t0 = time.perf_counter()
+            pool.map(_contender, [(target.url, target.schema, i, per_process) for i in ids])
+            t_four = time.perf_counter() - t0
+            shared = store.create_session().id
+            t0 = time.perf_counter()
+            results = pool.map(
+                _contender, [(target.url, target.schema, shared, per_process) for _ in range(4)]
+            )
+            t_shared = time.perf_counter() - t0
+        report = store.verify(shared)
+        seqs = [e.seq for e in store.events(shared)]
+    total = 4 * per_process
+    conflicts = sum(c for _, c in results)
+    scaling = (total / t_four) / (per_process / t_one)
+    return [
+        Workload(
+            name="W7 4 writers x 4 sessions",
+            events_per_s=total / t_four,
+            raw_events_per_s=per_process / t_one,
+            ratio=scaling,
+            reps=1,
+            extra={"aggregate_over_one_writer": round(scaling, 3)},
+        ),
+        Workload(
+            name="W7 4 writers x 1 session",
+            events_per_s=total / t_shared,
+            raw_events_per_s=per_process / t_one,
+            ratio=(total / t_shared) / (per_process / t_one),
+            reps=1,
+            extra={
+                "conflicts": conflicts,
+                "conflicts_per_event": round(conflicts / total, 3),
+                "no_gaps_no_duplicates": seqs == list(range(total)),
+                "verify_ok": report.ok,
+            },
+        ),
+    ]
+
+
+def _noop(_: int) -> None:
+    return None
+
+
+def w_storage(target: Target, n: int) -> Workload:
+    """W8: bytes on disk per event versus the raw JSON bytes of the events."""
+    items = agent_events(n)
+    json_bytes = sum(
+        len(json.dumps(it["data"], separators=(",", ":"), ensure_ascii=False).encode())
+        for it in items
+    )
+    with target.store() as store:
+        before = _store_bytes(store, target)
+        handle = store.create_session()
+        for i in range(0, n, 500):
+            handle.append_many(items[i : i + 500])
+        after = _store_bytes(store, target)
+    per_event = (after - before) / n
+    return Workload(
+        name="W8 storage",
+        events_per_s=0.0,
+        raw_events_per_s=0.0,
+        ratio=per_event / (json_bytes / n),
+        reps=1,
+        extra={
+            "bytes_per_event": round(per_event, 1),
+            "json_bytes_per_event": round(json_bytes / n, 1),
+        },
+    )
+
+
+def _store_bytes(store: SessionStore, target: Target) -> int:
+    if target.backend == "sqlite":
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+            size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+            free = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
+        return int((pages - free) * size)
+    with store.engine.connect() as conn:
+        total = 0
+        for table in ("sessions", "events", "surface"):
+            total += conn.exec_driver_sql(
+                "SELECT pg_total_relation_size(%(t)s::regclass)",
+                {"t": f'"{target.schema}".{table}'},
+            ).scalar_one()
+        return int(total)
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+@contextmanager
+def _closing(raw: Raw) -> Iterator[Raw]:
+    try:
+        yield raw
+    finally:
+        raw.close()
+
+
+@contextmanager
+def bench_targets(url: str | None) -> Iterator[list[Target]]:
+    """Temp SQLite files (FULL and NORMAL), or a throwaway schema on the given PostgreSQL."""
+    workdir = tempfile.mkdtemp(prefix="session-sql-bench-")
+    schema = f"bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    try:
+        if url is None or make_url(url).get_backend_name() == "sqlite":
+            yield [
+                Target("sqlite", f"sqlite:///{workdir}/full.db", "session_sql", workdir, "FULL"),
+                Target(
+                    "sqlite", f"sqlite:///{workdir}/normal.db", "session_sql", workdir, "NORMAL"
+                ),
+            ]
+        else:
+            yield [Target("postgresql", url, schema, workdir)]
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        if url is not None and make_url(url).get_backend_name() != "sqlite":
+            _drop_schema(url, schema)
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def run(
+    url: str | None, *, quick: bool, progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """Run every workload for the backend of ``url`` and return the JSON report."""
+    reps = 3 if quick else 5
+    n1 = 300 if quick else 1500
+    workloads: list[Workload] = []
+    with bench_targets(url) as targets:
+        main = targets[0]
+        for target in targets:
+            label = (
+                f"W1 append ({target.synchronous})" if target.backend == "sqlite" else "W1 append"
+            )
+            progress(label)
+            workloads.append(w_append(target, n1, reps, label))
+        progress("W2 append_many")
+        workloads.append(w_append_many(main, 20 if quick else 100, reps))
+        progress("W3 compaction")
+        workloads.append(w_compaction(main, n1, reps))
+        progress("W4/W5 reads")
+        big, small = (20_000, 2_000) if quick else (100_000, 10_000)
+        workloads.extend(w_read(main, big, small, 2000 if not quick else 400, reps))
+        progress("W6 follow")
+        workloads.append(w_follow(main, 50 if quick else 200))
+        if main.backend == "postgresql":
+            progress("W7 contention")
+            workloads.extend(w_contention(main, 100 if quick else 400))
+        progress("W8 storage")
+        workloads.append(w_storage(main, 2000 if quick else 10_000))
+    return {
+        "backend": targets[0].backend,
+        "quick": quick,
+        "workloads": [
+            {
+                "name": w.name,
+                "events_per_s": round(w.events_per_s, 1),
+                "raw_events_per_s": round(w.raw_events_per_s, 1),
+                "ratio": round(w.ratio, 3),
+                "reps": w.reps,
+                "min_max_events_per_s": [round(w.spread[0], 1), round(w.spread[1], 1)],
+                "extra": w.extra,
+            }
+            for w in workloads
+        ],
+    }
