@@ -115,7 +115,6 @@ def _coerce_candidate(
     ignorable: Any,
     seq: int,
     time: int,
-    max_event_bytes: int | None,
 ) -> SessionEvent:
     """Step 1 of the pipeline: snapshot and type every argument into a frozen candidate."""
     check_type_name(type_, seq=seq)
@@ -124,18 +123,18 @@ def _coerce_candidate(
     sources = None if source_event_seqs is None else parse_source_seqs(source_event_seqs, seq=seq)
     if type(ignorable) is not bool:
         raise InvalidEventError(f"ignorable must be a bool, got {ignorable!r}", seq=seq)
-    event = SessionEvent(type_, seq, time, frozen, op, sources, ignorable)
-    if max_event_bytes is not None:
-        _check_size(event, max_event_bytes)
-    return event
+    return SessionEvent(type_, seq, time, frozen, op, sources, ignorable)
 
 
-def _check_size(event: SessionEvent, limit: int) -> None:
-    size = len(json.dumps(event.data, ensure_ascii=False, separators=(",", ":")).encode())
+def check_json_size(text: str, limit: int | None, seq: int) -> None:
+    """Refuse serialised event data above ``limit`` bytes of UTF-8."""
+    if limit is None or len(text) * 4 <= limit:  # no UTF-8 character takes more than 4 bytes
+        return
+    size = len(text.encode("utf-8"))
     if size > limit:
         raise InvalidEventError(
             f"event data is {size} bytes of JSON, above the limit of {limit} bytes",
-            seq=event.seq,
+            seq=seq,
         )
 
 
@@ -459,8 +458,8 @@ class Session:
                 ignorable,
                 seq,
                 now if time is None else time,
-                self._max_event_bytes,
             )
+            self._check_event_size(event)
             if event.type not in catalog:
                 if not event.ignorable:
                     raise InvalidEventError(
@@ -483,6 +482,12 @@ class Session:
             for validator in self._validators:
                 validator(self, event)
         return events, transitions
+
+    def _check_event_size(self, event: SessionEvent) -> None:
+        """The event-size limit; a store checks it on the text it writes instead."""
+        if self._max_event_bytes is not None:
+            text = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+            check_json_size(text, self._max_event_bytes, event.seq)
 
     def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
         """Make the events durable before they become visible; a store overrides this."""

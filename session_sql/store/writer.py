@@ -24,7 +24,7 @@ from session_sql.errors import (
 )
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
-from session_sql.session import Clock, Session, fold_checked
+from session_sql.session import Clock, Session, check_json_size, fold_checked
 from session_sql.store.engine import is_sqlite, read_tx, translate_errors
 from session_sql.store.rows import event_columns, event_from_row, event_row, event_row_json
 from session_sql.store.schema import SchemaTables
@@ -159,6 +159,7 @@ class FastWrites:
         self.engine = ctx.engine
         self.sqlite = ctx.sqlite
         self.channel = ctx.channel
+        self.max_event_bytes = ctx.max_event_bytes
         dialect = ctx.engine.dialect
         self.positional = dialect.paramstyle == "qmark"
         st = statements_for(ctx.tables)
@@ -198,7 +199,10 @@ class FastWrites:
     ) -> bool:
         """Run one append transaction; False (nothing written) when the head moved."""
         args = self._args
-        event_rows = [args(self.insert_event, event_row_json(session_id, e)) for e in events]
+        rows = [event_row_json(session_id, e) for e in events]
+        for row in rows:
+            check_json_size(row["data"], self.max_event_bytes, row["seq"])
+        event_rows = [args(self.insert_event, row) for row in rows]
         surface_ops: list[tuple[tuple[str, tuple[str, ...]], Any, bool]] = []
         pending: list[Any] = []
         for t in transitions:
@@ -318,6 +322,9 @@ class StoredSession(Session):
         session._ctx = ctx
         session._next_pos = next_pos
         return session
+
+    def _check_event_size(self, event: SessionEvent) -> None:
+        """Checked by the writer on the very text it stores (one serialisation per event)."""
 
     def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
         ctx = self._ctx
