@@ -16,14 +16,14 @@ from typing import IO, Any
 
 from session_sql.errors import CorruptSessionError, InvalidEventError, TornTailWarning
 from session_sql.events import SessionEvent, check_header
-from session_sql.jsonvalue import FrozenDict
+from session_sql.jsonvalue import FrozenDict, dumps_compact
 
 PathLike = str | os.PathLike[str]
 
 
 def dumps_line(obj: Any) -> str:
     """One compact JSON line (UTF-8 text, no NaN, newline-terminated)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
+    return dumps_compact(obj) + "\n"
 
 
 def write_jsonl(

@@ -227,6 +227,46 @@ def json_equal(a: Any, b: Any) -> bool:
     return True
 
 
+def dumps_compact(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)``, at any
+    depth.
+
+    The stdlib encoder recurses and fails near the recursion limit, but an admissible value may
+    nest to any depth (§1.1); values nested that deep take an explicit-stack path instead.
+    """
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except RecursionError:
+        pass
+    out: list[str] = []
+    # Each entry is (literal text, None) or (None, a value still to encode).
+    stack: list[tuple[str | None, Any]] = [(None, value)]
+    while stack:
+        text, item = stack.pop()
+        if text is not None:
+            out.append(text)
+        elif isinstance(item, dict):
+            out.append("{")
+            stack.append(("}", None))
+            pairs = list(item.items())
+            for i in range(len(pairs) - 1, -1, -1):
+                key, child = pairs[i]
+                if type(key) is not str:
+                    raise TypeError(f"keys must be str, not {type(key).__name__}")
+                stack.append((None, child))
+                stack.append((("," if i else "") + json.dumps(key, ensure_ascii=False) + ":", None))
+        elif isinstance(item, list | tuple):
+            out.append("[")
+            stack.append(("]", None))
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((None, item[i]))
+                if i:
+                    stack.append((",", None))
+        else:
+            out.append(json.dumps(item, ensure_ascii=False, allow_nan=False))
+    return "".join(out)
+
+
 def _frozen_pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
     for _, v in pairs:
         if type(v) is list:

@@ -36,31 +36,35 @@ def interrupted_turn_closers(
         return []
     open_turn: int | None = None
     open_step: int | None = None
-    calls: dict[str, dict[str, Any]] = {}  # callId -> {name, seq of tool/call or None}
+    # Only the tool calls of an assistant/message get a result: a result for a call the model
+    # never sent would be an orphan in the transcript. A tool/call event only supplies the seq.
+    calls: dict[str, Any] = {}  # callId -> tool name, from the open step's assistant messages
+    call_seqs: dict[str, int] = {}  # callId -> seq of its tool/call in the open step
     answered: set[str] = set()
     for event in log:
         data = event.data
         if event.type == "turn/start":
             open_turn, open_step = _int(data, "turn"), None
             calls.clear()
+            call_seqs.clear()
             answered.clear()
         elif event.type == "turn/end":
             open_turn = open_step = None
         elif event.type == "step/start" and open_turn is not None:
             open_step = _int(data, "step")
             calls.clear()
+            call_seqs.clear()
             answered.clear()
         elif event.type == "step/end":
             open_step = None
         elif event.type == "assistant/message" and open_step is not None:
             for block in data["message"]["content"]:
                 if isinstance(block, dict) and block.get("type") == "tool-call":
-                    calls.setdefault(block["id"], {"name": block["name"], "call_seq": None})
+                    calls.setdefault(block["id"], block["name"])
         elif event.type == "tool/call" and open_step is not None and isinstance(data, dict):
             call_id = data.get("callId")
             if type(call_id) is str:
-                entry = calls.setdefault(call_id, {"name": data.get("name"), "call_seq": None})
-                entry["call_seq"] = event.seq
+                call_seqs[call_id] = event.seq
         elif event.type == "tool/result" and isinstance(data, dict):
             answered.add(data["message"]["source"]["callId"])
     if open_turn is None:
@@ -69,10 +73,13 @@ def interrupted_turn_closers(
     seq, time = last.seq + 1, last.time
     closers: list[SessionEvent] = []
     if open_step is not None:
-        for call_id, info in calls.items():
+        for call_id, name in calls.items():
             if call_id in answered:
                 continue
-            closers.append(_error_result(seq, time, open_turn, open_step, call_id, info, reason))
+            call_seq = call_seqs.get(call_id)
+            closers.append(
+                _error_result(seq, time, open_turn, open_step, call_id, name, call_seq, reason)
+            )
             seq += 1
         closers.append(
             SessionEvent(
@@ -94,11 +101,10 @@ def _error_result(
     turn: int,
     step: int,
     call_id: str,
-    info: dict[str, Any],
+    name: Any,
+    call_seq: int | None,
     reason: str,
 ) -> SessionEvent:
-    call_seq = info["call_seq"]
-    name = info["name"]
     cause = "the session was forked" if reason == "forked" else "the session was interrupted"
     if call_seq is not None:
         code = OUTCOME_UNKNOWN

@@ -1,0 +1,191 @@
+"""SPEC §9 (errors) and §10 (the public names)."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+
+import session_sql
+from session_sql import (
+    ConcurrencyError,
+    CorruptSessionError,
+    ForkError,
+    InvalidEventError,
+    InvalidHeaderError,
+    InvalidSeedError,
+    NotJSONError,
+    ReentrantAppendError,
+    SchemaMismatchError,
+    SchemaVersionError,
+    Session,
+    SessionExistsError,
+    SessionFormatUnsupportedError,
+    SessionNotFoundError,
+    SessionSQLError,
+    StoreError,
+    SurfaceError,
+    snapshot_json,
+)
+from session_sql import errors as errors_module
+
+from .builders import tool_turn_log, wire
+
+# (error, its parent in the tree, the built-in it also is) as errors.py documents them
+HIERARCHY: list[tuple[type[Exception], type[Exception], type[Exception]]] = [
+    (NotJSONError, SessionSQLError, TypeError),
+    (InvalidEventError, SessionSQLError, ValueError),
+    (SurfaceError, InvalidEventError, ValueError),
+    (InvalidSeedError, InvalidEventError, ValueError),
+    (InvalidHeaderError, SessionSQLError, ValueError),
+    (ReentrantAppendError, SessionSQLError, RuntimeError),
+    (SessionFormatUnsupportedError, SessionSQLError, ValueError),
+    (CorruptSessionError, SessionSQLError, ValueError),
+    (SchemaVersionError, SessionSQLError, RuntimeError),
+    (SchemaMismatchError, SchemaVersionError, RuntimeError),
+    (ConcurrencyError, SessionSQLError, RuntimeError),
+    (SessionNotFoundError, SessionSQLError, LookupError),
+    (SessionExistsError, SessionSQLError, ValueError),
+    (ForkError, SessionSQLError, ValueError),
+    (StoreError, SessionSQLError, RuntimeError),
+]
+
+
+@pytest.mark.parametrize(("error", "parent", "builtin"), HIERARCHY)
+def test_each_error_sits_in_the_tree_and_is_also_a_builtin(
+    error: type[Exception], parent: type[Exception], builtin: type[Exception]
+) -> None:
+    assert issubclass(error, parent)
+    assert issubclass(error, SessionSQLError)
+    assert issubclass(error, builtin)
+    assert error.__name__ in errors_module.__doc__  # drawn in the module docstring
+
+
+def test_the_root_is_an_exception() -> None:
+    assert issubclass(SessionSQLError, Exception)
+    assert SessionSQLError("m").message == "m"
+
+
+FIELDS: list[tuple[type[Exception], dict[str, Any]]] = [
+    (NotJSONError, {"path": 'data["x"][2]'}),
+    (InvalidEventError, {"seq": 4, "code": "x"}),
+    (SurfaceError, {"seq": 4}),
+    (InvalidSeedError, {"index": 3, "seq": 3}),
+    (InvalidHeaderError, {}),
+    (ReentrantAppendError, {}),
+    (SessionFormatUnsupportedError, {}),
+    (CorruptSessionError, {"session_id": "s", "seq": 2, "line": 7}),
+    (SchemaVersionError, {"expected": 1, "actual": "2"}),
+    (SchemaMismatchError, {"expected": 1, "differences": ("column x",)}),
+    (ConcurrencyError, {"session_id": "s", "expected": 9}),
+    (SessionNotFoundError, {"session_id": "s"}),
+    (SessionExistsError, {"session_id": "s"}),
+    (ForkError, {"code": "out_of_range"}),
+    (StoreError, {}),
+]
+
+
+@pytest.mark.parametrize(("error", "fields"), FIELDS)
+def test_errors_pickle_with_their_fields(error: type[Exception], fields: dict[str, Any]) -> None:
+    original = error("what broke", **fields)
+    copy = pickle.loads(pickle.dumps(original))
+    assert type(copy) is error
+    assert str(copy) == str(original) == "what broke"
+    assert copy.args == ("what broke",)
+    for name, value in fields.items():
+        assert getattr(copy, name) == value
+
+
+def test_raised_errors_carry_their_fields_through_pickle() -> None:
+    log = tool_turn_log()
+    log.append(wire("user/message", 13, {"bad": True}, surface_op="append"))
+    with pytest.raises(InvalidSeedError) as seed_error:
+        Session(seed=log)
+    with pytest.raises(NotJSONError) as json_error:
+        snapshot_json({"x": [0, float("nan")]}, root="data")
+    with pytest.raises(ForkError) as fork_error:
+        Session("p").fork()
+    for info in (seed_error, json_error, fork_error):
+        copy = pickle.loads(pickle.dumps(info.value))
+        assert copy.__dict__ == info.value.__dict__
+        assert str(copy) == str(info.value)
+    assert seed_error.value.index == 13
+    assert json_error.value.path == 'data["x"][1]'
+    assert fork_error.value.code == "empty"
+
+
+def test_a_seed_surface_error_pickles_as_both_kinds() -> None:
+    log = tool_turn_log()
+    log.append(wire("user/message", 13, log[2]["data"]))  # no surfaceOp
+    with pytest.raises(InvalidSeedError) as info:
+        Session(seed=log)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert isinstance(copy, InvalidSeedError)
+    assert isinstance(copy, SurfaceError)
+    assert copy.index == 13
+
+
+def test_session_not_found_reads_like_its_message() -> None:
+    # LookupError would otherwise quote the message like a KeyError does.
+    assert str(SessionNotFoundError("no session 'x'", session_id="x")) == "no session 'x'"
+
+
+def test_messages_name_the_index_seq_and_rule() -> None:
+    log = tool_turn_log()
+    log[5] = {**log[5], "surfaceOp": "append", "sourceEventSeqs": [5]}
+    with pytest.raises(InvalidSeedError) as info:
+        Session(seed=log)
+    message = str(info.value)
+    assert "seed event 5" in message
+    assert "sourceEventSeqs" in message
+
+
+# -- §10 public names --------------------------------------------------------------------------
+
+CORE_NAMES = {
+    "SESSION_FORMAT_VERSION",
+    "SessionEvent",
+    "Replace",
+    "Catalog",
+    "DEFAULT_CATALOG",
+    "Session",
+    "fold_surface",
+    "interrupted_turn_closers",
+    "check_invariants",
+    "invariant_validator",
+    "snapshot_json",
+    "thaw",
+}
+ERROR_NAMES = {
+    "SessionSQLError",
+    "NotJSONError",
+    "InvalidEventError",
+    "SurfaceError",
+    "InvalidSeedError",
+    "InvalidHeaderError",
+    "ReentrantAppendError",
+    "SessionFormatUnsupportedError",
+    "CorruptSessionError",
+    "SchemaVersionError",
+    "SchemaMismatchError",
+    "ConcurrencyError",
+    "SessionNotFoundError",
+    "SessionExistsError",
+    "ForkError",
+}
+
+
+def test_all_is_sorted() -> None:
+    assert sorted(session_sql.__all__) == session_sql.__all__
+    assert len(set(session_sql.__all__)) == len(session_sql.__all__)
+
+
+def test_all_holds_the_core_names_and_every_error() -> None:
+    assert (CORE_NAMES | ERROR_NAMES) - set(session_sql.__all__) == set()
+
+
+def test_every_name_in_all_is_exported() -> None:
+    namespace: dict[str, Any] = {}
+    exec("from session_sql import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(session_sql.__all__)
