@@ -275,8 +275,25 @@ def _frozen_pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
 
 
 def _freeze_lists(items: list[Any]) -> FrozenList:
-    """A parsed JSON array as a FrozenList (its objects are frozen already; arrays nest)."""
-    return FrozenList(_freeze_lists(v) if type(v) is list else v for v in items)
+    """A parsed JSON array as a FrozenList; nested arrays too, innermost first, no recursion.
+
+    Its objects are frozen already (the decoder's object hook ran on them).
+    """
+    order: list[tuple[list[Any], list[Any] | None, int]] = []
+    pending: list[tuple[list[Any], list[Any] | None, int]] = [(items, None, 0)]
+    while pending:
+        entry = pending.pop()
+        order.append(entry)
+        lst = entry[0]
+        for i, v in enumerate(lst):
+            if type(v) is list:
+                pending.append((v, lst, i))
+    frozen = FrozenList()
+    for lst, parent, index in reversed(order):  # children before their parents
+        frozen = FrozenList(lst)
+        if parent is not None:
+            parent[index] = frozen
+    return frozen
 
 
 def _checked_int(text: str) -> int:
@@ -320,6 +337,8 @@ def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
         value = _FROZEN_DECODER.decode(text)
     except ValueError as exc:  # JSONDecodeError
         raise NotJSONError(f"{root}: unreadable JSON: {exc}", path=root) from exc
+    except RecursionError as exc:
+        raise NotJSONError(f"{root}: JSON nested too deeply to read back", path=root) from exc
     except NotJSONError as exc:
         raise NotJSONError(f"{root}: {exc}", path=root) from exc
     if type(value) is list:
@@ -327,3 +346,21 @@ def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
     if type(value) is str and "\x00" in value:
         raise NotJSONError(f"{root}: string contains U+0000", path=root)
     return value
+
+
+def json_depth(value: Any) -> int:
+    """How deeply containers nest in ``value`` (a scalar is 0, ``[]`` is 1)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            deepest = max(deepest, depth)
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest

@@ -22,7 +22,8 @@ from session_sql.events import (
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsonvalue import loads_frozen
+from session_sql.jsonvalue import json_depth, loads_frozen
+from session_sql.session import check_json_size
 from session_sql.store.engine import dumps_json
 from session_sql.store.schema import SchemaTables
 from session_sql.surface import (
@@ -54,10 +55,30 @@ def event_row(session_id: str, event: SessionEvent) -> dict[str, Any]:
     }
 
 
-def event_row_json(session_id: str, event: SessionEvent) -> dict[str, Any]:
-    """``event_row`` with ``data`` already serialised, for the DBAPI write path."""
+MAX_STORED_DEPTH = 512
+"""Data nested deeper is refused by the store: every backend must be able to read it back."""
+
+
+def event_row_json(
+    session_id: str, event: SessionEvent, max_event_bytes: int | None
+) -> dict[str, Any]:
+    """``event_row`` with ``data`` serialised and checked against the store's limits.
+
+    Raises ``InvalidEventError`` for data above ``max_event_bytes`` or nested deeper than
+    ``MAX_STORED_DEPTH``, before any transaction starts.
+    """
     row = event_row(session_id, event)
-    row["data"] = dumps_json(event.data)
+    text = row["data"] = dumps_json(event.data)
+    check_json_size(text, max_event_bytes, event.seq)
+    # Brackets bound the depth from above; only a bracket-heavy event pays for the real walk.
+    if text.count("[") + text.count("{") > MAX_STORED_DEPTH:
+        depth = json_depth(event.data)
+        if depth > MAX_STORED_DEPTH:
+            raise InvalidEventError(
+                f"event data nests {depth} levels deep; the store keeps at most "
+                f"{MAX_STORED_DEPTH} so that every backend can read it back",
+                seq=event.seq,
+            )
     return row
 
 

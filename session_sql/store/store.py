@@ -17,6 +17,7 @@ from session_sql.errors import (
     CorruptSessionError,
     InvalidSeedError,
     SessionExistsError,
+    SessionFormatUnsupportedError,
     SessionNotFoundError,
     SessionSQLError,
 )
@@ -43,7 +44,13 @@ from session_sql.store.engine import (
     write_tx,
 )
 from session_sql.store.gate import ensure_schema
-from session_sql.store.rows import event_columns, event_from_row, event_row, surface_rows
+from session_sql.store.rows import (
+    event_columns,
+    event_from_row,
+    event_row,
+    event_row_json,
+    surface_rows,
+)
 from session_sql.store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql.store.writer import StoreContext, StoredSession, notify
 from session_sql.surface import Surface
@@ -186,8 +193,9 @@ class SessionStore:
             loaded.surface,
         )
         if resume and loaded.log and loaded.log[-1].type != END_SEED:
+            # first_live_seq stays the stored length at open time (§8.4): the marker, like
+            # the one Session(seed=...) appends (§7.1), is the first live event.
             handle.append(END_SEED, {})
-            handle.first_live_seq = handle.seq
         return handle
 
     def fork_session(
@@ -425,8 +433,12 @@ class SessionStore:
         return row, rows, surface
 
     def _load(self, session_id: str, *, check_surface: bool = False) -> _Loaded:
-        """Read and fully validate a stored session; ``check_surface`` also compares the table."""
-        row, rows, table = self._read_all(session_id)
+        """Read and fully validate a stored session; ``check_surface`` also compares the table.
+
+        A writer (``check_surface``) reads past the head too: rows there can only come from an
+        edit underneath, and appending on top of them would collide with them.
+        """
+        row, rows, table = self._read_all(session_id, bounded=not check_surface)
         header = _frozen_header(session_id, row.header)
         log: list[SessionEvent] = []
         folded = Surface()
@@ -475,6 +487,8 @@ class SessionStore:
         t = ctx.tables
         session_id = str(header["id"])
         rows = surface_rows(log, ctx.catalog)
+        for event in log:  # the limits, before the transaction starts
+            event_row_json(session_id, event, ctx.max_event_bytes)
         now = _time.time_ns() // 1_000_000
         with translate_errors(session_id), write_tx(ctx.engine) as conn:
             taken = conn.execute(select(t.sessions.c.id).where(t.sessions.c.id == session_id))
@@ -516,6 +530,8 @@ class SessionStore:
 def _frozen_header(session_id: str, raw: Any) -> FrozenDict:
     try:
         return check_header(raw)
+    except SessionFormatUnsupportedError:
+        raise  # another format version (§1.3) is not corruption: say newer or older
     except (ValueError, TypeError) as exc:
         raise CorruptSessionError(
             f"session {session_id!r}: stored header is invalid: {exc}", session_id=session_id

@@ -7,6 +7,7 @@ Transitions to the ``surface`` side table. Memory changes only after the transac
 
 from __future__ import annotations
 
+import functools
 import time as _time
 from collections.abc import Iterable
 from contextlib import nullcontext
@@ -24,7 +25,7 @@ from session_sql.errors import (
 )
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
-from session_sql.session import Clock, Session, check_json_size, fold_checked
+from session_sql.session import Clock, Session, fold_checked
 from session_sql.store.engine import is_sqlite, read_tx, translate_errors
 from session_sql.store.rows import event_columns, event_from_row, event_row, event_row_json
 from session_sql.store.schema import SchemaTables
@@ -45,6 +46,12 @@ class StoreContext:
     @property
     def sqlite(self) -> bool:
         return is_sqlite(self.engine)
+
+    @functools.cached_property
+    def fast_writes(self) -> FastWrites:
+        # Cached on the context, not in a module dict keyed by id(): a closed store's context
+        # can be collected and its id reused by the next store's, with another engine.
+        return FastWrites(self)
 
 
 class Statements:
@@ -199,9 +206,7 @@ class FastWrites:
     ) -> bool:
         """Run one append transaction; False (nothing written) when the head moved."""
         args = self._args
-        rows = [event_row_json(session_id, e) for e in events]
-        for row in rows:
-            check_json_size(row["data"], self.max_event_bytes, row["seq"])
+        rows = [event_row_json(session_id, e, self.max_event_bytes) for e in events]
         event_rows = [args(self.insert_event, row) for row in rows]
         surface_ops: list[tuple[tuple[str, tuple[str, ...]], Any, bool]] = []
         pending: list[Any] = []
@@ -240,11 +245,11 @@ class FastWrites:
             dbapi = raw.driver_connection
             assert dbapi is not None
             cur = raw.cursor()
+            head_cur = raw.cursor()
             if self.sqlite:
                 cur.execute("BEGIN IMMEDIATE")
             try:
                 with nullcontext() if self.sqlite else dbapi.pipeline():
-                    head_cur = raw.cursor()
                     head_cur.execute(self.advance[0], args(self.advance, advance))
                     if self.sqlite and head_cur.rowcount != 1:
                         dbapi.rollback()
@@ -270,23 +275,21 @@ class FastWrites:
                     dbapi.rollback()
                     return False
                 dbapi.commit()
-            except BaseException:
+            except BaseException as exc:
                 dbapi.rollback()
+                # The pipeline runs the inserts even when the conditional head update matched
+                # no row; their failure (a taken seq, a deleted session) then only means that
+                # the race was lost, which the caller classifies.
+                if isinstance(exc, Exception) and head_cur.rowcount == 0:
+                    return False
                 raise
         finally:
             raw.close()
         return True
 
 
-_fast: dict[int, FastWrites] = {}
-
-
 def fast_writes(ctx: StoreContext) -> FastWrites:
-    key = id(ctx)
-    found = _fast.get(key)
-    if found is None:
-        found = _fast[key] = FastWrites(ctx)
-    return found
+    return ctx.fast_writes
 
 
 class StoredSession(Session):
@@ -384,8 +387,12 @@ class StoredSession(Session):
             rows = conn.execute(
                 st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
             ).all()
-        if not rows:
-            return []
+        if not rows and (row.head_seq, row.surface_next_pos, row.replace_generation) == (
+            self.seq - 1,
+            self._next_pos,
+            self._surface.replace_generation,
+        ):
+            return []  # otherwise the row moved without events: the check below refuses it
         log, base = self._log, len(self._log)
         surface = self._surface.copy()
         try:
