@@ -60,7 +60,7 @@ class JsonlReader:
         first = self._fh.readline()
         try:
             raw_header = _loads(first.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             self._fh.close()
             raise CorruptSessionError(
                 f"{self.path}: line 1 (the header) is not JSON: {exc}", line=1
@@ -105,7 +105,7 @@ class JsonlReader:
                             raise ValueError("unterminated final line")
                     else:
                         value = _loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, ValueError) as exc:
+                except (UnicodeDecodeError, ValueError, RecursionError) as exc:
                     pending_error = (line_no, exc)
                     continue
                 yield line_no, value
