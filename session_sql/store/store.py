@@ -427,7 +427,7 @@ class SessionStore:
             surface = [
                 (pos, seq)
                 for pos, seq in conn.execute(
-                    reader.queries_for(t).surface_rows, {"b_id": session_id}
+                    reader.queries_for(self._ctx).surface_rows, {"b_id": session_id}
                 ).all()
             ]
         return row, rows, surface

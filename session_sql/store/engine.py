@@ -1,0 +1,456 @@
+"""Engines, transactions and driver-error translation: all SQLite/PostgreSQL differences.
+
+* SQLite: WAL, foreign keys, a busy timeout and ``synchronous`` are set on every connection;
+  pysqlite's own transaction handling is switched off so that we emit ``BEGIN`` ourselves —
+  ``BEGIN IMMEDIATE`` for writes (the write lock is taken up front, so a transaction never has
+  to upgrade a read lock, which SQLite refuses with ``SQLITE_BUSY`` without waiting) and a
+  deferred ``BEGIN`` for reads.
+* PostgreSQL: psycopg 3 with a ``QueuePool`` that pings before use.
+* JSON is written compactly, and floats are written so that JSONB keeps them floats.
+* :func:`translate_errors` is the one place where driver exceptions become session_sql errors,
+  decided by structured fields (SQLSTATE, constraint name, SQLite error name), never by text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Final
+
+import psycopg
+from sqlalchemy import BigInteger, Connection, Engine, bindparam, event, exc, func, make_url, select
+from sqlalchemy import create_engine as _sa_create_engine
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
+
+from session_sql.errors import (
+    ConcurrencyError,
+    SessionExistsError,
+    SessionSQLError,
+    StoreError,
+)
+from session_sql.store.schema import NAMING_CONVENTION
+
+__all__ = [
+    "database_label",
+    "dumps_json",
+    "is_sqlite",
+    "lock_schema_init",
+    "make_engine",
+    "read_tx",
+    "snapshot_tx",
+    "target_schema",
+    "translate_errors",
+    "write_tx",
+]
+
+_WRITE_OPTION: Final = "session_sql_write"
+"""Execution option that makes the SQLite ``begin`` hook emit ``BEGIN IMMEDIATE``."""
+
+_SYNCHRONOUS_PRAGMAS: Final = {
+    "FULL": "PRAGMA synchronous = FULL",
+    "NORMAL": "PRAGMA synchronous = NORMAL",
+}
+
+_PG_DRIVERS: Final = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
+_SQLITE_DRIVERS: Final = frozenset({"sqlite", "sqlite+pysqlite"})
+
+# Driver errors are mapped by constraint name, and the names come from the naming convention.
+_PK_SESSIONS: Final = NAMING_CONVENTION["pk"] % {"table_name": "sessions"}
+_PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
+
+
+# --------------------------------------------------------------------------------------------
+# JSON
+
+
+def dumps_json(value: Any) -> str:
+    """Serialise ``value`` compactly, keeping every float a float on every backend.
+
+    JSONB stores numbers as ``numeric`` and prints ``1e+16`` back as the integer
+    ``10000000000000000``; written as ``10000000000000000.0`` it stays a float. Only floats
+    of magnitude ≥ 1e16 are printed with an exponent by ``repr``, and all of them are
+    integral, so the slow path writes those as ``<int>.0``.
+    """
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        return _dumps_iterative(value)
+    if "e+" in text:  # may be inside a string too; then the slow path yields the same text
+        return _dumps_iterative(value)
+    return text
+
+
+def _float_text(x: float) -> str:
+    if not math.isfinite(x):
+        raise ValueError(f"Out of range float values are not JSON compliant: {x!r}")
+    text = float.__repr__(x)
+    if "e+" in text:
+        return repr(int(x)) + ".0"
+    return text
+
+
+def _key_text(key: Any) -> str:
+    # Same key coercions as json.dumps, so both paths agree.
+    if isinstance(key, str):
+        return key
+    if key is True:
+        return "true"
+    if key is False:
+        return "false"
+    if key is None:
+        return "null"
+    if isinstance(key, int):
+        return int.__repr__(key)
+    if isinstance(key, float):
+        return _float_text(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def _dump_str(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+class _Frame:
+    __slots__ = ("close", "first", "ident", "is_dict", "items")
+
+    def __init__(self, items: Iterator[Any], close: str, ident: int, is_dict: bool) -> None:
+        self.items = items
+        self.close = close
+        self.ident = ident
+        self.is_dict = is_dict
+        self.first = True
+
+
+_END: Final = object()
+
+
+def _dumps_iterative(value: Any) -> str:
+    """``json.dumps`` with an explicit stack (no depth limit) and float-preserving numbers."""
+    parts: list[str] = []
+    on_path: set[int] = set()
+    stack: list[_Frame] = []
+    item = value
+    pending = True
+    while True:
+        if pending:
+            pending = False
+            if isinstance(item, str):
+                parts.append(_dump_str(item))
+            elif item is None:
+                parts.append("null")
+            elif item is True:
+                parts.append("true")
+            elif item is False:
+                parts.append("false")
+            elif isinstance(item, int):
+                parts.append(int.__repr__(item))
+            elif isinstance(item, float):
+                parts.append(_float_text(item))
+            elif isinstance(item, list | tuple | dict):
+                if id(item) in on_path:
+                    raise ValueError("Circular reference detected")
+                on_path.add(id(item))
+                if isinstance(item, dict):
+                    parts.append("{")
+                    stack.append(_Frame(iter(item.items()), "}", id(item), is_dict=True))
+                else:
+                    parts.append("[")
+                    stack.append(_Frame(iter(item), "]", id(item), is_dict=False))
+            else:
+                raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
+        if not stack:
+            return "".join(parts)
+        frame = stack[-1]
+        nxt: Any = next(frame.items, _END)
+        if nxt is _END:
+            parts.append(frame.close)
+            on_path.discard(frame.ident)
+            stack.pop()
+            continue
+        if not frame.first:
+            parts.append(",")
+        frame.first = False
+        if frame.is_dict:
+            key, item = nxt
+            parts.append(_dump_str(_key_text(key)))
+            parts.append(":")
+        else:
+            item = nxt
+        pending = True
+
+
+# --------------------------------------------------------------------------------------------
+# Engines
+
+
+def _normalise_url(url: str | URL) -> URL:
+    parsed = make_url(url)
+    driver = parsed.drivername
+    if driver in _PG_DRIVERS:
+        return parsed.set(drivername="postgresql+psycopg")
+    if driver in _SQLITE_DRIVERS:
+        return parsed.set(drivername="sqlite+pysqlite")
+    raise ValueError(
+        f"unsupported database URL scheme {driver!r}: use sqlite:///path or "
+        "postgresql://... (psycopg 3)"
+    )
+
+
+def is_sqlite(engine: Engine | Connection) -> bool:
+    """Whether ``engine`` talks to SQLite (else PostgreSQL)."""
+    return engine.dialect.name == "sqlite"
+
+
+def make_engine(
+    url: str | URL,
+    *,
+    synchronous: str = "FULL",
+    busy_timeout_ms: int = 5000,
+    pool_size: int = 5,
+    **kw: Any,
+) -> Engine:
+    """Create an engine for a ``sqlite:///path`` or ``postgresql://`` URL.
+
+    ``postgresql://`` and ``postgres://`` use psycopg 3. ``synchronous`` (``FULL`` or
+    ``NORMAL``) and ``busy_timeout_ms`` apply to SQLite only; ``kw`` goes to
+    ``sqlalchemy.create_engine``. Raises ``ValueError`` for another scheme or a bad option.
+    """
+    parsed = _normalise_url(url)
+    kw.setdefault("json_serializer", dumps_json)
+    kw.setdefault("json_deserializer", json.loads)
+    if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
+        raise ValueError(f"busy_timeout_ms must be an int, not {busy_timeout_ms!r}")
+    if busy_timeout_ms < 0:
+        raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+    if parsed.drivername.startswith("sqlite"):
+        pragma = _SYNCHRONOUS_PRAGMAS.get(synchronous.upper())
+        if pragma is None:
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        return _sqlite_engine(parsed, pragma, busy_timeout_ms, pool_size, kw)
+    return _postgresql_engine(parsed, pool_size, kw)
+
+
+def _sqlite_engine(
+    url: URL, synchronous_pragma: str, busy_timeout_ms: int, pool_size: int, kw: dict[str, Any]
+) -> Engine:
+    connect_args = dict(kw.pop("connect_args", {}))
+    # sqlite3's ``timeout`` is the busy timeout, set before any statement runs — including the
+    # journal_mode pragma below, which must wait too when another process holds the file.
+    connect_args["timeout"] = busy_timeout_ms / 1000
+    in_memory = url.database in (None, "", ":memory:")
+    if not in_memory:
+        kw.setdefault("poolclass", QueuePool)
+        kw.setdefault("pool_size", pool_size)
+    engine = _sa_create_engine(url, connect_args=connect_args, **kw)
+
+    def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        # Take over BEGIN from pysqlite (see module docstring); sqlite3 still issues COMMIT
+        # and ROLLBACK correctly with isolation_level None.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            _enable_wal(cursor, busy_timeout_ms)
+            cursor.execute("PRAGMA foreign_keys = ON")
+            cursor.execute(synchronous_pragma)
+        finally:
+            cursor.close()
+
+    def on_begin(conn: Connection) -> None:
+        if conn.get_execution_options().get(_WRITE_OPTION):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+    event.listen(engine, "connect", on_connect)
+    event.listen(engine, "begin", on_begin)
+    return engine
+
+
+def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
+    """Switch the file to WAL (a persistent, one-time change), waiting like the busy timeout.
+
+    SQLite answers SQLITE_BUSY at once, without calling the busy handler, when several
+    connections switch a fresh file to WAL together; so retry here, bounded by the timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    delay = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            busy = str(getattr(error, "sqlite_errorname", "")).startswith("SQLITE_BUSY")
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def _postgresql_engine(url: URL, pool_size: int, kw: dict[str, Any]) -> Engine:
+    connect_args = dict(kw.pop("connect_args", {}))
+    if "connect_timeout" not in url.query:
+        # libpq waits forever for an unreachable host by default.
+        connect_args.setdefault("connect_timeout", 10)
+    kw.setdefault("poolclass", QueuePool)
+    kw.setdefault("pool_size", pool_size)
+    kw.setdefault("pool_pre_ping", True)
+    return _sa_create_engine(url, connect_args=connect_args, **kw)
+
+
+def target_schema(engine: Engine | Connection, schema: str | None) -> str | None:
+    """The schema objects live in: ``schema`` on PostgreSQL, ``None`` (the file) on SQLite."""
+    return None if is_sqlite(engine) else schema
+
+
+def database_label(engine: Engine) -> str:
+    """How errors name the database: the file path, or the URL without its password."""
+    if is_sqlite(engine):
+        return engine.url.database or ":memory:"
+    return engine.url.render_as_string(hide_password=True)
+
+
+def lock_schema_init(conn: Connection, schema: str | None) -> None:
+    """Serialise schema initialisation of ``schema`` until the transaction ends.
+
+    On SQLite the ``BEGIN IMMEDIATE`` of :func:`write_tx` already does. On PostgreSQL a
+    transaction-level advisory lock on a key derived from the schema name does, so that two
+    first opens cannot both see an empty schema and both create it.
+    """
+    if is_sqlite(conn):
+        return
+    digest = hashlib.blake2b(f"session_sql:init:{schema}".encode(), digest_size=8).digest()
+    key = int.from_bytes(digest, "big", signed=True)
+    conn.execute(select(func.pg_advisory_xact_lock(bindparam("key", key, BigInteger))))
+
+
+@contextmanager
+def write_tx(engine: Engine) -> Iterator[Connection]:
+    """A connection inside a write transaction that commits on success, rolls back on error.
+
+    SQLite takes the write lock at ``BEGIN IMMEDIATE`` (waiting up to the busy timeout), so
+    a read-then-write inside it cannot fail half-way on a lock upgrade.
+    """
+    with engine.connect() as conn:
+        if is_sqlite(conn):
+            conn.execution_options(**{_WRITE_OPTION: True})
+        with conn.begin():
+            yield conn
+
+
+@contextmanager
+def read_tx(engine: Engine) -> Iterator[Connection]:
+    """A connection inside a read transaction: one consistent snapshot on SQLite (WAL)."""
+    with engine.connect() as conn, conn.begin():
+        yield conn
+
+
+@contextmanager
+def snapshot_tx(engine: Engine) -> Iterator[Connection]:
+    """A read transaction in which every statement sees the same snapshot.
+
+    SQLite (WAL) read transactions already do; PostgreSQL needs REPEATABLE READ, since under
+    READ COMMITTED each statement takes a fresh snapshot.
+    """
+    with engine.connect() as conn:
+        if not is_sqlite(conn):
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            yield conn
+
+
+# --------------------------------------------------------------------------------------------
+# Error translation
+
+_PG_CONNECTION_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03"})
+
+
+@contextmanager
+def translate_errors(
+    session_id: str | None = None, *, database: str | None = None
+) -> Iterator[None]:
+    """Turn SQLAlchemy and driver exceptions raised inside the block into session_sql errors.
+
+    session_sql's own errors pass through. ``session_id`` names the session in the raised
+    error; ``database`` names the database file in "not a database" errors. The original
+    exception is always chained.
+    """
+    try:
+        yield
+    except SessionSQLError:
+        raise
+    except exc.DBAPIError as error:
+        raise _translate_driver_error(error.orig, session_id, database) from error
+    except (sqlite3.Error, psycopg.Error) as error:
+        raise _translate_driver_error(error, session_id, database) from error
+    except (exc.TimeoutError, exc.DisconnectionError) as error:
+        raise StoreError(f"database connection unavailable: {error}") from error
+
+
+def _translate_driver_error(
+    orig: BaseException | None, session_id: str | None, database: str | None
+) -> SessionSQLError:
+    if isinstance(orig, sqlite3.Error):
+        return _translate_sqlite(orig, session_id, database)
+    if isinstance(orig, psycopg.Error):
+        return _translate_psycopg(orig, session_id)
+    return StoreError(f"database error: {orig}", session_id=session_id)
+
+
+def _translate_sqlite(
+    orig: sqlite3.Error, session_id: str | None, database: str | None
+) -> SessionSQLError:
+    name: str = getattr(orig, "sqlite_errorname", None) or ""
+    where = f": {database}" if database else ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return StoreError(
+            f"database is locked{where}: another connection held it beyond the busy timeout",
+            session_id=session_id,
+        )
+    if name.startswith("SQLITE_READONLY"):
+        return StoreError(f"database is read-only{where} ({name})", session_id=session_id)
+    if name == "SQLITE_NOTADB":
+        return StoreError(
+            f"not a session_sql database: {database or 'the file is not an SQLite database'}",
+            session_id=session_id,
+        )
+    if name.startswith("SQLITE_CANTOPEN"):
+        return StoreError(f"cannot open database file{where} ({name})", session_id=session_id)
+    if name.startswith("SQLITE_CORRUPT"):
+        return StoreError(f"database file is corrupt{where} ({name})", session_id=session_id)
+    if name == "SQLITE_FULL":
+        return StoreError(f"database or disk is full{where}", session_id=session_id)
+    # SQLite reports no constraint name, so a constraint violation stays a StoreError; the
+    # store avoids duplicate inserts by checking inside its BEGIN IMMEDIATE transaction.
+    label = name or type(orig).__name__
+    return StoreError(f"SQLite error {label}{where}: {orig}", session_id=session_id)
+
+
+def _translate_psycopg(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
+    sqlstate = orig.sqlstate or ""
+    constraint = orig.diag.constraint_name
+    if sqlstate == "23505" and constraint == _PK_SESSIONS:
+        return SessionExistsError(
+            f"session {session_id!r} already exists" if session_id else "session already exists",
+            session_id=session_id,
+        )
+    if sqlstate == "23505" and constraint == _PK_EVENTS:
+        return ConcurrencyError(
+            f"session {session_id!r}: another writer appended first; refresh and retry",
+            session_id=session_id,
+        )
+    if (
+        sqlstate.startswith("08")
+        or sqlstate in _PG_CONNECTION_SQLSTATES
+        or (not sqlstate and isinstance(orig, psycopg.OperationalError))
+    ):
+        return StoreError(f"cannot reach the PostgreSQL server: {orig}", session_id=session_id)
+    if sqlstate == "25006":
+        return StoreError(f"database is read-only: {orig}", session_id=session_id)
+    label = f"SQLSTATE {sqlstate}" if sqlstate else type(orig).__name__
+    return StoreError(f"PostgreSQL error ({label}): {orig}", session_id=session_id)

@@ -1,0 +1,357 @@
+"""The schema gate (SPEC §8.2): initialise an empty database, refuse any other build's.
+
+There are no migrations. A database is either empty (initialised here, in one transaction),
+or carries this build's ``schema_version`` and exactly this build's structure; anything else is
+refused before a single row is written. The way across versions is to export sessions with the
+build that wrote them and import them with this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine, UniqueConstraint, inspect, select
+from sqlalchemy.engine import Dialect, Inspector
+from sqlalchemy.engine.interfaces import ReflectedColumn
+from sqlalchemy.engine.reflection import ObjectKind
+from sqlalchemy.exc import CompileError
+from sqlalchemy.types import TypeEngine
+
+from session_sql.errors import SchemaMismatchError, SchemaVersionError
+from session_sql.store.engine import (
+    database_label,
+    lock_schema_init,
+    read_tx,
+    target_schema,
+    translate_errors,
+    write_tx,
+)
+from session_sql.store.schema import (
+    APPLICATION,
+    SCHEMA_VERSION,
+    SchemaTables,
+    create_all,
+    tables_for,
+)
+
+__all__ = ["ensure_schema"]
+
+_Columns = dict[tuple[str | None, str], list[ReflectedColumn]]
+"""Reflected columns keyed by (schema, table), as ``Inspector.get_multi_columns`` returns."""
+
+_ACROSS_VERSIONS = (
+    "there are no migrations: export the sessions with the build that wrote them "
+    "(export_jsonl) and import them with this one (import_jsonl) into a new database"
+)
+
+
+def ensure_schema(engine: Engine, schema: str | None) -> None:
+    """Initialise an empty database, or check that it is exactly this build's schema.
+
+    ``schema`` names the PostgreSQL schema and is ignored on SQLite. Raises
+    ``SchemaVersionError`` (another build's database, or session_sql tables without a version),
+    ``SchemaMismatchError`` (the structure differs; every difference is listed) or
+    ``StoreError`` (unreachable, locked, or not a database at all). Writes nothing unless the
+    database is empty.
+    """
+    schema = target_schema(engine, schema)
+    tables = tables_for(schema)
+    label = database_label(engine) + (f" (schema {schema})" if schema is not None else "")
+    with translate_errors(database=label):
+        with read_tx(engine) as conn:
+            insp = inspect(conn)
+            if _present_objects(insp, tables):
+                _check(conn, insp, tables, label)
+                return
+        # Looked empty: re-check under the init lock, since another process may be first.
+        with write_tx(engine) as conn:
+            lock_schema_init(conn, schema)
+            insp = inspect(conn)
+            if not _present_objects(insp, tables):
+                create_all(conn, schema)
+                return
+            _check(conn, insp, tables, label)
+
+
+def _present_objects(insp: Inspector, tables: SchemaTables) -> set[str]:
+    """Which of this build's table and view names exist in the target schema."""
+    schema = tables.metadata.schema
+    ours = {t.name for t in tables.base_tables} | {tables.surface_messages.name}
+    live = set(insp.get_table_names(schema)) | set(insp.get_view_names(schema))
+    return ours & live
+
+
+def _check(conn: Connection, insp: Inspector, tables: SchemaTables, label: str) -> None:
+    # Reflected once and shared: PostgreSQL's Inspector does not cache get_multi_columns.
+    columns = insp.get_multi_columns(
+        schema=tables.metadata.schema, filter_names=_table_names(tables)
+    )
+    _check_version(conn, insp, columns, tables, label)
+    differences = _differences(insp, columns, tables, conn.dialect)
+    if differences:
+        listing = "".join(f"\n  - {d}" for d in differences)
+        raise SchemaMismatchError(
+            f"{label}: the database structure differs from session_sql schema version "
+            f"{SCHEMA_VERSION} ({len(differences)} difference(s)); refusing to open it:"
+            f"{listing}",
+            expected=SCHEMA_VERSION,
+            actual=str(SCHEMA_VERSION),
+            differences=tuple(differences),
+        )
+
+
+def _check_version(
+    conn: Connection, insp: Inspector, columns: _Columns, tables: SchemaTables, label: str
+) -> None:
+    meta = tables.meta
+    schema = tables.metadata.schema
+    if meta.name not in insp.get_table_names(schema):
+        raise SchemaVersionError(
+            f"{label}: has session_sql tables but no {meta.name} table, so its schema version "
+            f"is unknown (this build writes version {SCHEMA_VERSION}); {_ACROSS_VERSIONS}",
+            expected=SCHEMA_VERSION,
+            actual=None,
+        )
+    live_columns = {c["name"] for c in columns.get((schema, meta.name), [])}
+    rows: dict[str, str] = {}
+    if {"key", "value"} <= live_columns:
+        result = conn.execute(
+            select(meta.c.key, meta.c.value).where(
+                meta.c.key.in_(["schema_version", "application"])
+            )
+        )
+        rows = {str(k): str(v) for k, v in result}
+    actual = rows.get("schema_version")
+    if actual is None:
+        raise SchemaVersionError(
+            f"{label}: has session_sql tables but no schema_version row, so its schema version "
+            f"is unknown (this build writes version {SCHEMA_VERSION}); {_ACROSS_VERSIONS}",
+            expected=SCHEMA_VERSION,
+            actual=None,
+        )
+    if actual != str(SCHEMA_VERSION):
+        raise SchemaVersionError(
+            f"{label}: {_describe_version(actual)}; {_ACROSS_VERSIONS}",
+            expected=SCHEMA_VERSION,
+            actual=actual,
+        )
+    application = rows.get("application")
+    if application != APPLICATION:
+        raise SchemaVersionError(
+            f"{label}: the {meta.name} table names application {application!r}, "
+            f"not {APPLICATION!r}; refusing to open a database another program wrote",
+            expected=SCHEMA_VERSION,
+            actual=actual,
+        )
+
+
+def _describe_version(actual: str) -> str:
+    try:
+        number = int(actual)
+    except ValueError:
+        return (
+            f"schema version {actual!r} is not one this build understands "
+            f"(this build is version {SCHEMA_VERSION})"
+        )
+    relation = "newer" if number > SCHEMA_VERSION else "older"
+    return f"schema version {number} is {relation} than this build's version {SCHEMA_VERSION}" + (
+        "; upgrade session_sql to open it" if relation == "newer" else ""
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Structure comparison
+
+
+def _table_names(tables: SchemaTables) -> list[str]:
+    return [t.name for t in tables.base_tables]
+
+
+def _differences(
+    insp: Inspector, columns: _Columns, tables: SchemaTables, dialect: Dialect
+) -> list[str]:
+    """Every way the live structure differs from ``tables``, one readable line each."""
+    schema = tables.metadata.schema
+    names = _table_names(tables)
+    # One reflection query per kind for all tables (get_multi_*), not one per table.
+    pks = insp.get_multi_pk_constraint(schema=schema, filter_names=names)
+    uniques = insp.get_multi_unique_constraints(schema=schema, filter_names=names)
+    indexes = insp.get_multi_indexes(schema=schema, filter_names=names)
+    fks = insp.get_multi_foreign_keys(schema=schema, filter_names=names)
+
+    out: list[str] = []
+    for table in tables.base_tables:
+        key = (schema, table.name)
+        if key not in columns:
+            out.append(f"missing table {table.name}")
+            continue
+        out.extend(_column_differences(table.name, table.columns, columns[key], dialect))
+
+        pk: Mapping[str, Any] = pks.get(key) or {}
+        expected_pk = (str(table.primary_key.name), tuple(c.name for c in table.primary_key))
+        live_pk = (pk.get("name"), tuple(pk.get("constrained_columns") or ()))
+        if not _same_named(expected_pk, live_pk):
+            out.append(
+                f"{table.name}: primary key is {_fmt(live_pk)}, expected {_fmt(expected_pk)}"
+            )
+
+        expected_uq = {
+            (str(c.name), tuple(col.name for col in c.columns))
+            for c in table.constraints
+            if isinstance(c, UniqueConstraint)
+        }
+        live_uq = {(u["name"], tuple(u["column_names"])) for u in uniques.get(key, [])}
+        out.extend(_set_differences(table.name, "unique constraint", expected_uq, live_uq))
+
+        expected_ix = {
+            (str(ix.name), tuple(c.name for c in ix.columns), bool(ix.unique))
+            for ix in table.indexes
+        }
+        live_ix = {
+            (ix["name"], tuple(str(c) for c in ix["column_names"]), bool(ix["unique"]))
+            for ix in indexes.get(key, [])
+            if "duplicates_constraint" not in ix  # PostgreSQL's index behind a UNIQUE
+        }
+        out.extend(_set_differences(table.name, "index", expected_ix, live_ix))
+
+        expected_fk = {
+            (
+                str(fk.name),
+                tuple(fk.column_keys),
+                fk.referred_table.name,
+                tuple(e.column.name for e in fk.elements),
+                (fk.ondelete or "").upper(),
+            )
+            for fk in table.foreign_key_constraints
+        }
+        live_fk = {
+            (
+                fk["name"],
+                tuple(fk["constrained_columns"]),
+                fk["referred_table"],
+                tuple(fk["referred_columns"]),
+                str(fk.get("options", {}).get("ondelete") or "").upper(),
+            )
+            for fk in fks.get(key, [])
+        }
+        out.extend(_set_differences(table.name, "foreign key", expected_fk, live_fk))
+
+    view = tables.surface_messages
+    if view.name not in insp.get_view_names(schema):
+        out.append(f"missing view {view.name}")
+    else:
+        live_view = insp.get_multi_columns(
+            schema=schema, filter_names=[view.name], kind=ObjectKind.VIEW
+        )
+        live_names = [c["name"] for c in live_view.get((schema, view.name), [])]
+        expected_names = [c.name for c in view.columns]
+        if live_names != expected_names:
+            out.append(
+                f"view {view.name}: columns are ({', '.join(live_names)}), "
+                f"expected ({', '.join(expected_names)})"
+            )
+    return out
+
+
+def _column_differences(
+    table: str,
+    expected: Iterable[Any],
+    live: Sequence[Mapping[str, Any]],
+    dialect: Dialect,
+) -> list[str]:
+    out: list[str] = []
+    live_by_name = {c["name"]: c for c in live}
+    expected_names = set()
+    for column in expected:
+        expected_names.add(column.name)
+        found = live_by_name.get(column.name)
+        if found is None:
+            out.append(f"{table}: missing column {column.name}")
+            continue
+        want, have = _type_label(column.type, dialect), _type_label(found["type"], dialect)
+        if not _same_type(want, have, dialect):
+            out.append(f"{table}.{column.name}: type is {have}, expected {want}")
+        if bool(found["nullable"]) != bool(column.nullable):
+            out.append(
+                f"{table}.{column.name}: is {_nullability(found['nullable'])}, "
+                f"expected {_nullability(column.nullable)}"
+            )
+    out.extend(
+        f"{table}: unexpected column {c['name']}" for c in live if c["name"] not in expected_names
+    )
+    return out
+
+
+def _nullability(nullable: object) -> str:
+    return "NULL" if nullable else "NOT NULL"
+
+
+def _type_label(type_: TypeEngine[Any], dialect: Dialect) -> str:
+    try:
+        return str(type_.compile(dialect=dialect)).upper()
+    except CompileError:  # e.g. NullType for an unknown reflected type
+        return type(type_).__name__.upper()
+
+
+def _same_type(expected: str, live: str, dialect: Dialect) -> bool:
+    # SQLite only honours type affinity, so BIGINT and INTEGER are the same column there.
+    if dialect.name == "sqlite":
+        return _sqlite_affinity(expected) == _sqlite_affinity(live)
+    return expected == live
+
+
+def _sqlite_affinity(declared: str) -> str:
+    """SQLite's rules for a declared column type (https://sqlite.org/datatype3.html §3.1)."""
+    declared = declared.upper()
+    if "INT" in declared:
+        return "INTEGER"
+    if any(word in declared for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if "BLOB" in declared or not declared or declared == "NULLTYPE":
+        return "BLOB"
+    if any(word in declared for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+def _same_named(expected: tuple[Any, ...], live: tuple[Any, ...]) -> bool:
+    # A live name of None means the backend did not report one (SQLite may not); then only
+    # the rest of the tuple is compared.
+    if live[0] is None:
+        return expected[1:] == live[1:]
+    return expected == live
+
+
+def _set_differences(
+    table: str, kind: str, expected: set[tuple[Any, ...]], live: set[tuple[Any, ...]]
+) -> list[str]:
+    """Differences between named items (constraints, indexes); item[0] is the name."""
+    out: list[str] = []
+    unmatched = set(live)
+    for item in sorted(expected, key=repr):
+        same = next((x for x in unmatched if _same_named(item, x)), None)
+        if same is not None:
+            unmatched.discard(same)
+            continue
+        renamed = next((x for x in unmatched if x[0] == item[0]), None)
+        if renamed is not None:
+            unmatched.discard(renamed)
+            out.append(f"{table}: {kind} {item[0]} is {_fmt(renamed)}, expected {_fmt(item)}")
+        else:
+            out.append(f"{table}: missing {kind} {_fmt(item)}")
+    out.extend(f"{table}: unexpected {kind} {_fmt(x)}" for x in sorted(unmatched, key=repr))
+    return out
+
+
+def _fmt(item: tuple[Any, ...]) -> str:
+    name, columns, *rest = item
+    text = f"{name or '(unnamed)'} ({', '.join(columns)})"
+    if len(rest) == 1 and isinstance(rest[0], bool):
+        return text + (" UNIQUE" if rest[0] else "")
+    if len(rest) == 3:
+        referred_table, referred_columns, ondelete = rest
+        text += f" -> {referred_table} ({', '.join(referred_columns)})"
+        if ondelete:
+            text += f" ON DELETE {ondelete}"
+    return text

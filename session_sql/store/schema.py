@@ -1,0 +1,298 @@
+"""The SQL schema of a session store, as code (SPEC §8.1).
+
+One ``MetaData`` per target schema holds every table, index and the ``surface_messages`` view;
+the files in ``schema/`` are rendered from it (``python -m session_sql.store.schema sqlite``)
+and a test fails when they drift. Every constraint and index is named through the naming
+convention, so driver errors can be mapped by constraint name and the schema gate can compare
+names.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    insert,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import (
+    CreateIndex,
+    CreateSchema,
+    CreateTable,
+    CreateView,
+    ExecutableDDLElement,
+)
+from sqlalchemy.sql.compiler import TypeCompiler
+from sqlalchemy.sql.dml import Insert
+
+__all__ = [
+    "APPLICATION",
+    "DEFAULT_SCHEMA",
+    "NAMING_CONVENTION",
+    "SCHEMA_VERSION",
+    "JSONText",
+    "SchemaTables",
+    "create_all",
+    "meta_rows",
+    "metadata_for",
+    "render_ddl",
+    "tables_for",
+]
+
+SCHEMA_VERSION = 1
+"""Bumped on any change to the structure below; a database of another version is refused."""
+
+APPLICATION = "session_sql"
+DEFAULT_SCHEMA = "session_sql"
+
+NAMING_CONVENTION: dict[str, str] = {
+    "pk": "pk_%(table_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+}
+
+DialectName = Literal["sqlite", "postgresql"]
+
+
+class JSONText(JSON):
+    """JSON that SQLite stores in a TEXT-affinity column.
+
+    A column declared ``JSON`` gets NUMERIC affinity in SQLite, which silently turns a
+    top-level ``1.0`` into the integer ``1``; declaring it ``TEXT`` keeps the serialised text
+    verbatim. Other dialects render their native JSON type.
+    """
+
+    cache_ok = True
+
+
+@compiles(JSONText, "sqlite")
+def _compile_json_text_sqlite(type_: JSONText, compiler: TypeCompiler, **kw: Any) -> str:
+    return "TEXT"
+
+
+@dataclass(frozen=True)
+class SchemaTables:
+    """The tables of one target schema, for building statements."""
+
+    metadata: MetaData
+    meta: Table
+    sessions: Table
+    events: Table
+    surface: Table
+    surface_messages: Table
+    """The view; select from it, never insert."""
+    create_view: CreateView
+    """The ``CREATE VIEW`` statement of ``surface_messages``."""
+
+    @property
+    def base_tables(self) -> tuple[Table, ...]:
+        """The real tables in creation order (parents first)."""
+        return (self.meta, self.sessions, self.events, self.surface)
+
+
+@functools.cache
+def tables_for(schema: str | None) -> SchemaTables:
+    """Build (once per schema name) the tables living in ``schema`` (``None`` on SQLite)."""
+    md = MetaData(schema=schema, naming_convention=NAMING_CONVENTION)
+
+    meta = Table(
+        "session_sql_meta",
+        md,
+        Column("key", Text, nullable=False),
+        Column("value", Text, nullable=False),
+        PrimaryKeyConstraint("key"),
+    )
+
+    sessions = Table(
+        "sessions",
+        md,
+        Column("id", Text, nullable=False),
+        Column("format_version", Integer, nullable=False),
+        Column("created_at", BigInteger, nullable=False),
+        Column("parent_session", Text, nullable=True),
+        Column("inherited_event_count", BigInteger, nullable=False),
+        Column("header", JSONText(), nullable=False),
+        Column("head_seq", BigInteger, nullable=False),  # -1 while the log is empty
+        Column("surface_next_pos", BigInteger, nullable=False),
+        Column("replace_generation", BigInteger, nullable=False),
+        Column("updated_at", BigInteger, nullable=False),
+        PrimaryKeyConstraint("id"),
+        Index(None, "updated_at", "id"),  # list_sessions pages newest-updated first
+        Index(None, "parent_session"),
+    )
+
+    events = Table(
+        "events",
+        md,
+        Column("session_id", Text, nullable=False),
+        Column("seq", BigInteger, nullable=False),
+        Column("type", Text, nullable=False),
+        Column("time", BigInteger, nullable=False),
+        Column("data", JSONText().with_variant(JSONB(), "postgresql"), nullable=False),
+        Column("source_event_seqs", Text, nullable=True),
+        Column("surface_op", Text, nullable=True),
+        Column("ignorable", Boolean, nullable=True),
+        PrimaryKeyConstraint("session_id", "seq"),
+        ForeignKeyConstraint(["session_id"], [sessions.c.id], ondelete="CASCADE"),
+        Index(None, "type"),
+    )
+
+    surface = Table(
+        "surface",
+        md,
+        Column("session_id", Text, nullable=False),
+        Column("pos", BigInteger, nullable=False),
+        Column("event_seq", BigInteger, nullable=False),
+        PrimaryKeyConstraint("session_id", "pos"),
+        UniqueConstraint("session_id", "event_seq"),
+        ForeignKeyConstraint(["session_id"], [sessions.c.id], ondelete="CASCADE"),
+        # A surface entry always names a logged event of its own session.
+        ForeignKeyConstraint(
+            ["session_id", "event_seq"], [events.c.session_id, events.c.seq], ondelete="CASCADE"
+        ),
+    )
+
+    # No ORDER BY in the view: a view's order is not guaranteed, so readers order by
+    # (session_id, pos) themselves, which the surface primary key serves.
+    view = CreateView(
+        select(
+            surface.c.session_id,
+            surface.c.pos,
+            events.c.seq,
+            events.c.type,
+            events.c.time,
+            events.c.data,
+        ).select_from(
+            surface.join(
+                events,
+                (surface.c.session_id == events.c.session_id)
+                & (surface.c.event_seq == events.c.seq),
+            )
+        ),
+        "surface_messages",
+        metadata=md,
+        schema=schema,
+    )
+
+    return SchemaTables(
+        metadata=md,
+        meta=meta,
+        sessions=sessions,
+        events=events,
+        surface=surface,
+        surface_messages=view.table,
+        create_view=view,
+    )
+
+
+def metadata_for(schema: str | None) -> MetaData:
+    """The ``MetaData`` for ``schema`` (``None`` on SQLite); the same object on every call."""
+    return tables_for(schema).metadata
+
+
+def meta_rows() -> list[dict[str, str]]:
+    """The rows ``session_sql_meta`` holds in a database of this build."""
+    return [
+        {"key": "schema_version", "value": str(SCHEMA_VERSION)},
+        {"key": "application", "value": APPLICATION},
+    ]
+
+
+def _ddl_elements(tables: SchemaTables) -> list[ExecutableDDLElement]:
+    """Every DDL statement, in an order that satisfies dependencies; deterministic."""
+    elements: list[ExecutableDDLElement] = []
+    schema = tables.metadata.schema
+    if schema is not None:
+        elements.append(CreateSchema(schema, if_not_exists=True))
+    for table in tables.base_tables:
+        elements.append(CreateTable(table))
+        elements.extend(CreateIndex(ix) for ix in sorted(table.indexes, key=lambda i: str(i.name)))
+    elements.append(tables.create_view)
+    return elements
+
+
+def _meta_insert(tables: SchemaTables) -> Insert:
+    return insert(tables.meta).values(meta_rows())
+
+
+def create_all(conn: Connection, schema: str | None) -> None:
+    """Create the schema (PostgreSQL), tables, indexes, view and meta rows on ``conn``.
+
+    Runs inside the caller's transaction, so a failure leaves nothing behind (DDL is
+    transactional on both SQLite and PostgreSQL).
+    """
+    if conn.dialect.name == "sqlite":
+        schema = None
+    tables = tables_for(schema)
+    for element in _ddl_elements(tables):
+        conn.execute(element)
+    conn.execute(_meta_insert(tables))
+
+
+def _dialect(name: DialectName) -> Dialect:
+    if name == "sqlite":
+        return sqlite.dialect()
+    if name == "postgresql":
+        return postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+    raise ValueError(f"unknown dialect {name!r}; expected 'sqlite' or 'postgresql'")
+
+
+def render_ddl(dialect_name: DialectName, schema: str = DEFAULT_SCHEMA) -> str:
+    """The full DDL (plus the meta rows) for ``dialect_name``, one ``;``-terminated statement each.
+
+    ``schema`` is ignored for SQLite. The output is deterministic, so the files in ``schema/``
+    can be compared byte for byte.
+    """
+    dialect = _dialect(dialect_name)
+    tables = tables_for(None if dialect_name == "sqlite" else schema)
+    statements = [str(el.compile(dialect=dialect)).strip() for el in _ddl_elements(tables)]
+    statements.append(
+        str(_meta_insert(tables).compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+    )
+    header = (
+        f"-- session_sql schema version {SCHEMA_VERSION} for {dialect_name}.\n"
+        "-- Generated from session_sql/store/schema.py (render_ddl); do not edit by hand.\n"
+    )
+    # SQLAlchemy leaves a space before line breaks; strip it so the files diff cleanly.
+    body = "\n\n".join(
+        "\n".join(line.rstrip() for line in s.splitlines()) + ";" for s in statements
+    )
+    return header + "\n" + body + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the DDL for the dialect named in ``argv`` (``sqlite`` or ``postgresql``)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] not in ("sqlite", "postgresql"):
+        print("usage: python -m session_sql.store.schema sqlite|postgresql", file=sys.stderr)
+        return 2
+    name: DialectName = "sqlite" if args[0] == "sqlite" else "postgresql"
+    sys.stdout.write(render_ddl(name))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,389 @@
+"""The schema gate (SPEC §8.2) on every backend."""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, inspect, select, update
+from sqlalchemy.schema import DropSchema
+
+from session_sql.errors import SchemaMismatchError, SchemaVersionError, StoreError
+from session_sql.store.engine import make_engine, read_tx, target_schema, write_tx
+from session_sql.store.gate import ensure_schema
+from session_sql.store.schema import SCHEMA_VERSION, render_ddl, tables_for
+
+WRITE_SQL = re.compile(r"^\s*(INSERT|UPDATE|DELETE|CREATE|DROP|ALTER)\b", re.IGNORECASE)
+
+
+@contextmanager
+def recorded_writes(engine: Engine) -> Iterator[list[str]]:
+    """Collect every data- or schema-changing statement the engine runs inside the block."""
+    writes: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if WRITE_SQL.match(statement):
+            writes.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield writes
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def _run_ddl(engine: Engine, schema: str, mutate: Callable[[str], str] = lambda s: s) -> None:
+    """Create the objects from the rendered DDL, edited by ``mutate`` to break them."""
+    ddl = mutate(render_ddl(engine.dialect.name, schema=schema))  # type: ignore[arg-type]
+    body = "\n".join(line for line in ddl.splitlines() if not line.startswith("--"))
+    with write_tx(engine) as conn:
+        for statement in (s.strip() for s in body.split(";\n")):
+            if statement:
+                conn.exec_driver_sql(statement)
+
+
+def _qualified(backend: Any, name: str) -> str:
+    return name if backend.table_schema is None else f"{backend.schema}.{name}"
+
+
+def _meta_rows(engine: Engine, backend: Any) -> dict[str, str]:
+    meta = tables_for(backend.table_schema).meta
+    with read_tx(engine) as conn:
+        return {k: v for k, v in conn.execute(select(meta.c.key, meta.c.value))}
+
+
+# --------------------------------------------------------------------------------------------
+# Initialising and re-opening
+
+
+def test_fresh_database_is_initialised(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    with read_tx(engine) as conn:
+        insp = inspect(conn)
+        tables = set(insp.get_table_names(backend.table_schema))
+        views = set(insp.get_view_names(backend.table_schema))
+    assert {"session_sql_meta", "sessions", "events", "surface"} <= tables
+    assert views == {"surface_messages"}
+    assert _meta_rows(engine, backend) == {
+        "schema_version": str(SCHEMA_VERSION),
+        "application": "session_sql",
+    }
+
+
+def test_reopening_is_a_no_op(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    with recorded_writes(engine) as writes:
+        ensure_schema(engine, backend.schema)
+        fresh = make_engine(backend.url)
+        try:
+            ensure_schema(fresh, backend.schema)  # a fresh engine too
+        finally:
+            fresh.dispose()
+    assert writes == []
+
+
+def test_unrelated_tables_are_left_alone(backend, engine: Engine):
+    with write_tx(engine) as conn:
+        if backend.table_schema is not None:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{backend.schema}"')  # test-generated name
+        conn.exec_driver_sql(f"CREATE TABLE {_qualified(backend, 'other_app')} (x INTEGER)")
+        conn.exec_driver_sql(f"INSERT INTO {_qualified(backend, 'other_app')} VALUES (7)")
+    ensure_schema(engine, backend.schema)
+    ensure_schema(engine, backend.schema)
+    with read_tx(engine) as conn:
+        assert conn.exec_driver_sql(
+            f"SELECT x FROM {_qualified(backend, 'other_app')}"
+        ).scalars().all() == [7]
+
+
+@pytest.mark.postgresql
+def test_each_postgres_schema_is_its_own_store(postgres_admin):
+    """Another schema's session_sql tables neither block nor satisfy this schema."""
+    first, second = f"t_{uuid.uuid4().hex}", f"t_{uuid.uuid4().hex}"
+    engine = make_engine(postgres_admin.url.render_as_string(hide_password=False))
+    try:
+        ensure_schema(engine, first)
+        meta = tables_for(first).meta
+        with write_tx(engine) as conn:
+            conn.execute(update(meta).where(meta.c.key == "schema_version").values(value="0"))
+        ensure_schema(engine, second)  # not refused because of the first schema
+        with read_tx(engine) as conn:
+            assert "events" in inspect(conn).get_table_names(second)
+        with pytest.raises(SchemaVersionError):
+            ensure_schema(engine, first)
+    finally:
+        engine.dispose()
+        with postgres_admin.begin() as conn:
+            for name in (first, second):
+                conn.execute(DropSchema(name, cascade=True, if_exists=True))
+
+
+# --------------------------------------------------------------------------------------------
+# Refusing other versions
+
+
+@pytest.mark.parametrize(("version", "relation"), [("0", "older"), ("2", "newer")])
+def test_other_schema_version_is_refused(backend, engine: Engine, version: str, relation: str):
+    ensure_schema(engine, backend.schema)
+    meta = tables_for(backend.table_schema).meta
+    with write_tx(engine) as conn:
+        conn.execute(update(meta).where(meta.c.key == "schema_version").values(value=version))
+    with recorded_writes(engine) as writes, pytest.raises(SchemaVersionError) as info:
+        ensure_schema(engine, backend.schema)
+    error = info.value
+    assert type(error) is SchemaVersionError
+    assert error.expected == SCHEMA_VERSION
+    assert error.actual == version
+    assert relation in str(error)
+    assert "export" in str(error) and "import" in str(error)
+    assert writes == []
+    assert _meta_rows(engine, backend)["schema_version"] == version
+
+
+def test_unreadable_schema_version_is_refused(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    meta = tables_for(backend.table_schema).meta
+    with write_tx(engine) as conn:
+        conn.execute(update(meta).where(meta.c.key == "schema_version").values(value="one"))
+    with pytest.raises(SchemaVersionError, match="not one this build understands"):
+        ensure_schema(engine, backend.schema)
+
+
+def test_tables_without_meta_table_are_refused(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(f"DROP TABLE {_qualified(backend, 'session_sql_meta')}")
+    with recorded_writes(engine) as writes, pytest.raises(SchemaVersionError) as info:
+        ensure_schema(engine, backend.schema)
+    assert type(info.value) is SchemaVersionError
+    assert info.value.actual is None
+    assert "no session_sql_meta table" in str(info.value)
+    assert writes == []
+    with read_tx(engine) as conn:
+        assert "session_sql_meta" not in inspect(conn).get_table_names(backend.table_schema)
+
+
+def test_only_one_of_our_tables_is_enough_to_refuse(backend, engine: Engine):
+    with write_tx(engine) as conn:
+        if backend.table_schema is not None:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{backend.schema}"')
+        conn.exec_driver_sql(f"CREATE TABLE {_qualified(backend, 'events')} (x INTEGER)")
+    with pytest.raises(SchemaVersionError):
+        ensure_schema(engine, backend.schema)
+
+
+def test_meta_without_version_row_is_refused(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    meta = tables_for(backend.table_schema).meta
+    with write_tx(engine) as conn:
+        conn.execute(meta.delete().where(meta.c.key == "schema_version"))
+    with pytest.raises(SchemaVersionError, match="no schema_version row") as info:
+        ensure_schema(engine, backend.schema)
+    assert info.value.actual is None
+
+
+def test_other_application_is_refused(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    meta = tables_for(backend.table_schema).meta
+    with write_tx(engine) as conn:
+        conn.execute(update(meta).where(meta.c.key == "application").values(value="other"))
+    with pytest.raises(SchemaVersionError, match="application"):
+        ensure_schema(engine, backend.schema)
+
+
+# --------------------------------------------------------------------------------------------
+# Refusing a different structure
+
+
+def _mismatch(engine: Engine, backend: Any) -> SchemaMismatchError:
+    with recorded_writes(engine) as writes, pytest.raises(SchemaMismatchError) as info:
+        ensure_schema(engine, backend.schema)
+    assert writes == []
+    error = info.value
+    assert error.expected == SCHEMA_VERSION
+    for difference in error.differences:
+        assert difference in str(error)
+    return error
+
+
+def test_dropped_index_is_a_mismatch(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(f"DROP INDEX {_qualified(backend, 'ix_events_type')}")
+    error = _mismatch(engine, backend)
+    assert error.differences == ("events: missing index ix_events_type (type)",)
+
+
+def test_extra_column_is_a_mismatch(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(f"ALTER TABLE {_qualified(backend, 'sessions')} ADD COLUMN note TEXT")
+    error = _mismatch(engine, backend)
+    assert error.differences == ("sessions: unexpected column note",)
+
+
+def test_changed_nullability_is_a_mismatch(backend, engine: Engine):
+    _run_ddl(
+        engine,
+        backend.schema,
+        lambda ddl: ddl.replace("type TEXT NOT NULL", "type TEXT").replace(
+            "parent_session TEXT,", "parent_session TEXT NOT NULL,"
+        ),
+    )
+    error = _mismatch(engine, backend)
+    assert set(error.differences) == {
+        "events.type: is NULL, expected NOT NULL",
+        "sessions.parent_session: is NOT NULL, expected NULL",
+    }
+
+
+def test_changed_type_is_a_mismatch(backend, engine: Engine):
+    # On SQLite only the affinity counts: BIGINT -> INTEGER is no difference, TEXT -> BLOB is.
+    _run_ddl(
+        engine,
+        backend.schema,
+        lambda ddl: (
+            ddl.replace("data TEXT NOT NULL", "data BLOB NOT NULL")
+            .replace("data JSONB NOT NULL", "data JSON NOT NULL")
+            .replace("\tpos BIGINT NOT NULL", "\tpos INTEGER NOT NULL")
+        ),
+    )
+    error = _mismatch(engine, backend)
+    if backend.name == "sqlite":
+        assert error.differences == ("events.data: type is BLOB, expected TEXT",)
+    else:
+        assert set(error.differences) == {
+            "events.data: type is JSON, expected JSONB",
+            "surface.pos: type is INTEGER, expected BIGINT",
+        }
+
+
+def test_missing_constraints_and_view_are_mismatches(backend, engine: Engine):
+    _run_ddl(
+        engine,
+        backend.schema,
+        lambda ddl: (
+            re.sub(r"CREATE VIEW .*?;\n", "", ddl, flags=re.DOTALL)
+            .replace(
+                ", \n\tCONSTRAINT uq_surface_session_id_event_seq UNIQUE (session_id, event_seq)",
+                "",
+            )
+            .replace(
+                ",\n\tCONSTRAINT uq_surface_session_id_event_seq UNIQUE (session_id, event_seq)", ""
+            )
+            .replace(
+                " ON DELETE CASCADE\n);\n\nCREATE INDEX ix_events_type",
+                "\n);\n\nCREATE INDEX ix_events_type",
+            )
+        ),
+    )
+    error = _mismatch(engine, backend)
+    assert set(error.differences) == {
+        "surface: missing unique constraint uq_surface_session_id_event_seq "
+        "(session_id, event_seq)",
+        "events: foreign key fk_events_session_id_sessions is "
+        "fk_events_session_id_sessions (session_id) -> sessions (id), expected "
+        "fk_events_session_id_sessions (session_id) -> sessions (id) ON DELETE CASCADE",
+        "missing view surface_messages",
+    }
+
+
+def test_every_difference_is_listed(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(f"DROP INDEX {_qualified(backend, 'ix_sessions_parent_session')}")
+        conn.exec_driver_sql(f"CREATE INDEX ix_mine ON {_qualified(backend, 'events')} (time)")
+        conn.exec_driver_sql(f"ALTER TABLE {_qualified(backend, 'surface')} ADD COLUMN z TEXT")
+    error = _mismatch(engine, backend)
+    assert set(error.differences) == {
+        "sessions: missing index ix_sessions_parent_session (parent_session)",
+        "events: unexpected index ix_mine (time)",
+        "surface: unexpected column z",
+    }
+    assert "3 difference(s)" in str(error)
+
+
+def test_missing_table_is_a_mismatch(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(f"DROP VIEW {_qualified(backend, 'surface_messages')}")
+        conn.exec_driver_sql(f"DROP TABLE {_qualified(backend, 'surface')}")
+    error = _mismatch(engine, backend)
+    assert set(error.differences) == {"missing table surface", "missing view surface_messages"}
+
+
+# --------------------------------------------------------------------------------------------
+# Files that are not databases
+
+
+def test_text_file_is_not_a_database(tmp_path: Path):
+    path = tmp_path / "notes.db"
+    path.write_text("these are my notes, not a database\n" * 100, encoding="utf-8")
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        with pytest.raises(StoreError, match="not a session_sql database") as info:
+            ensure_schema(engine, None)
+    finally:
+        engine.dispose()
+    assert str(path) in str(info.value)
+    assert info.value.__cause__ is not None
+    assert path.read_text(encoding="utf-8").startswith("these are my notes")
+
+
+def test_missing_directory_is_store_error(tmp_path: Path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
+    try:
+        with pytest.raises(StoreError, match="cannot open"):
+            ensure_schema(engine, None)
+    finally:
+        engine.dispose()
+
+
+# --------------------------------------------------------------------------------------------
+# Concurrent first opens
+
+
+def _open_in_child(url: str, schema: str, barrier: Any, results: Any) -> None:
+    engine = make_engine(url, busy_timeout_ms=30_000)
+    try:
+        barrier.wait(timeout=60)
+        ensure_schema(engine, schema)
+        results.put("ok")
+    except BaseException as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.slow
+def test_concurrent_first_opens_do_not_race(backend, engine: Engine):
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_open_in_child, args=(backend.url, backend.schema, barrier, results))
+        for _ in range(4)
+    ]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert outcomes == ["ok"] * 4
+    assert all(p.exitcode == 0 for p in procs)
+    ensure_schema(engine, backend.schema)
+    assert _meta_rows(engine, backend) == {
+        "schema_version": str(SCHEMA_VERSION),
+        "application": "session_sql",
+    }
+    # Exactly one set of meta rows: the primary key would have refused a second insert anyway,
+    # but no process may have failed on it either (all reported ok above).
+    t = tables_for(target_schema(engine, backend.schema))
+    with read_tx(engine) as conn:
+        assert len(conn.execute(select(t.meta.c.key)).all()) == 2

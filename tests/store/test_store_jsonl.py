@@ -1,0 +1,169 @@
+"""JSONL interchange through the store: export → import is lossless (SPEC §1.4, §8.5)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from store_builders import (
+    answer,
+    dump_tables,
+    refused,
+    say,
+    session_row,
+    summarize,
+    surface_table,
+    tool_turn,
+    tool_turn_log,
+    wires,
+)
+
+from session_sql import (
+    CorruptSessionError,
+    Replace,
+    SessionExistsError,
+    SessionFormatUnsupportedError,
+    SessionStore,
+)
+from session_sql.errors import TornTailWarning
+
+
+def rich_session(store: SessionStore, session_id: str = "s1") -> None:
+    """A session with replaces, a pruned tool result, an unknown ignorable event and floats."""
+    handle = store.create_session(session_id)
+    seqs = tool_turn(handle)
+    result = seqs["tool/result"]
+    answer(handle, "c1", "[pruned]", surface_op=Replace(result, result), sources=[result])
+    a = say(handle, "a")
+    b = say(handle, "b")
+    summarize(handle, a, b, sources=[a, b])
+    handle.append("x/from-a-plugin", {"f": 1e16, "one": 1.0}, ignorable=True)
+    handle.append("todo/write", {"items": [{"text": "naïve ☃ 🎉", "big": 2**53 - 1}]})
+
+
+def same_session(a: SessionStore, b: SessionStore, session_id: str) -> None:
+    assert wires(a.events(session_id)) == wires(b.events(session_id))
+    assert a.surface(session_id) == b.surface(session_id)
+    assert a.messages(session_id) == b.messages(session_id)
+    assert a.load_session(session_id).header == b.load_session(session_id).header
+    assert surface_table(a, session_id) == surface_table(b, session_id)
+    row_a, row_b = session_row(a, session_id), session_row(b, session_id)
+    for column in ("head_seq", "surface_next_pos", "replace_generation", "inherited_event_count"):
+        assert getattr(row_a, column) == getattr(row_b, column), column
+    assert b.verify(session_id).ok
+
+
+def test_export_then_import_is_lossless(store, other_store, tmp_path):
+    rich_session(store)
+    path = tmp_path / "s1.jsonl"
+    count = store.export_jsonl("s1", path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert count == len(lines) - 1 == store.open_session("s1").seq
+    assert json.loads(lines[0])["id"] == "s1"
+    assert other_store.import_jsonl(path) == "s1"
+    same_session(store, other_store, "s1")
+    again = tmp_path / "again.jsonl"
+    other_store.export_jsonl("s1", again)
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_a_fork_round_trips_with_its_inherited_prefix(store, other_store, tmp_path):
+    store.create_session("p", seed=tool_turn_log())
+    store.fork_session("p", boundary=6, child_id="c")  # inside the open step: closers
+    store.export_jsonl("c", tmp_path / "c.jsonl")
+    other_store.import_jsonl(tmp_path / "c.jsonl")
+    same_session(store, other_store, "c")
+    assert session_row(other_store, "c").parent_session == "p"
+    assert other_store.load_session("c").inherited_event_count == 7
+
+
+def test_import_adds_no_marker(store, tmp_path):
+    path = tmp_path / "s.jsonl"
+    header = {"version": 0, "id": "s", "createdAt": 5, "isSeeded": False}
+    events = tool_turn_log()
+    path.write_text("".join(json.dumps(x) + "\n" for x in [header, *events]), encoding="utf-8")
+    store.import_jsonl(path)
+    assert wires(store.events("s")) == events
+    assert store.verify("s").ok
+    assert store.open_session("s", resume=True).events[-1].type == "session/end-seed"
+
+
+def test_export_to_a_text_stream(store):
+    rich_session(store)
+    out = io.StringIO()
+    assert store.export_jsonl("s1", out) == store.open_session("s1").seq
+    header, *events = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert header["id"] == "s1"
+    assert events == json.loads(json.dumps(wires(store.events("s1"))))
+
+
+def _exported(store: SessionStore, tmp_path: Path) -> list[str]:
+    store.create_session("s1", seed=tool_turn_log())
+    path = tmp_path / "s1.jsonl"
+    store.export_jsonl("s1", path)
+    store.delete_session("s1")
+    return path.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("kind", ["half-a-line", "missing-brace", "garbage-line"])
+def test_a_torn_tail_is_dropped_with_a_warning(store, tmp_path, kind):
+    lines = _exported(store, tmp_path)
+    last = lines[-1]
+    lines[-1] = {
+        "half-a-line": last[: len(last) // 2],
+        "missing-brace": last[:-2],
+        "garbage-line": "{not json\n",
+    }[kind]
+    path = tmp_path / "torn.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.warns(TornTailWarning, match=f"line {len(lines)}"):
+        assert store.import_jsonl(path) == "s1"
+    assert wires(store.events("s1")) == [json.loads(line) for line in lines[1:-1]]
+    assert store.verify("s1").ok
+
+
+def test_a_bad_middle_line_is_corruption_naming_the_line(store, tmp_path):
+    lines = _exported(store, tmp_path)
+    lines[5] = lines[5][:20] + "\n"
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    with refused(store, CorruptSessionError, match="line 6") as info:
+        store.import_jsonl(path)
+    assert info.value.line == 6
+
+
+def test_an_invalid_event_line_is_corruption_naming_the_line(store, tmp_path):
+    lines = _exported(store, tmp_path)
+    event = json.loads(lines[3])
+    event["seq"] = 99
+    lines[3] = json.dumps(event) + "\n"
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    with refused(store, CorruptSessionError, match="line 4") as info:
+        store.import_jsonl(path)
+    assert info.value.line == 4
+
+
+def test_import_refusals(store, tmp_path):
+    lines = _exported(store, tmp_path)
+    path = tmp_path / "s1.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    store.import_jsonl(path)
+    with refused(store, SessionExistsError):
+        store.import_jsonl(path)
+    unknown = json.loads(lines[-1])
+    unknown.update(type="x/unknown", seq=len(lines) - 1, data={})
+    header = json.loads(lines[0])
+    header["id"] = "s2"
+    lines[0] = json.dumps(header) + "\n"
+    path.write_text("".join([*lines, json.dumps(unknown) + "\n"]), encoding="utf-8")
+    before = dump_tables(store)
+    with pytest.raises(SessionFormatUnsupportedError, match="x/unknown"):
+        store.import_jsonl(path)
+    assert dump_tables(store) == before
+    header["version"] = 1
+    path.write_text(json.dumps(header) + "\n", encoding="utf-8")
+    with refused(store, SessionFormatUnsupportedError, match="newer"):
+        store.import_jsonl(path)

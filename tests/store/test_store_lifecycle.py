@@ -1,0 +1,289 @@
+"""Opening, resuming, forking, repairing and deleting stored sessions (SPEC §7.4, §7.5, §8.4)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from sqlalchemy import text
+from store_builders import (
+    begin_step,
+    begin_turn,
+    call_tool,
+    capture,
+    chunk,
+    dump_tables,
+    end_turn,
+    event_rows,
+    reply,
+    say,
+    session_row,
+    surface_table,
+    tool_turn,
+    tool_turn_log,
+    view,
+    wires,
+)
+
+from session_sql import (
+    ConcurrencyError,
+    Session,
+    SessionStore,
+    fold_surface,
+    interrupted_turn_closers,
+    open_store,
+)
+
+
+def assert_verified(store: SessionStore, *session_ids: str) -> None:
+    for sid in session_ids:
+        report = store.verify(sid)
+        assert report.ok, (sid, report.problems)
+
+
+# -- open_session -----------------------------------------------------------------------------
+
+
+def test_open_session_writes_nothing_and_matches_the_writer(store):
+    writer = store.create_session("s1", seed=tool_turn_log())
+    tool_turn(writer, 2, close=False)
+    before = dump_tables(store)
+    handle = store.open_session("s1")
+    assert dump_tables(store) == before
+    assert view(handle) == view(writer)
+    assert handle.first_live_seq == writer.seq  # the stored length at open time
+    assert handle.header == writer.header
+    assert handle.inherited_event_count == 0
+
+
+def test_open_session_without_resume_never_adds_a_marker(store):
+    writer = store.create_session("s1")
+    say(writer)
+    before = dump_tables(store)
+    for _ in range(2):
+        assert store.open_session("s1").seq == 1
+    assert dump_tables(store) == before
+
+
+@pytest.mark.parametrize("ending", ["empty", "marker"])
+def test_resume_adds_no_marker_to_an_empty_or_marked_log(store, ending):
+    if ending == "empty":
+        store.create_session("s1")
+    else:
+        store.create_session("s1", seed=tool_turn_log())  # ends with its marker
+    before = dump_tables(store)
+    handle = store.open_session("s1", resume=True)
+    assert dump_tables(store) == before
+    assert handle.first_live_seq == handle.seq
+
+
+def test_resume_appends_the_marker_durably_once(store):
+    writer = store.create_session("s1")
+    tool_turn(writer)
+    length = writer.seq
+    handle = store.open_session("s1", resume=True)
+    assert handle.seq == length + 1
+    marker = handle.events[-1]
+    assert (marker.type, marker.seq, marker.data) == ("session/end-seed", length, {})
+    assert wires(store.events("s1", from_seq=length)) == [marker.to_json()]
+    # SPEC §8.4: the handle's first_live_seq is the stored length at open time; the marker,
+    # like the one Session(seed=...) appends (§7.1), is the first live event.
+    assert handle.first_live_seq == length
+    before = dump_tables(store)
+    again = store.open_session("s1", resume=True)  # reopening an untouched session
+    assert dump_tables(store) == before
+    assert view(again) == view(handle)
+    assert_verified(store, "s1")
+
+
+def test_resume_of_a_stale_writer_is_a_concurrency_problem_for_the_writer(store):
+    writer = store.create_session("s1")
+    say(writer)
+    store.open_session("s1", resume=True)
+    with pytest.raises(ConcurrencyError):
+        say(writer)
+    writer.refresh()
+    say(writer)
+    assert_verified(store, "s1")
+
+
+# -- load_session -----------------------------------------------------------------------------
+
+
+def test_load_session_replays_with_an_in_memory_marker(store):
+    writer = store.create_session("s1")
+    tool_turn(writer)
+    a = say(writer, "extra")
+    before = dump_tables(store)
+    loaded = store.load_session("s1")
+    assert dump_tables(store) == before
+    assert type(loaded) is Session
+    fresh = Session(seed=wires(writer.events), header=writer.header)
+    assert wires(loaded.events[:-1]) == wires(fresh.events[:-1]) == wires(writer.events)
+    assert loaded.events[-1].type == fresh.events[-1].type == "session/end-seed"
+    assert loaded.seq == writer.seq + 1
+    assert loaded.first_live_seq == writer.seq
+    assert loaded.surface.nodes == writer.surface.nodes
+    assert loaded.messages() == writer.messages() == store.messages("s1")
+    loaded.append("user/message", writer.events[a].data, surface_op="append")  # detached
+    assert dump_tables(store) == before
+
+
+# -- fork_session -----------------------------------------------------------------------------
+
+
+def test_fork_of_a_closed_log_is_the_parent_plus_the_marker(store):
+    parent = store.create_session("p")
+    tool_turn(parent)
+    before = dump_tables(store)
+    child = store.fork_session("p", child_id="c")
+    after = dump_tables(store)
+    for table, rows in before.items():  # only the child's rows were added
+        assert [r for r in after[table] if r[0] != "c"] == rows
+    stored = wires(store.events("c"))
+    assert stored[:-1] == wires(parent.events)
+    assert stored[-1]["type"] == "session/end-seed"
+    assert stored[-1]["data"] == {"inherited": True}
+    assert child.seq == parent.seq + 1 == child.first_live_seq
+    assert child.inherited_event_count == parent.seq
+    assert child.header["parentSession"] == "p"
+    assert child.header["isSeeded"] is True
+    row = session_row(store, "c")
+    assert (row.parent_session, row.inherited_event_count) == ("p", parent.seq)
+    assert surface_table(store, "c") == surface_table(store, "p")
+    assert store.messages("c") == store.messages("p")
+    assert_verified(store, "p", "c")
+
+
+def test_fork_inside_an_open_turn_closes_it(store):
+    parent = store.create_session("p")
+    begin_turn(parent)
+    say(parent)
+    begin_step(parent)
+    chunk(parent)
+    reply(parent, "two calls", tool_calls=["c1", "c2"])
+    boundary = call = call_tool(parent, "c1")
+    later = say(parent, "after the boundary")
+    child = store.fork_session("p", boundary=boundary, child_id="c")
+    stored = list(store.events("c"))
+    assert wires(stored[: boundary + 1]) == wires(parent.events[: boundary + 1])
+    marker = stored[boundary + 1]
+    assert (marker.type, marker.data) == ("session/end-seed", {"inherited": True})
+    closers = stored[boundary + 2 :]
+    assert [e.type for e in closers] == ["tool/result", "tool/result", "step/end", "turn/end"]
+    assert [e.data["error"]["code"] for e in closers[:2]] == [
+        "TOOL_OUTCOME_UNKNOWN",
+        "TOOL_NOT_STARTED",
+    ]
+    assert closers[0].source_event_seqs == (call,)
+    assert closers[-1].data["reason"] == {"kind": "forked"}
+    assert child.seq == len(stored) == child.first_live_seq
+    assert child.inherited_event_count == boundary + 1
+    assert later not in store.surface("c")
+    assert store.surface("c") == fold_surface(stored).nodes
+    assert interrupted_turn_closers(stored) == []
+    assert_verified(store, "p", "c")
+
+
+def test_a_fork_is_an_ordinary_writable_session(store):
+    parent = store.create_session("p", seed=tool_turn_log())
+    child = store.fork_session("p", boundary=5)
+    tool_turn(child, 2)
+    assert store.open_session(child.id).seq == child.seq
+    assert [info.id for info in store.list_sessions(parent="p")] == [child.id]
+    assert parent.seq == store.open_session("p").seq
+    assert_verified(store, "p", child.id)
+
+
+# -- repair -----------------------------------------------------------------------------------
+
+
+def test_repair_closes_an_interrupted_turn(store):
+    writer = store.create_session("s1")
+    tool_turn(writer)
+    begin_turn(writer, 2)
+    say(writer)
+    begin_step(writer, 2)
+    reply(writer, "calling", turn=2, tool_calls=["x1"])
+    call = call_tool(writer, "x1", turn=2)
+    length = writer.seq
+    closers = store.repair("s1")
+    assert [e.type for e in closers] == ["tool/result", "step/end", "turn/end"]
+    assert [e.seq for e in closers] == list(range(length, length + 3))
+    assert closers[0].data["error"]["code"] == "TOOL_OUTCOME_UNKNOWN"
+    assert closers[0].source_event_seqs == (call,)
+    assert closers[-1].data["reason"] == {"kind": "interrupted"}
+    assert {e.time for e in closers} == {writer.events[-1].time}
+    assert wires(store.events("s1", from_seq=length)) == wires(closers)
+    assert interrupted_turn_closers(list(store.events("s1"))) == []
+    assert_verified(store, "s1")
+    before = dump_tables(store)
+    assert store.repair("s1") == []  # nothing left to close
+    assert dump_tables(store) == before
+
+
+def test_repair_of_a_balanced_log_writes_nothing(store):
+    writer = store.create_session("s1", seed=tool_turn_log())
+    begin_turn(writer, 2)
+    end_turn(writer, 2)
+    before = dump_tables(store)
+    assert store.repair("s1") == []
+    assert store.repair("s1") == []
+    assert dump_tables(store) == before
+    empty = store.create_session("empty")
+    assert store.repair("empty") == []
+    assert capture(store.open_session("empty")).seq == empty.seq == 0
+
+
+# -- delete_session ---------------------------------------------------------------------------
+
+
+def test_delete_cascades_to_events_and_surface_only_of_that_session(store):
+    keep = store.create_session("keep", seed=tool_turn_log())
+    store.create_session("gone", seed=tool_turn_log(2))
+    child = store.fork_session("gone", child_id="child")
+    kept_rows = {
+        table: [r for r in rows if r[0] != "gone"] for table, rows in dump_tables(store).items()
+    }
+    store.delete_session("gone")
+    assert dump_tables(store) == kept_rows
+    assert event_rows(store, "gone") == [] and surface_table(store, "gone") == []
+    assert {info.id for info in store.list_sessions()} == {keep.id, child.id}
+    assert_verified(store, "keep", "child")  # a child outlives its parent
+    again = store.create_session("gone")  # the id is free again
+    say(again)
+    assert [e.seq for e in store.events("gone")] == [0]
+
+
+# -- open_store and close ---------------------------------------------------------------------
+
+
+def test_close_releases_every_connection(backend, request):
+    app = f"close-{uuid.uuid4().hex[:12]}"
+    options = {"connect_args": {"application_name": app}} if backend.name == "postgresql" else {}
+
+    def server_connections() -> int:
+        admin = request.getfixturevalue("postgres_admin")
+        query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :app")
+        with admin.connect() as conn:
+            return int(conn.execute(query, {"app": app}).scalar_one())
+
+    with open_store(backend.url, schema=backend.schema, **options) as store:
+        say(store.create_session("s1"))
+        assert [e.seq for e in store.events("s1")] == [0]
+        assert store.engine.pool.checkedin() >= 1
+        if backend.name == "postgresql":
+            assert server_connections() >= 1
+    assert store.engine.pool.checkedin() == store.engine.pool.checkedout() == 0
+    if backend.name == "postgresql":
+        deadline = time.monotonic() + 5
+        while server_connections() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server_connections() == 0
+
+
+def test_open_store_refuses_a_schema_name_that_is_not_an_identifier(backend):
+    for schema in ("", "two words", 'x"; DROP TABLE sessions; --', "a" * 64, "1abc"):
+        with pytest.raises(ValueError, match="plain identifier"):
+            open_store(backend.url, schema=schema)

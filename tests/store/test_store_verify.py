@@ -1,0 +1,224 @@
+"""verify() and the writer's refusal to build on a session whose tables disagree with its log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, insert, update
+from store_builders import (
+    dump_tables,
+    execute,
+    refused,
+    say,
+    summarize,
+    tables,
+    tool_turn,
+    tool_turn_log,
+)
+
+from session_sql import (
+    ConcurrencyError,
+    CorruptSessionError,
+    SessionFormatUnsupportedError,
+    SessionStore,
+    StoredSession,
+    VerifyReport,
+)
+
+
+def healthy(store: SessionStore, sid: str = "s1") -> StoredSession:
+    """A closed tool turn (seqs 0–12; surface 2, 5, 7, 10), a summary of 2..5 (13), a todo (14).
+
+    The log ends off the surface, so a lowered ``head_seq`` leaves a consistent-looking prefix.
+    """
+    handle = store.create_session(sid)
+    tool_turn(handle)
+    summarize(handle, 2, 5, sources=[2, 5])
+    handle.append("todo/write", {"items": []})
+    assert handle.surface.nodes == (13, 7, 10)
+    return handle
+
+
+@pytest.fixture
+def s1(store):
+    return healthy(store)
+
+
+def test_verify_ok_on_healthy_sessions(store, s1):
+    store.create_session("empty")
+    store.create_session("seeded", seed=tool_turn_log(2))
+    store.fork_session("s1", boundary=6, child_id="fork")
+    for sid in ("s1", "empty", "seeded", "fork"):
+        report = store.verify(sid)
+        assert isinstance(report, VerifyReport)
+        assert report.ok and bool(report), report.problems
+        assert report.problems == ()
+        assert report.session_id == sid
+    assert store.verify("s1").events == s1.seq
+
+
+# Hand edits of one session's rows: ``edit(store, session_id)``.
+Edit = Callable[[SessionStore, str], None]
+
+
+def _surface(store: SessionStore, sid: str, where: Any, **values: Any) -> None:
+    sf = tables(store).surface
+    execute(store, update(sf).where(sf.c.session_id == sid, where(sf)).values(**values))
+
+
+def _move_surface_row(store: SessionStore, sid: str) -> None:
+    _surface(store, sid, lambda sf: sf.c.pos == 3, pos=9)
+
+
+def _retarget_surface_row(store: SessionStore, sid: str) -> None:
+    _surface(store, sid, lambda sf: sf.c.event_seq == 7, event_seq=8)  # 8 is a step/end
+
+
+def _drop_surface_row(store: SessionStore, sid: str) -> None:
+    sf = tables(store).surface
+    execute(store, delete(sf).where(sf.c.session_id == sid, sf.c.event_seq == 10))
+
+
+def _add_surface_row(store: SessionStore, sid: str) -> None:
+    sf = tables(store).surface
+    execute(store, insert(sf).values(session_id=sid, pos=50, event_seq=1))
+
+
+def _session_column(column: str, delta: int) -> Edit:
+    def edit(store: SessionStore, sid: str) -> None:
+        s = tables(store).sessions
+        value = getattr(s.c, column) + delta
+        execute(store, update(s).where(s.c.id == sid).values({column: value}))
+
+    return edit
+
+
+def _delete_event(seq: int) -> Edit:
+    def edit(store: SessionStore, sid: str) -> None:
+        e = tables(store).events
+        execute(store, delete(e).where(e.c.session_id == sid, e.c.seq == seq))
+
+    return edit
+
+
+def _parent_column(store: SessionStore, sid: str) -> None:
+    s = tables(store).sessions
+    execute(store, update(s).where(s.c.id == sid).values(parent_session="someone"))
+
+
+# (name, edit, what the report names)
+EDITS: list[tuple[str, Edit, str]] = [
+    ("surface-row-moved", _move_surface_row, "surface table"),
+    ("surface-row-retargeted", _retarget_surface_row, "surface table"),
+    ("surface-row-deleted", _drop_surface_row, "surface table"),
+    ("surface-row-added", _add_surface_row, "surface table"),
+    ("head-seq-raised", _session_column("head_seq", 1), "head_seq"),
+    ("head-seq-lowered", _session_column("head_seq", -1), "head_seq"),
+    ("next-pos-raised", _session_column("surface_next_pos", 1), "surface_next_pos"),
+    ("next-pos-lowered", _session_column("surface_next_pos", -1), "surface_next_pos"),
+    ("generation-raised", _session_column("replace_generation", 1), "replace_generation"),
+    ("middle-event-deleted", _delete_event(3), "log"),
+    ("surface-event-deleted", _delete_event(7), "log"),
+    ("last-event-deleted", _delete_event(14), "head_seq"),
+    ("parent-column", _parent_column, "parent_session"),
+]
+
+
+def _each_edit(store: SessionStore, check: Callable[[str, str], None], skip: str = "") -> None:
+    """Edit a fresh session per case and run ``check(session_id, named)``; report all failures."""
+    failures = []
+    for name, edit, named in EDITS:
+        if name == skip:
+            continue
+        sid = f"s-{name}"
+        healthy(store, sid)
+        edit(store, sid)
+        try:
+            check(sid, named)
+        except (Exception, pytest.fail.Exception) as exc:
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+    assert not failures, "\n".join(failures)
+
+
+def test_verify_reports_each_hand_edit(store):
+    healthy(store, "bystander")
+
+    def check(sid: str, named: str) -> None:
+        report = store.verify(sid)
+        assert not report.ok and not bool(report)
+        assert any(named in problem for problem in report.problems), report.problems
+
+    _each_edit(store, check)
+    assert store.verify("bystander").ok
+
+
+def test_the_writer_refuses_to_build_on_an_inconsistent_session(store):
+    def check(sid: str, named: str) -> None:
+        for resume in (False, True):
+            with refused(store, CorruptSessionError) as info:
+                store.open_session(sid, resume=resume)
+            assert info.value.session_id == sid
+        with refused(store, CorruptSessionError):
+            store.repair(sid)
+
+    # A wrong parent_session column contradicts the header, not the log.
+    _each_edit(store, check, skip="parent-column")
+
+
+@pytest.mark.parametrize("column", ["head_seq", "surface_next_pos", "replace_generation"])
+def test_an_open_handle_refuses_to_append_on_an_edited_row(store, s1, column):
+    _session_column(column, 1)(store, "s1")
+    with refused(store, (CorruptSessionError, ConcurrencyError), s1):
+        say(s1)
+    with refused(store, CorruptSessionError, s1):  # and refresh says why, never loops
+        s1.refresh()
+
+
+def _insert_event(store: SessionStore, seq: int, type_: str, **extra: Any) -> None:
+    t = tables(store)
+    execute(
+        store,
+        insert(t.events).values(session_id="s1", seq=seq, type=type_, time=1, data={}, **extra),
+        update(t.sessions).where(t.sessions.c.id == "s1").values(head_seq=seq),
+    )
+
+
+def test_an_unknown_required_type_in_the_stored_log(store, s1):
+    _insert_event(store, s1.seq, "x/from-the-future")
+    for read in (store.load_session, store.open_session, store.repair, store.fork_session):
+        with refused(store, SessionFormatUnsupportedError, match="x/from-the-future"):
+            read("s1")
+    with refused(store, SessionFormatUnsupportedError):
+        s1.refresh()
+    report = store.verify("s1")
+    assert not report.ok
+    assert any("x/from-the-future" in p for p in report.problems)
+    assert [e.type for e in store.events("s1", from_seq=s1.seq)] == ["x/from-the-future"]
+
+
+def test_an_unknown_ignorable_type_in_the_stored_log_is_kept(store, s1):
+    _insert_event(store, s1.seq, "x/from-the-future", ignorable=True)
+    assert store.verify("s1").ok
+    loaded = store.load_session("s1")
+    assert loaded.events[s1.seq].type == "x/from-the-future"
+    assert loaded.surface.nodes == s1.surface.nodes
+    assert len(s1.refresh()) == 1
+    say(s1)
+    assert store.verify("s1").ok
+
+
+def test_a_stored_header_of_another_format_version(store, s1):
+    s = tables(store).sessions
+    header = {**s1.header, "version": 1}
+    execute(store, update(s).where(s.c.id == "s1").values(header=header))
+    for read in (store.load_session, store.open_session):
+        with refused(store, SessionFormatUnsupportedError, match="newer"):
+            read("s1")
+
+
+def test_verify_writes_nothing(store, s1):
+    before = dump_tables(store)
+    assert store.verify("s1").ok
+    assert dump_tables(store) == before  # verify writes nothing
