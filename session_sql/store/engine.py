@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -34,7 +33,11 @@ from session_sql.errors import (
     SessionSQLError,
     StoreError,
 )
+from session_sql.jsonvalue import dumps_compact
 from session_sql.store.schema import NAMING_CONVENTION
+
+dumps_json = dumps_compact
+"""The serialiser every engine binds JSON with (floats stay floats on JSONB)."""
 
 __all__ = [
     "database_label",
@@ -67,122 +70,6 @@ _PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
 
 # --------------------------------------------------------------------------------------------
 # JSON
-
-
-def dumps_json(value: Any) -> str:
-    """Serialise ``value`` compactly, keeping every float a float on every backend.
-
-    JSONB stores numbers as ``numeric`` and prints ``1e+16`` back as the integer
-    ``10000000000000000``; written as ``10000000000000000.0`` it stays a float. Only floats
-    of magnitude ≥ 1e16 are printed with an exponent by ``repr``, and all of them are
-    integral, so the slow path writes those as ``<int>.0``.
-    """
-    try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except RecursionError:
-        return _dumps_iterative(value)
-    if "e+" in text:  # may be inside a string too; then the slow path yields the same text
-        return _dumps_iterative(value)
-    return text
-
-
-def _float_text(x: float) -> str:
-    if not math.isfinite(x):
-        raise ValueError(f"Out of range float values are not JSON compliant: {x!r}")
-    text = float.__repr__(x)
-    if "e+" in text:
-        return repr(int(x)) + ".0"
-    return text
-
-
-def _key_text(key: Any) -> str:
-    # Same key coercions as json.dumps, so both paths agree.
-    if isinstance(key, str):
-        return key
-    if key is True:
-        return "true"
-    if key is False:
-        return "false"
-    if key is None:
-        return "null"
-    if isinstance(key, int):
-        return int.__repr__(key)
-    if isinstance(key, float):
-        return _float_text(key)
-    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
-
-
-def _dump_str(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
-
-
-class _Frame:
-    __slots__ = ("close", "first", "ident", "is_dict", "items")
-
-    def __init__(self, items: Iterator[Any], close: str, ident: int, is_dict: bool) -> None:
-        self.items = items
-        self.close = close
-        self.ident = ident
-        self.is_dict = is_dict
-        self.first = True
-
-
-_END: Final = object()
-
-
-def _dumps_iterative(value: Any) -> str:
-    """``json.dumps`` with an explicit stack (no depth limit) and float-preserving numbers."""
-    parts: list[str] = []
-    on_path: set[int] = set()
-    stack: list[_Frame] = []
-    item = value
-    pending = True
-    while True:
-        if pending:
-            pending = False
-            if isinstance(item, str):
-                parts.append(_dump_str(item))
-            elif item is None:
-                parts.append("null")
-            elif item is True:
-                parts.append("true")
-            elif item is False:
-                parts.append("false")
-            elif isinstance(item, int):
-                parts.append(int.__repr__(item))
-            elif isinstance(item, float):
-                parts.append(_float_text(item))
-            elif isinstance(item, list | tuple | dict):
-                if id(item) in on_path:
-                    raise ValueError("Circular reference detected")
-                on_path.add(id(item))
-                if isinstance(item, dict):
-                    parts.append("{")
-                    stack.append(_Frame(iter(item.items()), "}", id(item), is_dict=True))
-                else:
-                    parts.append("[")
-                    stack.append(_Frame(iter(item), "]", id(item), is_dict=False))
-            else:
-                raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
-        if not stack:
-            return "".join(parts)
-        frame = stack[-1]
-        nxt: Any = next(frame.items, _END)
-        if nxt is _END:
-            parts.append(frame.close)
-            on_path.discard(frame.ident)
-            stack.pop()
-            continue
-        if not frame.first:
-            parts.append(",")
-        frame.first = False
-        if frame.is_dict:
-            key, item = nxt
-            parts.append(_dump_str(_key_text(key)))
-            parts.append(":")
-        else:
-            item = nxt
-        pending = True
 
 
 # --------------------------------------------------------------------------------------------

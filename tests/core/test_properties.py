@@ -49,9 +49,14 @@ SAFE = 2**53 - 1
 # The UTF-8 codec leaves out lone surrogates; U+0000 is excluded by hand.
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
 floats = st.floats(allow_nan=False, allow_infinity=False).map(lambda f: 0.0 if f == 0 else f)
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # Named, not a lambda: hypothesis inspects the extend function's source.
+    return st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-SAFE, SAFE) | floats | texts,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4),
+    _containers,
     max_leaves=12,
 )
 not_json = st.sampled_from(
@@ -367,4 +372,9 @@ def test_the_deep_serialiser_agrees_with_the_stdlib(value: Any) -> None:
     for _ in range(depth):
         wrapped = [wrapped]
     expected = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    assert dumps_compact(wrapped) == "[" * depth + expected + "]" * depth
+    got = dumps_compact(wrapped)
+    if "e+" in expected:  # big floats are written as <int>.0 so JSONB keeps them floats
+        assert json_equal(json.loads(got[depth:-depth]), json.loads(expected))
+        assert got[:depth] == "[" * depth
+    else:
+        assert got == "[" * depth + expected + "]" * depth

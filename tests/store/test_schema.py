@@ -21,10 +21,10 @@ from session_sql.errors import (
     SessionSQLError,
     StoreError,
 )
+from session_sql.jsonvalue import _dumps_iterative
 from session_sql.store import engine as engine_mod
 from session_sql.store import schema as schema_mod
 from session_sql.store.engine import (
-    _dumps_iterative,
     dumps_json,
     make_engine,
     read_tx,
@@ -354,15 +354,21 @@ def test_dumps_json_handles_nesting_deeper_than_the_recursion_limit():
     assert encoded == "[" * 50_000 + "1.0" + "]" * 50_000
 
 
+def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # A named function: hypothesis inspects the extend function's source, which is
+    # unreliable for a lambda split over several lines.
+    return st.lists(children, max_size=4) | st.dictionaries(
+        st.text(max_size=5), children, max_size=4
+    )
+
+
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-(2**53) + 1, 2**53 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4)
-    ),
+    _containers,
     max_leaves=20,
 )
 
