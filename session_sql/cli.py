@@ -1,0 +1,645 @@
+"""The ``session-sql`` command line: a thin client of the public API.
+
+Each command opens the store, calls the library and prints; the plumbing (exit codes, the
+terminal/pipe/JSON output policy, progress bars) is in ``cli_support``, the human-readable
+renderings in ``cli_render``, the statistics SQL in ``cli_stats`` and the demo session in
+``demo``. ``docs/cli.md`` is generated from this module's help texts by ``cli_docs``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path
+from typing import IO, Annotated, Any, cast
+
+import typer
+from rich.text import Text
+
+from session_sql import (
+    SCHEMA_VERSION,
+    SessionEvent,
+    SessionNotFoundError,
+    SessionSQLError,
+    SessionStore,
+    VerifyReport,
+    check_invariants,
+    fold_surface,
+)
+from session_sql.cli_render import (
+    demo_report,
+    event_line,
+    format_time,
+    message_lines,
+    replacement_lines,
+    surface_lines,
+    verify_line,
+)
+from session_sql.cli_stats import collect_stats, head_seq
+from session_sql.cli_support import (
+    PROG,
+    CliError,
+    CountingWriter,
+    GuardedGroup,
+    Out,
+    State,
+    cli_store,
+    error_line,
+    label,
+    progress_bar,
+    sqlite_path,
+    warn,
+)
+from session_sql.demo import explore_queries, record_demo
+from session_sql.store.schema import render_ddl
+
+__all__ = ["app", "main"]
+
+DEFAULT_URL = "sqlite:///sessions.db"
+DEFAULT_SCHEMA = "session_sql"
+PROGRESS_MIN_BYTES = 1 << 20  # imports show a progress bar from this many bytes on
+PROGRESS_MIN_EVENTS = 5000  # exports and verify --all from this many events/sessions on
+
+
+def _example(*lines: str) -> str:
+    """An epilog that click prints verbatim (``\\b`` stops it from re-wrapping the lines)."""
+    return "\b\nExample:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+app = typer.Typer(
+    name=PROG,
+    cls=GuardedGroup,
+    help=(
+        "Store, inspect and analyse event-sourced LLM-agent sessions in SQLite or PostgreSQL. "
+        "Start with 'session-sql demo'."
+    ),
+    epilog=_example("session-sql demo && session-sql ls"),
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared options
+
+
+UrlOption = Annotated[
+    str,
+    typer.Option(
+        "--url",
+        envvar="SESSION_SQL_URL",
+        metavar="URL",
+        help="Database URL: sqlite:///path/to/file.db or postgresql://user@host/dbname.",
+    ),
+]
+SchemaOption = Annotated[
+    str,
+    typer.Option(
+        "--schema",
+        envvar="SESSION_SQL_SCHEMA",
+        metavar="NAME",
+        help="PostgreSQL schema holding the tables (ignored on SQLite).",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+SessionArg = Annotated[
+    str, typer.Argument(metavar="ID", help="The session id.", show_default=False)
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"{PROG} {metadata.version('session-sql')}\n")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    ctx: typer.Context,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="On errors, print the traceback too (or SESSION_SQL_DEBUG=1)."
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    if isinstance(ctx.obj, State) and debug:
+        ctx.obj.debug = True
+    if ctx.invoked_subcommand is None:
+        sys.stdout.write(ctx.get_help() + "\n")
+        raise typer.Exit()
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+
+
+@app.command(
+    epilog=_example(
+        "session-sql demo", "session-sql demo --url postgresql://postgres@localhost/agents"
+    )
+)
+def demo(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) -> None:
+    """Record a realistic agent session and show it.
+
+    The session has streamed replies, tool calls, a pruned tool result, a compaction summary,
+    a fork at an earlier turn, and a crash inside a turn that is then repaired. The command
+    prints what the model sees now, the raw log in brief, what each replacement shadows, the
+    verify results, and SQL queries to explore the tables. Run it again for a new session.
+    """
+    with cli_store(url, schema, create=True):
+        pass  # fail early, before recording, when the URL or schema is unusable
+    run = record_demo(url, schema=schema)
+    out = Out()
+    with cli_store(url, schema) as store:
+        events = list(store.events(run.session_id))
+        fork_events = list(store.events(run.fork_id))
+        messages = store.messages(run.session_id)
+        fold = fold_surface(events, catalog=store.catalog)
+        reports = [store.verify(run.session_id), store.verify(run.fork_id)]
+        is_postgres = store.schema is not None
+    if is_postgres:
+        shell = f'psql "{label(url).replace("+psycopg", "")}"'
+        search_path: str | None = schema
+    else:
+        shell, search_path = f"sqlite3 {sqlite_path(url)}", None
+    out.lines(
+        demo_report(
+            run,
+            events=events,
+            fork_events=fork_events,
+            messages=messages,
+            fold=fold,
+            reports=reports,
+            where=label(url),
+            shell=shell,
+            search_path=search_path,
+            queries=explore_queries(run.session_id),
+        )
+    )
+
+
+@app.command(epilog=_example("session-sql init --url postgresql://postgres@localhost/agents"))
+def init(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) -> None:
+    """Create the tables, or check an existing store.
+
+    An empty database (or a missing SQLite file) is initialised; an existing store is checked
+    by the schema gate, which refuses a database written by another schema version.
+    """
+    with cli_store(url, schema, create=True) as store:
+        where = label(url) + (f" (schema {store.schema})" if store.schema else "")
+    Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
+
+
+@app.command(epilog=_example("session-sql ls --limit 5", "session-sql ls --json | jq '.[0].id'"))
+def ls(
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many.")
+    ] = 20,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", metavar="ID", help="Page on: list sessions after this id."),
+    ] = None,
+    parent: Annotated[
+        str | None, typer.Option("--parent", metavar="ID", help="Only forks of this session.")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List sessions, most recently updated first."""
+    with cli_store(url, schema) as store:
+        infos = store.list_sessions(limit=limit, after=after, parent=parent)
+    out = Out()
+    if as_json:
+        out.json([info.model_dump() for info in infos])
+        return
+    rows = [
+        [
+            info.id,
+            str(info.head_seq + 1),
+            format_time(info.created_at),
+            format_time(info.updated_at),
+            info.parent_session or "",
+        ]
+        for info in infos
+    ]
+    if not rows:
+        out.line("no sessions" + (f" forked from {parent}" if parent else ""))
+        return
+    out.table(["ID", "EVENTS", "CREATED (UTC)", "UPDATED (UTC)", "PARENT"], rows)
+
+
+@app.command(
+    epilog=_example(
+        "session-sql show 3f2a9c --surface", "session-sql show 3f2a9c --events --from 40 --to 60"
+    )
+)
+def show(
+    session_id: SessionArg,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    events: Annotated[
+        bool, typer.Option("--events", help="Print the raw log instead of the messages.")
+    ] = False,
+    surface: Annotated[
+        bool,
+        typer.Option(
+            "--surface", help="Print the surface nodes and what each replacement shadows."
+        ),
+    ] = False,
+    from_seq: Annotated[
+        int, typer.Option("--from", min=0, metavar="SEQ", help="With --events: the first seq.")
+    ] = 0,
+    to_seq: Annotated[
+        int | None,
+        typer.Option("--to", min=0, metavar="SEQ", help="With --events: stop before this seq."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a session's messages, raw log, or surface.
+
+    By default: the messages a model would be sent, in order. --events: the raw log (every
+    event, shadowed ones included). --surface: the surface nodes replayed from the log, and
+    which events each replacement shadows.
+    """
+    if events and surface:
+        raise CliError("--events and --surface exclude each other", code=2)
+    out = Out()
+    with cli_store(url, schema) as store:
+        if events:
+            stream = store.events(session_id, from_seq=from_seq, to_seq=to_seq)
+            if as_json:
+                out.json_array(e.to_json() for e in stream)
+            else:
+                for event in stream:
+                    out.line(event_line(event, width=88, with_time=True))
+            return
+        if surface:
+            log = list(store.events(session_id))
+            table = store.surface(session_id)
+            fold = fold_surface(log, catalog=store.catalog)
+            if as_json:
+                out.json(
+                    {
+                        "session_id": session_id,
+                        "nodes": list(fold.nodes),
+                        "replacements": [r._asdict() for r in fold.replacements],
+                    }
+                )
+            else:
+                out.lines(surface_lines(fold, log))
+                if fold.replacements:
+                    out.heading("Replacements")
+                    out.lines(replacement_lines(fold, log))
+            if tuple(table) != tuple(fold.nodes):
+                raise CliError(
+                    f"the stored surface of {session_id} differs from the replay of its log; "
+                    f"run '{PROG} verify {session_id}'"
+                )
+            return
+        messages = store.messages(session_id)
+    if as_json:
+        out.json(messages)
+        return
+    for i, message in enumerate(messages):
+        lines = message_lines(message)
+        out.line(Text.assemble((f"[{i}] ", "dim")) + lines[0])
+        out.lines(lines[1:])
+
+
+@app.command(epilog=_example("session-sql tail 3f2a9c -n 20", "session-sql tail 3f2a9c -f --json"))
+def tail(
+    session_id: SessionArg,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    lines: Annotated[
+        int,
+        typer.Option(
+            "--lines", "-n", min=0, metavar="N", help="How many of the last events to print."
+        ),
+    ] = 10,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing events as they are committed.")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0,
+            metavar="SECONDS",
+            help="With -f: stop after this many idle seconds.",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print a session's last events, or follow it.
+
+    With -f, keep printing events as other processes commit them (Ctrl-C to stop). --json
+    prints one JSON event per line.
+    """
+    out = Out()
+
+    def emit(event: SessionEvent) -> None:
+        if as_json:
+            out.json_line(event.to_json())
+        else:
+            out.line(event_line(event, width=88, with_time=True))
+        sys.stdout.flush()
+
+    with cli_store(url, schema) as store:
+        head = head_seq(store, session_id)
+        last = head
+        recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
+        for event in deque(recent, lines):
+            emit(event)
+        if not follow:
+            return
+        try:
+            for event in store.follow(session_id, after_seq=last, timeout=timeout):
+                emit(event)
+        except KeyboardInterrupt:
+            return
+
+
+@app.command(
+    name="import",
+    epilog=_example(
+        "session-sql import session-1.jsonl session-2.jsonl", "session-sql import *.jsonl --json"
+    ),
+)
+def import_(
+    files: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FILE",
+            help="JSONL files: a header line, then one event per line.",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            show_default=False,
+        ),
+    ],
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    as_json: JsonOption = False,
+) -> None:
+    """Import sessions from JSONL files.
+
+    Each file is stored exactly as it is (export then import is lossless). A torn final line
+    is dropped with a warning; any other bad line fails that file, and the others still
+    import. Prints each new session id.
+    """
+    out = Out()
+    imported: list[dict[str, Any]] = []
+    failed = 0
+    total = sum(f.stat().st_size for f in files)
+    with cli_store(url, schema, create=True) as store, progress_bar(in_bytes=True) as progress:
+        task = progress.add_task("importing", total=total, visible=total >= PROGRESS_MIN_BYTES)
+        for path in files:
+            progress.update(task, description=f"importing {path.name}")
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    session_id = store.import_jsonl(path)
+            except SessionSQLError as exc:
+                failed += 1
+                error_line(f"{path}: {exc}")
+                continue
+            finally:
+                progress.advance(task, path.stat().st_size)
+            for warning in caught:
+                warn(str(warning.message))
+            imported.append({"file": str(path), "session_id": session_id})
+            if not as_json:
+                out.line(f"{session_id}  ← {path}")
+    if as_json:
+        out.json(imported)
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command(
+    epilog=_example(
+        "session-sql export 3f2a9c -o 3f2a9c.jsonl",
+        "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
+    )
+)
+def export(
+    session_id: SessionArg,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", dir_okay=False, metavar="FILE", help="Write here instead of stdout."
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+) -> None:
+    """Export a session as JSONL.
+
+    The header line, then one event per line, to stdout or to a file. A file is written under
+    a temporary name and renamed, so a reader never sees half of it.
+    """
+    with cli_store(url, schema) as store, progress_bar() as progress:
+        total = head_seq(store, session_id) + 2  # the header line, then every event
+        task = progress.add_task(
+            f"exporting {session_id}", total=total, visible=total >= PROGRESS_MIN_EVENTS
+        )
+
+        def advance(lines: int) -> None:
+            progress.advance(task, lines)
+
+        if output is None:
+            writer = CountingWriter(sys.stdout, advance)
+            store.export_jsonl(session_id, cast(IO[str], writer))
+            return
+        tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+                count = store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
+            os.replace(tmp, output)
+        except OSError as exc:
+            raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+    sys.stderr.write(f"exported {count} events of {session_id} to {output}\n")
+
+
+@app.command(epilog=_example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))
+def verify(
+    session_id: Annotated[
+        str | None,
+        typer.Argument(metavar="ID", help="The session id (or use --all).", show_default=False),
+    ] = None,
+    all_sessions: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
+    invariants: Annotated[
+        bool,
+        typer.Option(
+            "--invariants", help="Also check the turn/step/tool-call invariants of each log."
+        ),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    as_json: JsonOption = False,
+) -> None:
+    """Check stored sessions against a replay of their logs.
+
+    Replays each log and compares the fold with the surface table and the session row. Exits
+    with 1 when any session fails.
+    """
+    if (session_id is None) == (not all_sessions):
+        raise CliError("give a session id or --all (not both)", code=2)
+    out = Out()
+    reports: list[VerifyReport] = []
+    with cli_store(url, schema) as store:
+        ids = [session_id] if session_id is not None else _all_ids(store)
+        with progress_bar() as progress:
+            task = progress.add_task("verifying", total=len(ids), visible=len(ids) > 1)
+            for sid in ids:
+                reports.append(_verify_one(store, sid, invariants, strict=session_id is not None))
+                progress.advance(task)
+                if not as_json:
+                    out.line(verify_line(reports[-1]))
+    failed = sum(1 for r in reports if not r.ok)
+    if as_json:
+        out.json([r.model_dump() for r in reports])
+    elif len(reports) != 1 or failed:
+        out.line(f"{len(reports) - failed} ok, {failed} failed")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _all_ids(store: SessionStore) -> list[str]:
+    ids: list[str] = []
+    page = store.list_sessions(limit=500)
+    while page:
+        ids.extend(info.id for info in page)
+        page = store.list_sessions(limit=500, after=page[-1])
+    return ids
+
+
+def _verify_one(
+    store: SessionStore, session_id: str, invariants: bool, *, strict: bool
+) -> VerifyReport:
+    try:
+        report = store.verify(session_id)
+    except SessionNotFoundError:
+        if strict:
+            raise
+        return VerifyReport(
+            session_id=session_id, ok=False, events=0, problems=("deleted while verifying",)
+        )
+    except SessionSQLError as exc:
+        return VerifyReport(session_id=session_id, ok=False, events=0, problems=(str(exc),))
+    if invariants and report.ok:
+        found = check_invariants(store.events(session_id))
+        if found:
+            problems = tuple(f"invariant {v.code} at seq {v.seq}: {v.message}" for v in found)
+            report = report.model_copy(update={"ok": False, "problems": problems})
+    return report
+
+
+@app.command(epilog=_example("session-sql repair 3f2a9c"))
+def repair(
+    session_id: SessionArg,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    as_json: JsonOption = False,
+) -> None:
+    """Close a turn that a crashed process left open.
+
+    Appends an error result for each unanswered tool call, then step/end and turn/end with
+    reason "interrupted". Does nothing when no turn is open.
+    """
+    with cli_store(url, schema) as store:
+        appended = store.repair(session_id)
+    out = Out()
+    if as_json:
+        out.json([e.to_json() for e in appended])
+    elif not appended:
+        out.line(f"nothing to repair: {session_id} has no open turn")
+    else:
+        out.line(f"appended {len(appended)} events to {session_id}:")
+        out.lines([event_line(e, width=88) for e in appended])
+
+
+@app.command(epilog=_example("session-sql stats", "session-sql stats 3f2a9c --json"))
+def stats(
+    session_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ID", help="Only this session (default: the whole store).", show_default=False
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    as_json: JsonOption = False,
+) -> None:
+    """Summarise the store with SQL.
+
+    Events by type, tool calls and errors by tool, tokens by model, and replacements, computed
+    by SQL over the tables. A fork's inherited events count once, in its parent.
+    """
+    with cli_store(url, schema) as store:
+        result = collect_stats(store, session_id)
+    out = Out()
+    if as_json:
+        out.json(result.to_json())
+        return
+    out.line(Text(result.headline(), style="bold"))
+    for title, headers, rows in result.tables():
+        out.heading(title)
+        out.table(headers, rows)
+    out.line(f"events cited by replacements: {result.shadowed_events}")
+
+
+class Dialect(StrEnum):
+    sqlite = "sqlite"
+    postgresql = "postgresql"
+
+
+@app.command(
+    name="schema",
+    epilog=_example("session-sql schema --dialect postgresql --schema agents > schema.sql"),
+)
+def schema_(
+    dialect: Annotated[
+        Dialect, typer.Option("--dialect", metavar="sqlite|postgresql", help="SQL dialect.")
+    ] = Dialect.sqlite,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+) -> None:
+    """Print the SQL schema (DDL).
+
+    The tables, indexes, the surface_messages view and the meta rows of the schema gate, as
+    this version creates them.
+    """
+    if dialect is Dialect.sqlite:
+        sys.stdout.write(render_ddl("sqlite", schema))
+    else:
+        sys.stdout.write(render_ddl("postgresql", schema))
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    command = typer.main.get_command(app)
+    return int(command.main(args=argv, prog_name=PROG, standalone_mode=False))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

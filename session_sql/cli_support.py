@@ -1,0 +1,326 @@
+"""The plumbing of the ``session-sql`` CLI: exit codes, output policy, progress, opening stores.
+
+* **Exit codes** are decided in one place, :func:`run_guarded`: 0 ok; 1 a check failed or the
+  command could not do its job (missing session, bad file, unreachable database); 2 a usage
+  error. Every error is one line on stderr; with ``--debug`` the traceback comes first.
+* **Output** (:class:`Out`): styled text and tables only when stdout is a terminal, plain text
+  when it is piped, plain JSON with ``--json``. Progress bars go to stderr, only on a terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from typer.core import TyperGroup
+
+from session_sql import SessionSQLError, SessionStore, open_store, thaw
+
+__all__ = [
+    "PROG",
+    "CliError",
+    "CountingWriter",
+    "GuardedGroup",
+    "Out",
+    "State",
+    "cli_store",
+    "error_line",
+    "isatty",
+    "label",
+    "one_line",
+    "progress_bar",
+    "sqlite_path",
+    "warn",
+]
+
+PROG = "session-sql"
+
+
+# --------------------------------------------------------------------------------------------
+# Errors and exit codes
+
+
+class CliError(Exception):
+    """A command could not do its job: one line on stderr, then exit ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class State:
+    """Per-invocation settings the root command fills in (``ctx.obj``)."""
+
+    debug: bool = False
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by spaces (an error is one line on stderr)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def error_line(message: str) -> None:
+    """One error line on stderr."""
+    sys.stderr.write(f"{PROG}: error: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    sys.stderr.write(f"{PROG}: warning: {one_line(message)}\n")
+
+
+def isatty(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (false for anything that cannot tell)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def run_guarded(invoke: Callable[[], Any], state: State) -> int:
+    """Run the command line; map every outcome to an exit code and at most one error line."""
+    try:
+        result = invoke()
+    except typer.TyperException as exc:  # click's usage errors (exit code 2) and friends
+        code = int(getattr(exc, "exit_code", 1))
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else PROG
+        hint = f" (see '{where} --help')" if code == 2 else ""
+        error_line(exc.format_message() + hint)
+        return code
+    except typer.Abort:
+        error_line("aborted")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, and keep the interpreter from
+        # complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (CliError, SessionSQLError) as exc:
+        if state.debug:
+            traceback.print_exc()
+        error_line(str(exc))
+        return exc.code if isinstance(exc, CliError) else 1
+    except Exception as exc:
+        if state.debug:
+            traceback.print_exc()
+            error_line(f"{type(exc).__name__}: {exc}")
+        else:
+            error_line(f"{type(exc).__name__}: {exc} (run with --debug for a traceback)")
+        return 1
+    return result if isinstance(result, int) else 0
+
+
+class GuardedGroup(TyperGroup):
+    """The root command: runs non-standalone and routes every outcome through ``run_guarded``.
+
+    Both the console script and typer's ``CliRunner`` come through ``main``, so tests see the
+    same exit codes and error lines as users.
+    """
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        state = State(debug=os.environ.get("SESSION_SQL_DEBUG", "") not in ("", "0"))
+        extra["obj"] = state
+
+        def invoke() -> Any:
+            result = super(GuardedGroup, self).main(
+                args=args,
+                prog_name=PROG,
+                complete_var=complete_var,
+                standalone_mode=False,
+                windows_expand_args=windows_expand_args,
+                **extra,
+            )
+            sys.stdout.flush()  # a closed pipe shows up here at the latest
+            return result
+
+        code = run_guarded(invoke, state)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+# --------------------------------------------------------------------------------------------
+# Output
+
+
+class Out:
+    """stdout: styled on a terminal, plain text in a pipe, plain JSON with ``--json``."""
+
+    def __init__(self) -> None:
+        self.tty = isatty(sys.stdout)
+        self.console = (
+            Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
+            if self.tty
+            else None
+        )
+
+    def line(self, text: Text | str = "") -> None:
+        if self.console is not None:
+            self.console.print(text)
+        else:
+            sys.stdout.write((text.plain if isinstance(text, Text) else text) + "\n")
+
+    def lines(self, texts: Sequence[Text | str], indent: str = "") -> None:
+        for text in texts:
+            self.line(Text(indent) + text if isinstance(text, Text) else indent + text)
+
+    def heading(self, text: str) -> None:
+        self.line("")
+        self.line(Text(text, style="bold underline"))
+
+    def table(
+        self, headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None
+    ) -> None:
+        """A rich table on a terminal; aligned plain columns otherwise."""
+        if self.console is not None:
+            table = Table(title=title, title_justify="left", header_style="bold")
+            for i, header in enumerate(headers):
+                # The first column holds ids (or names) that must stay whole to be copied.
+                table.add_column(header, no_wrap=i == 0, overflow="fold")
+            for row in rows:
+                table.add_row(*row)
+            self.console.print(table)
+            return
+        if title:
+            sys.stdout.write(f"{title}\n")
+        columns = zip(headers, *rows, strict=True)
+        widths = [max(len(str(cell)) for cell in column) for column in columns]
+        for row in (headers, *rows):
+            cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=True)]
+            sys.stdout.write("  ".join(cells).rstrip() + "\n")
+
+    @staticmethod
+    def json(value: Any) -> None:
+        """One JSON document, indented."""
+        sys.stdout.write(json.dumps(thaw(value), ensure_ascii=False, indent=2) + "\n")
+
+    @staticmethod
+    def json_line(value: Any) -> None:
+        """One compact JSON value on its own line (JSON Lines)."""
+        sys.stdout.write(json.dumps(value, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+    @staticmethod
+    def json_array(items: Iterator[Any]) -> None:
+        """Stream a JSON array, one element per line, without holding it in memory."""
+        sys.stdout.write("[")
+        first = True
+        for item in items:
+            sys.stdout.write("\n" if first else ",\n")
+            sys.stdout.write(json.dumps(item, ensure_ascii=False, separators=(",", ":")))
+            first = False
+        sys.stdout.write("]\n" if first else "\n]\n")
+
+
+def progress_bar(*, in_bytes: bool = False) -> Progress:
+    """A transient progress bar on stderr, disabled unless stderr is a terminal."""
+    terminal = isatty(sys.stderr)
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn() if in_bytes else MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=Console(file=sys.stderr, force_terminal=terminal),
+        transient=True,
+        disable=not terminal,
+    )
+
+
+class CountingWriter(io.TextIOBase):
+    """Passes text through to ``target`` and reports each line written (for a progress bar)."""
+
+    def __init__(self, target: IO[str], on_lines: Callable[[int], None]) -> None:
+        self._target = target
+        self._on_lines = on_lines
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        written = self._target.write(text)
+        self._on_lines(text.count("\n"))
+        return written
+
+
+# --------------------------------------------------------------------------------------------
+# Opening the store
+
+
+def label(url: str) -> str:
+    """``url`` as it may be shown: without its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of an ``sqlite:///`` URL (``None`` for other URLs and ``:memory:``)."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database or "")
+
+
+@contextmanager
+def cli_store(url: str, schema: str, *, create: bool = False) -> Iterator[SessionStore]:
+    """Open the store; unless ``create``, a missing SQLite file is an error, not a new file.
+
+    A URL or schema name the library refuses is a usage error (exit code 2).
+    """
+    try:
+        path = sqlite_path(url)
+    except ArgumentError as exc:
+        raise CliError(f"invalid --url {url!r}: {exc}", code=2) from exc
+    if not create and path is not None and not path.exists():
+        raise CliError(
+            f"no store at {path} (create one with '{PROG} init' or '{PROG} demo', "
+            "or pass --url / SESSION_SQL_URL)"
+        )
+    try:
+        store = open_store(url, schema=schema)
+    except SessionSQLError:
+        raise
+    except (ArgumentError, ValueError) as exc:
+        raise CliError(f"invalid --url or --schema: {exc}", code=2) from exc
+    try:
+        yield store
+    finally:
+        store.close()

@@ -1,0 +1,154 @@
+"""Exit codes and error lines, in process and through the real entry points."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from session_sql.cli import main
+
+from .conftest import SCRIPT
+
+ONE_LINE = "session-sql: error: "
+
+
+def test_bare_command_prints_help(sqlite_cli):
+    out = sqlite_cli()
+    assert out.code == 0
+    assert out.stdout.startswith("Usage: session-sql [OPTIONS] COMMAND [ARGS]...")
+
+
+def test_version(sqlite_cli):
+    out = sqlite_cli("--version")
+    assert out.code == 0
+    assert out.stdout.startswith("session-sql ")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["frobnicate"], "No such command 'frobnicate'."),
+        (["ls", "--bogus"], "No such option: --bogus"),
+        (["ls", "--limit", "0"], "Invalid value for '--limit'"),
+        (["show"], "Missing argument 'ID'."),
+        (["tail", "x", "-n", "many"], "Invalid value for '--lines' / '-n'"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(sqlite_cli, args, message):
+    out = sqlite_cli(*args)
+    assert out.code == 2
+    assert out.stdout == ""
+    [line] = out.error_lines
+    assert line.startswith(ONE_LINE)
+    assert message in line
+    assert line.endswith("--help')")
+
+
+@pytest.mark.parametrize("url", ["nosuchdb://x/y", "::not a url::"])
+def test_a_bad_url_is_a_usage_error(sqlite_cli, url):
+    out = sqlite_cli("ls", "--url", url)
+    assert out.code == 2
+    [line] = out.error_lines
+    assert line.startswith(ONE_LINE + "invalid --url")
+
+
+def test_a_bad_schema_name_is_a_usage_error(sqlite_cli):
+    out = sqlite_cli("init", "--url", "postgresql://postgres@127.0.0.1:1/x", "--schema", "a-b; --")
+    assert out.code == 2
+    assert out.error_lines[0].startswith(ONE_LINE + "invalid --url or --schema")
+
+
+@pytest.mark.parametrize("command", ["ls", "stats", "show x", "tail x", "verify --all"])
+def test_reading_commands_never_create_a_sqlite_file(sqlite_cli, tmp_path, command):
+    out = sqlite_cli(*command.split())
+    assert out.code == 1
+    [line] = out.error_lines
+    assert line.startswith(ONE_LINE + f"no store at {tmp_path / 'sessions.db'}")
+    assert not (tmp_path / "sessions.db").exists()
+
+
+def test_missing_session_exits_1(cli):
+    assert cli("init").code == 0
+    for command in ("show", "tail", "export", "repair", "verify", "stats"):
+        out = cli(command, "no-such-session")
+        assert out.code == 1, command
+        assert out.error_lines == [ONE_LINE + "session 'no-such-session' not found"], command
+
+
+def test_unreachable_postgres_is_one_line(sqlite_cli):
+    out = sqlite_cli("ls", "--url", "postgresql://postgres@127.0.0.1:1/test")
+    assert out.code == 1
+    [line] = out.error_lines
+    assert line.startswith(ONE_LINE + "cannot reach the PostgreSQL server")
+
+
+def test_debug_adds_the_traceback(sqlite_cli):
+    quiet = sqlite_cli("ls")
+    assert "Traceback" not in quiet.stderr
+    loud = sqlite_cli("--debug", "ls")
+    assert loud.code == 1
+    assert "Traceback (most recent call last)" in loud.stderr
+    assert loud.stderr.rstrip().splitlines()[-1].startswith(ONE_LINE)
+    by_env = sqlite_cli("ls", env={"SESSION_SQL_DEBUG": "1"})
+    assert "Traceback" in by_env.stderr
+
+
+def test_main_returns_the_exit_code(sqlite_cli, capsys):
+    assert main(["schema"]) == 0
+    assert "CREATE TABLE" in capsys.readouterr().out
+    assert main(["show", "x"]) == 1
+    assert main(["ls", "--nope"]) == 2
+
+
+# -- the real entry points --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
+def test_console_script(cli):
+    assert cli.script("init").code == 0
+    out = cli.script("ls", "--json")
+    assert (out.code, json.loads(out.stdout)) == (0, [])
+    bad = cli.script("show", "nope")
+    assert (bad.code, bad.stdout) == (1, "")
+    assert bad.error_lines == [ONE_LINE + "session 'nope' not found"]
+    usage = cli.script("ls", "--nope")
+    assert usage.code == 2 and len(usage.error_lines) == 1
+
+
+def test_python_dash_m(cli):
+    assert cli.script("init", module=True).code == 0
+    out = cli.script("demo", module=True)
+    assert out.code == 0, out.stderr
+    assert "6. Explore it with SQL" in out.stdout
+    assert "\x1b[" not in out.stdout
+    usage = cli.script("verify", module=True)
+    assert usage.code == 2
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
+def test_a_closed_pipe_stops_quietly(sqlite_cli):
+    """``session-sql ... | head``: when the reader is gone, exit 1 without a traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader went away before the first write
+    try:
+        out = sqlite_cli.script(
+            "schema", stdout=write_end, capture_output=False, stderr=subprocess.PIPE
+        )
+    finally:
+        os.close(write_end)
+    assert out.code == 1
+    assert out.stderr == ""
+
+
+def test_module_has_no_side_effects_on_import():
+    done = subprocess.run(
+        [sys.executable, "-c", "import session_sql.cli, session_sql.cli_docs"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")

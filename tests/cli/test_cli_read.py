@@ -1,0 +1,195 @@
+"""``init``, ``ls``, ``show``, ``tail``, ``stats`` and ``schema`` on both backends."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from session_sql import SCHEMA_VERSION, fold_surface, thaw
+from session_sql.store.schema import render_ddl
+
+ANSI = "\x1b["
+
+
+def test_init_creates_and_rechecks_the_store(cli, backend, tmp_path):
+    first = cli("init")
+    assert first.code == 0, first.stderr
+    assert f"schema version {SCHEMA_VERSION}" in first.stdout
+    if backend.name == "sqlite":
+        assert (tmp_path / "sessions.db").exists()
+    else:
+        assert f"(schema {backend.schema})" in first.stdout
+    again = cli("init")
+    assert again.code == 0 and again.stdout == first.stdout
+
+
+def test_ls_lists_sessions_newest_first(shared):
+    cli, demo, store = shared.cli, shared.demo, shared.store
+    out = cli("ls")
+    assert out.code == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["ID", "EVENTS", "CREATED", "(UTC)", "UPDATED", "(UTC)", "PARENT"]
+    assert {demo.session_id, demo.fork_id} <= set(out.stdout.split())
+    assert ANSI not in out.stdout
+
+    listed = json.loads(cli("ls", "--json").stdout)
+    infos = store.list_sessions()
+    assert listed == [info.model_dump() for info in infos]
+    assert {row["id"] for row in listed} == {demo.session_id, demo.fork_id}
+
+    forks = json.loads(cli("ls", "--json", "--parent", demo.session_id).stdout)
+    assert [row["id"] for row in forks] == [demo.fork_id]
+    first = json.loads(cli("ls", "--json", "-n", "1").stdout)
+    rest = json.loads(cli("ls", "--json", "--after", first[0]["id"]).stdout)
+    assert [r["id"] for r in first + rest] == [info.id for info in infos]
+
+
+def test_ls_on_an_empty_store(cli):
+    assert cli("init").code == 0
+    assert cli("ls").stdout == "no sessions\n"
+    assert json.loads(cli("ls", "--json").stdout) == []
+
+
+def test_ls_draws_a_table_only_on_a_terminal(shared, monkeypatch):
+    cli, demo = shared.cli, shared.demo
+    monkeypatch.setattr("session_sql.cli_support.isatty", lambda stream: True)
+    out = cli("ls")
+    assert out.code == 0
+    assert "━" in out.stdout  # rich's table rules
+    assert demo.session_id in out.stdout
+
+
+def test_show_prints_the_messages_a_model_sees(shared):
+    cli, demo, store = shared.cli, shared.demo, shared.store
+    out = cli("show", demo.session_id)
+    assert out.code == 0, out.stderr
+    assert out.stdout.startswith("[0] user (compaction)\n")
+    assert "Summary of the earlier conversation" in out.stdout
+    assert "→ shell" in out.stdout and "✗ error result of call-8" in out.stdout
+    assert ANSI not in out.stdout
+    messages = json.loads(cli("show", demo.session_id, "--json").stdout)
+    assert messages == thaw(store.messages(demo.session_id))
+
+
+def test_show_events_prints_the_raw_log(shared):
+    cli, demo, store = shared.cli, shared.demo, shared.store
+    log = list(store.events(demo.session_id))
+    out = cli("show", demo.session_id, "--events")
+    assert out.code == 0
+    assert len(out.stdout.splitlines()) == len(log)
+    window = cli("show", demo.session_id, "--events", "--from", "10", "--to", "13")
+    assert [line.split()[0] for line in window.stdout.splitlines()] == ["10", "11", "12"]
+    wire = json.loads(cli("show", demo.session_id, "--events", "--json").stdout)
+    assert wire == [thaw(e.to_json()) for e in log]
+    empty = json.loads(cli("show", demo.session_id, "--events", "--json", "--from", "999").stdout)
+    assert empty == []
+
+
+def test_show_surface_lists_nodes_and_what_replacements_shadow(shared):
+    cli, demo, store = shared.cli, shared.demo, shared.store
+    out = cli("show", demo.session_id, "--surface")
+    assert out.code == 0, out.stderr
+    assert f"(replaces {list(demo.summary_shadowed)})".replace("'", "") in out.stdout
+    assert "Replacements" in out.stdout
+    doc = json.loads(cli("show", demo.session_id, "--surface", "--json").stdout)
+    fold = fold_surface(store.events(demo.session_id))
+    assert doc["nodes"] == list(store.surface(demo.session_id)) == list(fold.nodes)
+    assert [r["seq"] for r in doc["replacements"]] == [demo.prune_seq, demo.summary_seq]
+    assert doc["replacements"][1]["shadowed"] == list(demo.summary_shadowed)
+
+
+def test_show_refuses_events_and_surface_together(shared):
+    cli, demo = shared.cli, shared.demo
+    out = cli("show", demo.session_id, "--events", "--surface")
+    assert out.code == 2
+    assert out.error_lines == ["session-sql: error: --events and --surface exclude each other"]
+
+
+def test_tail_prints_the_last_events(shared):
+    cli, demo, store = shared.cli, shared.demo, shared.store
+    head = store.events(demo.session_id)
+    seqs = [e.seq for e in head]
+    out = cli("tail", demo.session_id, "-n", "3")
+    assert out.code == 0
+    assert [line.split()[0] for line in out.stdout.splitlines()] == [str(s) for s in seqs[-3:]]
+    assert "turn/end" in out.stdout.splitlines()[-1]
+    lines = cli("tail", demo.session_id, "-n", "2", "--json").stdout.splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == seqs[-2:]
+    assert cli("tail", demo.session_id, "-n", "0").stdout == ""
+
+
+def test_tail_follow_stops_after_the_idle_timeout(shared):
+    cli, demo = shared.cli, shared.demo
+    started = time.monotonic()
+    out = cli("tail", demo.session_id, "-n", "1", "-f", "--timeout", "0.3", "--json")
+    assert out.code == 0
+    assert len(out.stdout.splitlines()) == 1
+    assert time.monotonic() - started < 10
+
+
+def test_tail_follow_prints_what_another_process_appends(cli, demo, store):
+    with cli.popen("tail", demo.session_id, "-n", "1", "-f", "--timeout", "60", "--json") as proc:
+        try:
+            assert proc.stdout is not None
+            first = json.loads(proc.stdout.readline())  # following from here on
+            writer = store.open_session(demo.session_id)
+            added = writer.append("session/title", {"title": "followed"})
+            second = json.loads(proc.stdout.readline())
+        finally:
+            proc.kill()
+            proc.communicate()
+    assert first["type"] == "turn/end"
+    assert second == thaw(added.to_json())
+
+
+def test_stats_counts_by_sql(shared):
+    cli, demo, store = shared.cli, shared.demo, shared.store
+    out = cli("stats")
+    assert out.code == 0, out.stderr
+    assert "all sessions: 2 sessions (1 forks)" in out.stdout
+    assert "ERROR RATE" in out.stdout
+    doc = json.loads(cli("stats", "--json").stdout)
+    main = list(store.events(demo.session_id))
+    fork = list(store.events(demo.fork_id))[demo.fork_boundary + 1 :]
+    own = main + fork
+    assert doc["events"] == len(own)
+    assert sum(doc["events_by_type"].values()) == len(own)
+    assert doc["events_by_type"]["assistant/chunk"] == sum(
+        1 for e in own if e.type == "assistant/chunk"
+    )
+    tools = {t["tool"]: t for t in doc["tools"]}
+    assert tools["shell"] == {"tool": "shell", "calls": 4, "errors": 1}
+    assert tools["read_file"] == {"tool": "read_file", "calls": 2, "errors": 1}
+    [tokens] = doc["tokens"]
+    assert tokens["output_tokens"] == sum(
+        e.data["usage"]["outputTokens"] for e in own if e.type == "assistant/message"
+    )
+    assert doc["replacements"] == {"tool/result": 1, "user/message": 1}
+
+    one = json.loads(cli("stats", demo.fork_id, "--json").stdout)
+    assert one["sessions"] == 1 and one["events"] == len(fork)
+    assert {t["tool"] for t in one["tools"]} == {"shell"}
+
+
+def test_stats_on_a_missing_session(shared):
+    cli = shared.cli
+    out = cli("stats", "no-such-session")
+    assert out.code == 1
+    assert out.error_lines == ["session-sql: error: session 'no-such-session' not found"]
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_schema_prints_the_ddl(sqlite_cli, dialect):
+    out = sqlite_cli("schema", "--dialect", dialect, "--schema", "agents")
+    assert out.code == 0
+    assert out.stdout == render_ddl(dialect, "agents")
+    assert sqlite_cli("schema").stdout == render_ddl("sqlite")
+
+
+def test_schema_refuses_an_unknown_dialect(sqlite_cli):
+    out = sqlite_cli("schema", "--dialect", "oracle")
+    assert out.code == 2
+    assert len(out.error_lines) == 1
+    assert "--dialect" in out.stderr and "see 'session-sql schema --help'" in out.stderr
