@@ -49,6 +49,8 @@ SAFE = 2**53 - 1
 # The UTF-8 codec leaves out lone surrogates; U+0000 is excluded by hand.
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=8)
 floats = st.floats(allow_nan=False, allow_infinity=False).map(lambda f: 0.0 if f == 0 else f)
+
+
 def _containers(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     # Named, not a lambda: hypothesis inspects the extend function's source.
     return st.lists(children, max_size=4) | st.dictionaries(texts, children, max_size=4)
