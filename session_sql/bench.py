@@ -694,34 +694,46 @@ def _drop_schema(url: str, schema: str) -> None:
 
 
 def run(
-    url: str | None, *, quick: bool, progress: Callable[[str], None] = lambda _: None
+    url: str | None,
+    *,
+    quick: bool,
+    progress: Callable[[str], None] = lambda _: None,
+    scale: float = 1.0,
 ) -> dict[str, Any]:
-    """Run every workload for the backend of ``url`` and return the JSON report."""
+    """Run every workload for the backend of ``url`` and return the JSON report.
+
+    ``scale`` shrinks every size (the tests run the real workloads at a tiny scale).
+    """
+
+    def size(full: int, fast: int, floor: int = 1) -> int:
+        return max(floor, int((fast if quick else full) * scale))
+
     reps = 3 if quick else 5
-    n1 = 300 if quick else 1500
+    n1 = size(1500, 300, 60)
     workloads: list[Workload] = []
     with bench_targets(url) as targets:
         main = targets[0]
         for target in targets:
-            label = (
-                f"W1 append ({target.synchronous})" if target.backend == "sqlite" else "W1 append"
-            )
+            label = "W1 append"
+            if target.backend == "sqlite":
+                label = f"W1 append ({target.synchronous})"
             progress(label)
             workloads.append(w_append(target, n1, reps, label))
         progress("W2 append_many")
-        workloads.append(w_append_many(main, 20 if quick else 100, reps))
+        workloads.append(w_append_many(main, size(100, 20), reps))
         progress("W3 compaction")
         workloads.append(w_compaction(main, n1, reps))
         progress("W4/W5 reads")
-        big, small = (20_000, 2_000) if quick else (100_000, 10_000)
-        workloads.extend(w_read(main, big, small, 2000 if not quick else 400, reps))
+        nodes = size(2000, 400, 10)
+        big, small = size(100_000, 20_000, nodes * 10), size(10_000, 2_000, nodes * 2)
+        workloads.extend(w_read(main, big, small, nodes, reps))
         progress("W6 follow")
-        workloads.append(w_follow(main, 50 if quick else 200))
+        workloads.append(w_follow(main, size(200, 50, 10)))
         if main.backend == "postgresql":
             progress("W7 contention")
-            workloads.extend(w_contention(main, 100 if quick else 400))
+            workloads.extend(w_contention(main, size(400, 100, 10)))
         progress("W8 storage")
-        workloads.append(w_storage(main, 2000 if quick else 10_000))
+        workloads.append(w_storage(main, size(10_000, 2000, 100)))
     return {
         "backend": targets[0].backend,
         "quick": quick,

@@ -31,6 +31,7 @@ from session_sql import (
     check_invariants,
     fold_surface,
 )
+from session_sql import bench as workloads
 from session_sql.cli_render import (
     demo_report,
     event_line,
@@ -629,6 +630,61 @@ def schema_(
         sys.stdout.write(render_ddl("sqlite", schema))
     else:
         sys.stdout.write(render_ddl("postgresql", schema))
+
+
+@app.command(
+    epilog=_example(
+        "session-sql bench --quick",
+        "session-sql bench --url postgresql://postgres@127.0.0.1/test --json > pg.json",
+    )
+)
+def bench(
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            metavar="URL",
+            help="postgresql://... to bench a throwaway schema there; default: temp SQLite files.",
+        ),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (under a minute).")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Measure session_sql against the raw driver doing the same rows, in the same run.
+
+    Each workload runs through the store and through a stdlib sqlite3 / raw psycopg baseline
+    that writes the same event rows and session-row update with the same durability settings,
+    without validation or surface upkeep. Figures are medians over repetitions; the ratio is
+    session_sql / raw (for reads: raw time / session_sql time). It never touches your
+    sessions.db: SQLite runs use temporary files, PostgreSQL a schema that is dropped after.
+    """
+
+    def progress(name: str) -> None:
+        sys.stderr.write(f"{PROG}: bench: {name} ...\n")
+
+    report = workloads.run(url, quick=quick, progress=progress)
+    out = Out()
+    if as_json:
+        out.json(report)
+        return
+    rows = []
+    for w in report["workloads"]:
+        rate = w["events_per_s"]
+        low, high = w["min_max_events_per_s"]
+        rows.append(
+            [
+                w["name"],
+                f"{rate:,.0f}" if rate else "-",
+                f"{1e6 / rate:,.1f}" if rate else "-",
+                f"{w['raw_events_per_s']:,.0f}" if w["raw_events_per_s"] else "-",
+                f"{w['ratio']:.2f}",
+                f"{low:,.0f}-{high:,.0f}" if rate and w["reps"] > 1 else "-",
+                ", ".join(f"{k}={v}" for k, v in w["extra"].items()),
+            ]
+        )
+    out.line(Text(f"backend: {report['backend']}", style="bold"))
+    headers = ["workload", "events/s", "µs/event", "raw events/s", "ratio", "min-max", "notes"]
+    out.table(headers, rows)
 
 
 # --------------------------------------------------------------------------------------------

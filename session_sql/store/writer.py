@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from session_sql.catalog import Catalog
 from session_sql.errors import (
@@ -180,8 +182,15 @@ class FastWrites:
             return c.string, names
 
         self.advance = compiled(st.advance)
-        self.insert_event = compiled(insert(ctx.tables.events), event_columns)
-        self.insert_surface = compiled(insert(sf), surface_columns)
+        # ON CONFLICT DO NOTHING, then counting the rows: a lost race on PostgreSQL (whose
+        # pipeline runs the inserts before the head update's row count is known) is then
+        # not an aborted pipeline, and a row already sitting past the head is caught by
+        # the count instead of being silently kept.
+        upsert = sqlite_insert if self.sqlite else pg_insert
+        self.insert_event = compiled(
+            upsert(ctx.tables.events).on_conflict_do_nothing(), event_columns
+        )
+        self.insert_surface = compiled(upsert(sf).on_conflict_do_nothing(), surface_columns)
         self.drop_node = compiled(
             delete(sf).where(
                 sf.c.session_id == bindparam("b_id"), sf.c.event_seq == bindparam("b_seq")
@@ -246,6 +255,8 @@ class FastWrites:
             assert dbapi is not None
             cur = raw.cursor()
             head_cur = raw.cursor()
+            event_cur = raw.cursor()
+            append_checks: list[tuple[Any, int]] = []
             if self.sqlite:
                 cur.execute("BEGIN IMMEDIATE")
             try:
@@ -255,11 +266,16 @@ class FastWrites:
                         dbapi.rollback()
                         return False
                     if len(event_rows) == 1:
-                        cur.execute(self.insert_event[0], event_rows[0])
+                        event_cur.execute(self.insert_event[0], event_rows[0])
                     else:
-                        cur.executemany(self.insert_event[0], event_rows)
+                        event_cur.executemany(self.insert_event[0], event_rows)
                     for (sql_text, _), params, many in surface_ops:
-                        if many:
+                        if sql_text == self.insert_surface[0]:
+                            # One cursor per batch of appends: each count is read after sync.
+                            batch_cur = raw.cursor()
+                            batch_cur.executemany(sql_text, params)
+                            append_checks.append((batch_cur, len(params)))
+                        elif many:
                             cur.executemany(sql_text, params)
                         else:
                             cur.execute(sql_text, params)
@@ -274,6 +290,15 @@ class FastWrites:
                 if head_cur.rowcount != 1:  # PostgreSQL: known once the pipeline has synced
                     dbapi.rollback()
                     return False
+                if event_cur.rowcount != len(event_rows) or any(
+                    c.rowcount != n for c, n in append_checks
+                ):
+                    dbapi.rollback()
+                    raise CorruptSessionError(
+                        f"session {session_id!r}: rows already exist past the session's head "
+                        "(events or surface positions); run verify, refusing to append",
+                        session_id=session_id,
+                    )
                 dbapi.commit()
             except BaseException as exc:
                 dbapi.rollback()

@@ -27,6 +27,7 @@ COMMANDS = [
     "repair",
     "stats",
     "schema",
+    "bench",
 ]
 
 
