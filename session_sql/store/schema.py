@@ -30,6 +30,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     insert,
+    inspect,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -248,6 +249,10 @@ def create_all(conn: Connection, schema: str | None) -> None:
         schema = None
     tables = tables_for(schema)
     for element in _ddl_elements(tables):
+        # CREATE SCHEMA IF NOT EXISTS still needs CREATE on the database; a role that owns
+        # an existing schema (the documented least-privilege setup) must not need it.
+        if isinstance(element, CreateSchema) and inspect(conn).has_schema(str(schema)):
+            continue
         conn.execute(element)
     conn.execute(_meta_insert(tables))
 
