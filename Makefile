@@ -19,8 +19,8 @@ lint:
 	$(VENV)/bin/mypy
 
 schema:
-	$(PY) -m session_sql.store.schema sqlite > schema/sqlite.sql
-	$(PY) -m session_sql.store.schema postgresql > schema/postgresql.sql
+	$(VENV)/bin/session-sql schema --dialect sqlite > schema/sqlite.sql
+	$(VENV)/bin/session-sql schema --dialect postgresql > schema/postgresql.sql
 
 db-up:
 	docker compose up -d --wait

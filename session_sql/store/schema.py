@@ -1,7 +1,7 @@
 """The SQL schema of a session store, as code (SPEC §8.1).
 
 One ``MetaData`` per target schema holds every table, index and the ``surface_messages`` view;
-the files in ``schema/`` are rendered from it (``python -m session_sql.store.schema sqlite``)
+the files in ``schema/`` are rendered from it (``session-sql schema --dialect sqlite``)
 and a test fails when they drift. Every constraint and index is named through the naming
 convention, so driver errors can be mapped by constraint name and the schema gate can compare
 names.
@@ -10,8 +10,6 @@ names.
 from __future__ import annotations
 
 import functools
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -286,18 +284,3 @@ def render_ddl(dialect_name: DialectName, schema: str = DEFAULT_SCHEMA) -> str:
         "\n".join(line.rstrip() for line in s.splitlines()) + ";" for s in statements
     )
     return header + "\n" + body + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the DDL for the dialect named in ``argv`` (``sqlite`` or ``postgresql``)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1 or args[0] not in ("sqlite", "postgresql"):
-        print("usage: python -m session_sql.store.schema sqlite|postgresql", file=sys.stderr)
-        return 2
-    name: DialectName = "sqlite" if args[0] == "sqlite" else "postgresql"
-    sys.stdout.write(render_ddl(name))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -53,7 +53,7 @@ def test_schema_files_are_fresh(dialect):
     path = REPO / "schema" / f"{dialect}.sql"
     assert path.read_text(encoding="utf-8") == render_ddl(dialect), (
         f"{path} is stale; regenerate it with "
-        f"`python -m session_sql.store.schema {dialect} > schema/{dialect}.sql`"
+        f"`session-sql schema --dialect {dialect} > schema/{dialect}.sql`"
     )
 
 
@@ -93,12 +93,6 @@ def test_render_ddl_mentions_every_object():
 def test_render_ddl_rejects_unknown_dialect():
     with pytest.raises(ValueError, match="unknown dialect"):
         render_ddl("mysql")  # type: ignore[arg-type]
-
-
-def test_module_entry_point(capsys):
-    assert schema_mod.main(["sqlite"]) == 0
-    assert capsys.readouterr().out == render_ddl("sqlite")
-    assert schema_mod.main(["oracle"]) == 2
 
 
 def test_metadata_is_cached_per_schema_and_named():
