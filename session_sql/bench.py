@@ -347,9 +347,10 @@ def _workload(
     )
 
 
-def w_append(target: Target, n: int, reps: int, label: str) -> Workload:
-    """W1: one event per transaction (the interactive path)."""
-    items = agent_events(n)
+def _one_per_transaction(
+    target: Target, items: list[Item], reps: int, name: str, extra: dict[str, Any]
+) -> Workload:
+    """Append ``items`` one transaction each, through the store and through the raw driver."""
     ours, raws = [], []
     with target.store() as store, _closing(target.raw()) as raw:
         for _ in range(reps):
@@ -373,7 +374,12 @@ def w_append(target: Target, n: int, reps: int, label: str) -> Workload:
                     head = raw.write(s, head, [it])
 
             raws.append(_timed(run_raw))
-    return _workload(label, n, ours, raws, {"events": n})
+    return _workload(name, len(items), ours, raws, extra)
+
+
+def w_append(target: Target, n: int, reps: int, label: str) -> Workload:
+    """W1: one event per transaction (the interactive path)."""
+    return _one_per_transaction(target, agent_events(n), reps, label, {"events": n})
 
 
 def w_append_many(target: Target, batches: int, reps: int) -> Workload:
@@ -421,30 +427,8 @@ def compaction_events(n: int) -> Iterator[Item]:
 def w_compaction(target: Target, n: int, reps: int) -> Workload:
     """W3: a replace covering 40 surface nodes every 50 events, one event per transaction."""
     items = list(compaction_events(n))
-    ours, raws = [], []
-    with target.store() as store, _closing(target.raw()) as raw:
-        for _ in range(reps):
-            handle = store.create_session()
-
-            def run_ours(h: Any = handle) -> None:
-                for it in items:
-                    h.append(
-                        it["type"],
-                        it["data"],
-                        surface_op=it["surface_op"],
-                        source_event_seqs=it.get("source_event_seqs"),
-                    )
-
-            ours.append(_timed(run_ours))
-            sid = raw.new_session()
-
-            def run_raw(s: str = sid) -> None:
-                head = -1
-                for it in items:
-                    head = raw.write(s, head, [it])
-
-            raws.append(_timed(run_raw))
-    return _workload("W3 compaction-heavy", n, ours, raws, {"replace_every": 50, "covers": 40})
+    extra = {"replace_every": 50, "covers": 40}
+    return _one_per_transaction(target, items, reps, "W3 compaction-heavy", extra)
 
 
 def _big_session(store: SessionStore, total: int, surface_nodes: int) -> str:
