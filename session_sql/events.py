@@ -101,13 +101,18 @@ def check_type_name(name: Any, *, seq: int | None = None) -> str:
     return name
 
 
+def is_session_id(session_id: Any) -> TypeGuard[str]:
+    """Whether ``session_id`` has the session id format: 1–128 printable characters."""
+    return (
+        type(session_id) is str
+        and 1 <= len(session_id) <= MAX_SESSION_ID_LENGTH
+        and session_id.isprintable()
+    )
+
+
 def check_session_id(session_id: Any) -> str:
     """Session ids: 1–128 printable characters."""
-    if (
-        type(session_id) is not str
-        or not 1 <= len(session_id) <= MAX_SESSION_ID_LENGTH
-        or not session_id.isprintable()
-    ):
+    if not is_session_id(session_id):
         raise InvalidHeaderError(
             f"session id must be 1–{MAX_SESSION_ID_LENGTH} printable characters, got {session_id!r}"
         )
@@ -241,6 +246,7 @@ __all__ = [
     "check_header",
     "check_session_id",
     "check_type_name",
+    "is_session_id",
     "make_header",
     "parse_envelope",
 ]

@@ -142,10 +142,14 @@ def read_jsonl(path: PathLike) -> tuple[FrozenDict, list[SessionEvent]]:
 
 
 def inherited_count(header: Any, events: Iterable[SessionEvent]) -> int:
-    """The inherited prefix of a seeded (forked) log: up to its ``{"inherited": true}`` marker."""
+    """The inherited prefix of a seeded (forked) log: up to its ``{"inherited": true}`` marker.
+
+    The last such marker: a fork of a fork also inherits its parent's cut, earlier in the log.
+    """
     if not header.get("isSeeded"):
         return 0
+    count = 0
     for event in events:
         if event.type == "session/end-seed" and event.data == {"inherited": True}:
-            return event.seq
-    return 0
+            count = event.seq
+    return count

@@ -20,6 +20,7 @@ from session_sql.errors import (
     SurfaceError,
 )
 from session_sql.events import (
+    Replace,
     SessionEvent,
     SurfaceOp,
     check_header,
@@ -147,7 +148,22 @@ def check_logged(
     if parsed and isinstance(raw, SessionEvent):
         event = raw
     elif isinstance(raw, SessionEvent):
-        event = parse_envelope({**raw.to_json(), "data": snapshot_json(raw.data, root="data")})
+        # Field by field rather than through to_json(), which trusts the field types: a
+        # hand-built SessionEvent may hold anything and is refused like a wire dict would be.
+        op, sources = raw.surface_op, raw.source_event_seqs
+        wire: dict[str, Any] = {
+            "type": raw.type,
+            "seq": raw.seq,
+            "time": raw.time,
+            "data": snapshot_json(raw.data, root="data"),
+        }
+        if op is not None:
+            wire["surfaceOp"] = op.to_json() if isinstance(op, Replace) else op
+        if sources is not None:
+            wire["sourceEventSeqs"] = sources
+        if raw.ignorable is not False:
+            wire["ignorable"] = raw.ignorable
+        event = parse_envelope(wire)
     else:
         event = parse_envelope(snapshot_json(raw, root="event"))
     if event.seq != seq:
@@ -215,6 +231,10 @@ class Session:
         log: list[SessionEvent] = []
         surface = Surface()
         if seed is not None:
+            if not isinstance(seed, Iterable):
+                raise InvalidSeedError(
+                    f"a seed must be a list of events, got {type(seed).__name__}", index=None
+                )
             fold_checked(seed, log, surface, self._catalog)
         self._adopt(frozen_header, log, surface, inherited_event_count)
         # §7.1: the seed length; the end-of-seed marker appended next is the first live event.
@@ -387,6 +407,8 @@ class Session:
 
     def append_many(self, items: Iterable[Mapping[str, Any]]) -> list[SessionEvent]:
         """Append several events atomically: all commit or none does."""
+        if not isinstance(items, Iterable) or isinstance(items, str | bytes | Mapping):
+            raise InvalidEventError(f"append_many takes a list of dicts, got {items!r}")
         batch: list[_Item] = []
         for i, item in enumerate(items):
             if not isinstance(item, Mapping):

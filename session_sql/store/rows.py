@@ -13,7 +13,12 @@ from typing import Any, NamedTuple
 from sqlalchemy import Text, cast
 
 from session_sql.catalog import Catalog
-from session_sql.errors import CorruptSessionError, InvalidEventError, NotJSONError
+from session_sql.errors import (
+    CorruptSessionError,
+    InvalidEventError,
+    InvalidHeaderError,
+    NotJSONError,
+)
 from session_sql.events import (
     Replace,
     SessionEvent,
@@ -80,6 +85,29 @@ def event_row_json(
                 seq=event.seq,
             )
     return row
+
+
+def check_header_limits(header: Any, max_event_bytes: int | None) -> None:
+    """The store's limits on a session header: size and depth, as for event data.
+
+    Raises ``InvalidHeaderError`` before any transaction starts: the header's extra keys are
+    arbitrary JSON, and a header the store could not read back would lock the session out.
+    """
+    text = dumps_json(header)
+    if max_event_bytes is not None and len(text) * 4 > max_event_bytes:
+        size = len(text.encode("utf-8"))
+        if size > max_event_bytes:
+            raise InvalidHeaderError(
+                f"session header is {size} bytes of JSON, above the limit of "
+                f"{max_event_bytes} bytes"
+            )
+    if text.count("[") + text.count("{") > MAX_STORED_DEPTH:
+        depth = json_depth(header)
+        if depth > MAX_STORED_DEPTH:
+            raise InvalidHeaderError(
+                f"session header nests {depth} levels deep; the store keeps at most "
+                f"{MAX_STORED_DEPTH} so that every backend can read it back"
+            )
 
 
 def event_columns(tables: SchemaTables) -> list[Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection, and_, delete, insert, or_, select
+from sqlalchemy import Connection, Text, and_, cast, delete, insert, or_, select
 
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
@@ -21,9 +21,9 @@ from session_sql.errors import (
     SessionNotFoundError,
     SessionSQLError,
 )
-from session_sql.events import SessionEvent, check_header
+from session_sql.events import SessionEvent, check_header, is_session_id
 from session_sql.jsonl import JsonlReader, inherited_count, write_jsonl
-from session_sql.jsonvalue import FrozenDict
+from session_sql.jsonvalue import FrozenDict, loads_frozen
 from session_sql.repair import interrupted_turn_closers
 from session_sql.session import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -45,6 +45,7 @@ from session_sql.store.engine import (
 )
 from session_sql.store.gate import ensure_schema
 from session_sql.store.rows import (
+    check_header_limits,
     event_columns,
     event_from_row,
     event_row,
@@ -223,6 +224,7 @@ class SessionStore:
 
     def delete_session(self, session_id: str) -> None:
         """Delete a session with its events and surface rows."""
+        _lookup_id(session_id)
         s = self._ctx.tables.sessions
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
             gone = conn.execute(delete(s).where(s.c.id == session_id)).rowcount
@@ -285,25 +287,26 @@ class SessionStore:
 
     def messages(self, session_id: str) -> list[Any]:
         """The messages a model sees, from the ``surface`` side table (never replays)."""
-        return reader.messages(self._ctx, session_id)
+        return reader.messages(self._ctx, _lookup_id(session_id))
 
     def surface(self, session_id: str) -> tuple[int, ...]:
         """The surface's event seqs in order, from the side table."""
-        return reader.surface(self._ctx, session_id)
+        return reader.surface(self._ctx, _lookup_id(session_id))
 
     def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
     ) -> Iterator[SessionEvent]:
         """Stream a session's events in seq order (``to_seq`` exclusive), bounded memory."""
         self._header(session_id)  # fail now, not at the first next()
-        return reader.stream_events(self._ctx, session_id, from_seq, to_seq)
+        bound = None if to_seq is None else _seq_bound(to_seq)
+        return reader.stream_events(self._ctx, session_id, _seq_bound(from_seq), bound)
 
     def follow(
         self, session_id: str, *, after_seq: int = -1, timeout: float | None = None
     ) -> Iterator[SessionEvent]:
         """Yield events as other processes commit them (see ``reader.follow``)."""
         self._header(session_id)
-        return reader.follow(self._ctx, session_id, after_seq, timeout)
+        return reader.follow(self._ctx, session_id, _seq_bound(after_seq), timeout)
 
     def list_sessions(
         self,
@@ -320,6 +323,8 @@ class SessionStore:
             s.c.id, s.c.created_at, s.c.updated_at, s.c.head_seq, s.c.parent_session
         ).order_by(s.c.updated_at.desc(), s.c.id.desc())
         if parent is not None:
+            if not is_session_id(parent):
+                return []  # no session can have it as its parent
             query = query.where(s.c.parent_session == parent)
         if created_after is not None:
             query = query.where(s.c.created_at >= created_after)
@@ -366,17 +371,32 @@ class SessionStore:
                     problems.append(
                         f"sessions.{column} is {getattr(row, column)}, the log implies {want}"
                     )
-        header = row.header
-        for column, want in (
+        try:
+            header = _frozen_header(session_id, row.header)
+        except SessionSQLError as exc:
+            problems.append(f"header: {exc}")
+            header = FrozenDict()
+        for column, said in (
             ("id", header.get("id")),
             ("format_version", header.get("version")),
             ("created_at", header.get("createdAt")),
             ("parent_session", header.get("parentSession")),
         ):
-            if getattr(row, column) != want:
+            if header and getattr(row, column) != said:
                 problems.append(
-                    f"sessions.{column} is {getattr(row, column)!r}, header says {want!r}"
+                    f"sessions.{column} is {getattr(row, column)!r}, header says {said!r}"
                 )
+        inherited = row.inherited_event_count
+        if inherited and not (
+            header.get("isSeeded") is True
+            and inherited < len(log)
+            and log[inherited].type == END_SEED
+            and log[inherited].data == {"inherited": True}
+        ):
+            problems.append(
+                f"sessions.inherited_event_count is {inherited}, but seq {inherited} is not the "
+                "end of an inherited prefix"
+            )
         return VerifyReport(
             session_id=session_id, ok=not problems, events=len(rows), problems=tuple(problems)
         )
@@ -384,6 +404,7 @@ class SessionStore:
     # -- internals ------------------------------------------------------------------------
 
     def _info(self, conn: Connection, session_id: str) -> SessionInfo:
+        _lookup_id(session_id)
         s = self._ctx.tables.sessions
         row = conn.execute(
             select(s.c.id, s.c.created_at, s.c.updated_at, s.c.head_seq, s.c.parent_session).where(
@@ -395,9 +416,10 @@ class SessionStore:
         return SessionInfo.model_validate(row._asdict())
 
     def _header(self, session_id: str) -> FrozenDict:
+        _lookup_id(session_id)
         s = self._ctx.tables.sessions
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
-            row = conn.execute(select(s.c.header).where(s.c.id == session_id)).first()
+            row = conn.execute(select(_header_text(s)).where(s.c.id == session_id)).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         return _frozen_header(session_id, row.header)
@@ -410,9 +432,13 @@ class SessionStore:
         ``bounded`` reads events up to the row's head only (what a writer may build on);
         ``verify`` reads them all, so rows past the head show up as a problem.
         """
+        _lookup_id(session_id)
         t = self._ctx.tables
         with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
-            row = conn.execute(select(t.sessions).where(t.sessions.c.id == session_id)).first()
+            columns = [c for c in t.sessions.c if c.name != "header"]
+            row = conn.execute(
+                select(*columns, _header_text(t.sessions)).where(t.sessions.c.id == session_id)
+            ).first()
             if row is None:
                 raise SessionNotFoundError(
                     f"session {session_id!r} not found", session_id=session_id
@@ -487,7 +513,8 @@ class SessionStore:
         t = ctx.tables
         session_id = str(header["id"])
         rows = surface_rows(log, ctx.catalog)
-        for event in log:  # the limits, before the transaction starts
+        check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
+        for event in log:
             event_row_json(session_id, event, ctx.max_event_bytes)
         now = _time.time_ns() // 1_000_000
         with translate_errors(session_id), write_tx(ctx.engine) as conn:
@@ -527,9 +554,35 @@ class SessionStore:
         return rows.next_pos
 
 
+def _seq_bound(seq: int) -> int:
+    """A seq bound clamped to what a BIGINT holds (beyond it, no seq can exist anyway)."""
+    return max(-1, min(seq, 2**62))
+
+
+def _lookup_id(session_id: Any) -> str:
+    """Check an id about to be looked up; raises ``SessionNotFoundError`` for a malformed one.
+
+    No session can have such an id, and the driver must not see it: a lone surrogate cannot
+    be encoded, and PostgreSQL refuses to compare text with an int.
+    """
+    if not is_session_id(session_id):
+        raise SessionNotFoundError(
+            f"session {session_id!r} not found: not a valid session id "
+            "(1–128 printable characters)",
+            session_id=session_id,
+        )
+    return session_id
+
+
+def _header_text(sessions: Any) -> Any:
+    """The header column as JSON text: parsed by ``_frozen_header``, never by the driver."""
+    return cast(sessions.c.header, Text).label("header")
+
+
 def _frozen_header(session_id: str, raw: Any) -> FrozenDict:
+    """The stored header text, parsed and checked; ``CorruptSessionError`` when it is broken."""
     try:
-        return check_header(raw)
+        return check_header(loads_frozen(raw, root="header"))
     except SessionFormatUnsupportedError:
         raise  # another format version (§1.3) is not corruption: say newer or older
     except (ValueError, TypeError) as exc:
