@@ -54,9 +54,9 @@ class FrozenList(tuple[Any, ...]):
     __slots__ = ()
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, list):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-        return tuple.__eq__(self, other)
+        if not isinstance(other, list | tuple):
+            return NotImplemented
+        return _deep_equal(self, other)
 
     def __ne__(self, other: object) -> bool:
         return not self == other
@@ -65,6 +65,36 @@ class FrozenList(tuple[Any, ...]):
 
     def __repr__(self) -> str:
         return f"FrozenList({list(self)!r})"
+
+
+def _deep_equal(a: Any, b: Any) -> bool:
+    """``a == b`` with an explicit stack, so that frozen values compare at any depth.
+
+    ``FrozenList.__eq__`` is Python code: recursing through it costs Python frames at every
+    level, and values a few hundred levels deep (which the store keeps) would hit the recursion
+    limit. Mappings compare as dicts, a ``FrozenList`` as the equal list or tuple, and
+    everything else with ``==``, exactly as the recursive comparison would.
+    """
+    stack: list[tuple[Any, Any]] = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if isinstance(x, dict) and isinstance(y, dict):
+            if x.keys() != y.keys():
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif (
+            isinstance(x, list | tuple)
+            and isinstance(y, list | tuple)
+            and (type(x) is type(y) or isinstance(x, FrozenList) or isinstance(y, FrozenList))
+        ):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y, strict=True))
+        elif x != y:
+            return False
+    return True
 
 
 def _fail(path: list[Any], why: str) -> NoReturn:
@@ -105,6 +135,10 @@ def _scalar_problem(value: Any) -> str | None:
     return f"{t.__name__} is not a JSON value"
 
 
+_checked_keys: set[str] = set()
+_MAX_CHECKED_KEYS = 4096
+
+
 def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
     """Validate ``value`` as lossless JSON and return a deeply frozen copy, in one pass.
 
@@ -137,14 +171,24 @@ def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
                 key, child = item
                 if type(key) is not str:
                     _fail([*path, key], f"key {key!r} is not a str")
-                if not key.isascii() or "\x00" in key:
+                if key not in _checked_keys:  # keys recur: check each distinct one once
                     problem = _str_problem(key)
                     if problem is not None:
                         _fail([*path, key], "key " + problem)
+                    if len(_checked_keys) < _MAX_CHECKED_KEYS:
+                        _checked_keys.add(key)
             else:
                 key, child = len(out), item
             ct = type(child)
-            if ct is dict or ct is list:
+            if ct is str:
+                if not child.isascii() or "\x00" in child:
+                    problem = _str_problem(child)
+                    if problem is not None:
+                        _fail([*path, key], problem)
+            elif ct is int:
+                if child > MAX_SAFE_INTEGER or child < -MAX_SAFE_INTEGER:
+                    _fail([*path, key], f"integer {child} is outside the safe range ±(2**53-1)")
+            elif ct is dict or ct is list:
                 cid = id(child)
                 if cid in active:
                     _fail([*path, key], "cycle: a container contains itself")
@@ -156,16 +200,10 @@ def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
                 )
                 descended = True
                 break
-            if ct is not FrozenDict and ct is not FrozenList and ct is not bool:
-                if ct is str:
-                    if "\x00" in child or not child.isascii():
-                        problem = _str_problem(child)
-                        if problem is not None:
-                            _fail([*path, key], problem)
-                elif child is not None:
-                    problem = _scalar_problem(child)
-                    if problem is not None:
-                        _fail([*path, key], problem)
+            elif not (child is None or ct is bool or ct is FrozenDict or ct is FrozenList):
+                problem = _scalar_problem(child)  # floats, and every kind that is refused
+                if problem is not None:
+                    _fail([*path, key], problem)
             out.append((key, child) if is_dict else child)
         if descended:
             continue
@@ -227,6 +265,9 @@ def json_equal(a: Any, b: Any) -> bool:
     return True
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def dumps_compact(value: Any) -> str:
     """Serialise ``value`` compactly, at any depth, keeping every float a float everywhere.
 
@@ -239,7 +280,7 @@ def dumps_compact(value: Any) -> str:
     integral, so the slow path writes those as ``<int>.0``.
     """
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _COMPACT.encode(value)
     except RecursionError:
         return _dumps_iterative(value)
     if "e+" in text:  # may be inside a string too; then the slow path yields the same text

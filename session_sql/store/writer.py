@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import time as _time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
@@ -156,6 +157,14 @@ def notify(conn: Connection, ctx: StoreContext, session_id: str, head_seq: int) 
         conn.execute(select(func.pg_notify(ctx.channel, f"{session_id}:{head_seq}")))
 
 
+_Compiled = tuple[str, Callable[[dict[str, Any]], Any]]
+"""A statement compiled for the store's dialect, and how to bind a dict of parameters."""
+
+
+def _as_is(params: dict[str, Any]) -> dict[str, Any]:
+    return params
+
+
 class FastWrites:
     """The append transaction on the DBAPI connection, with statements compiled once.
 
@@ -176,10 +185,13 @@ class FastWrites:
         event_columns = [c.name for c in ctx.tables.events.c]
         surface_columns = [c.name for c in sf.c]
 
-        def compiled(stmt: Any, keys: list[str] | None = None) -> tuple[str, tuple[str, ...]]:
+        def compiled(stmt: Any, keys: list[str] | None = None) -> _Compiled:
             c = stmt.compile(dialect=dialect, column_keys=keys)
-            names = tuple(c.positiontup or ()) if self.positional else tuple(c.params)
-            return c.string, names
+            if not self.positional:
+                return c.string, _as_is
+            names = tuple(c.positiontup or ())
+            pick = itemgetter(*names)
+            return c.string, (pick if len(names) > 1 else lambda p: (pick(p),))
 
         self.advance = compiled(st.advance)
         # ON CONFLICT DO NOTHING, then counting the rows: a lost race on PostgreSQL (whose
@@ -201,8 +213,10 @@ class FastWrites:
             select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
         )
 
-    def _args(self, stmt: tuple[str, tuple[str, ...]], params: dict[str, Any]) -> Any:
-        return tuple(params[k] for k in stmt[1]) if self.positional else params
+    @staticmethod
+    def _args(stmt: _Compiled, params: dict[str, Any]) -> Any:
+        """The driver's parameters for ``stmt``: a tuple in order (qmark) or the dict."""
+        return stmt[1](params)
 
     def append(
         self,
@@ -217,7 +231,7 @@ class FastWrites:
         args = self._args
         rows = [event_row_json(session_id, e, self.max_event_bytes) for e in events]
         event_rows = [args(self.insert_event, row) for row in rows]
-        surface_ops: list[tuple[tuple[str, tuple[str, ...]], Any, bool]] = []
+        surface_ops: list[tuple[_Compiled, Any, bool]] = []
         pending: list[Any] = []
         for t in transitions:
             if type(t) is AppendNode:
@@ -301,6 +315,12 @@ class FastWrites:
                     )
                 dbapi.commit()
             except BaseException as exc:
+                if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
+                    # Discard it instead of returning it to the pool, where its reset would
+                    # fail (and log) or, without pre-ping, the next append would get it. No
+                    # rollback: the server has already rolled the transaction back.
+                    raw.invalidate()
+                    raise
                 dbapi.rollback()
                 # The pipeline runs the inserts even when the conditional head update matched
                 # no row; their failure (a taken seq, a deleted session) then only means that
