@@ -142,6 +142,8 @@ class SessionStore:
 
     def close(self) -> None:
         """Release every pooled connection."""
+        if "fast_writes" in vars(self._ctx):  # built by the first append
+            self._ctx.fast_writes.close()
         self._ctx.engine.dispose()
 
     def __enter__(self) -> SessionStore:

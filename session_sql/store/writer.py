@@ -8,6 +8,7 @@ Transitions to the ``surface`` side table. Memory changes only after the transac
 from __future__ import annotations
 
 import functools
+import threading
 import time as _time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -175,6 +176,10 @@ class FastWrites:
 
     def __init__(self, ctx: StoreContext) -> None:
         self.engine = ctx.engine
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._kept: set[Any] = set()
+        self._closed = False
         self.sqlite = ctx.sqlite
         self.channel = ctx.channel
         self.max_event_bytes = ctx.max_event_bytes
@@ -263,7 +268,8 @@ class FastWrites:
                 )
         if pending:
             surface_ops.append((self.insert_surface, pending, True))
-        raw = self.engine.raw_connection()
+        raw = self._checkout()
+        keep = False
         try:
             dbapi = raw.driver_connection
             assert dbapi is not None
@@ -314,6 +320,7 @@ class FastWrites:
                         session_id=session_id,
                     )
                 dbapi.commit()
+                keep = True
             except BaseException as exc:
                 if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
                     # Discard it instead of returning it to the pool, where its reset would
@@ -329,8 +336,40 @@ class FastWrites:
                     return False
                 raise
         finally:
-            raw.close()
+            self._checkin(raw, keep)
         return True
+
+    def _checkout(self) -> Any:
+        """The connection for one append.
+
+        On SQLite each thread keeps its connection between appends, which saves a pool
+        checkout and reset per event on the interactive path. PostgreSQL connections go back
+        to the pool every time, so that pre-ping replaces one the server has dropped.
+        """
+        raw = getattr(self._local, "raw", None)
+        if raw is not None:
+            self._local.raw = None
+            return raw
+        return self.engine.raw_connection()
+
+    def _checkin(self, raw: Any, keep: bool) -> None:
+        if keep and self.sqlite and raw.dbapi_connection is not None:
+            with self._lock:
+                if not self._closed:
+                    self._local.raw = raw
+                    self._kept.add(raw)
+                    return
+        with self._lock:
+            self._kept.discard(raw)
+        raw.close()  # back to the pool, which resets it (or drops it when invalidated)
+
+    def close(self) -> None:
+        """Return every kept connection to the pool (the store is closing)."""
+        with self._lock:
+            self._closed = True
+            kept, self._kept = self._kept, set()
+        for raw in kept:
+            raw.close()
 
 
 def fast_writes(ctx: StoreContext) -> FastWrites:
