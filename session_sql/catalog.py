@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -120,7 +120,6 @@ def _names_from(source: str, names: Any) -> list[str]:
     return [str(n) for n in names]
 
 
-CORE_CATALOG = Catalog(CORE_TYPES)
 DEFAULT_CATALOG = Catalog(CORE_TYPES + PLUGIN_TYPES)
 
 _discovered: Catalog | None = None
@@ -138,6 +137,3 @@ def reset_discovery() -> None:
     """Forget discovered entry points (after installing a plugin in a running process)."""
     global _discovered
     _discovered = None
-
-
-CatalogLike = Catalog | Callable[[], Catalog]

@@ -16,9 +16,6 @@ from session_sql.events import SessionEvent
 from session_sql.messages import check_message, result_block
 
 REQUEST_REASONS = frozenset({"initial", "resume", "change", "series"})
-TURN_END_KINDS = frozenset(
-    {"completed", "aborted", "blocked", "error", "max-tokens", "interrupted", "forked"}
-)
 
 
 def _object(event: SessionEvent) -> dict[str, Any]:

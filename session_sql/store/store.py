@@ -48,7 +48,6 @@ from session_sql.store.rows import (
     check_header_limits,
     event_columns,
     event_from_row,
-    event_row,
     event_row_json,
     surface_rows,
 )
@@ -516,8 +515,8 @@ class SessionStore:
         session_id = str(header["id"])
         rows = surface_rows(log, ctx.catalog)
         check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
-        for event in log:
-            event_row_json(session_id, event, ctx.max_event_bytes)
+        event_rows = [event_row_json(session_id, e, ctx.max_event_bytes) for e in log]
+        insert_event = ctx.fast_writes.insert_event  # binds the JSON text serialised above
         now = _time.time_ns() // 1_000_000
         with translate_errors(session_id), write_tx(ctx.engine) as conn:
             taken = conn.execute(select(t.sessions.c.id).where(t.sessions.c.id == session_id))
@@ -540,9 +539,10 @@ class SessionStore:
                     "updated_at": now,
                 },
             )
-            for i in range(0, len(log), INSERT_CHUNK):
-                chunk = log[i : i + INSERT_CHUNK]
-                conn.execute(insert(t.events), [event_row(session_id, e) for e in chunk])
+            cursor = conn.connection.cursor()  # the same transaction, on the DBAPI connection
+            for i in range(0, len(event_rows), INSERT_CHUNK):
+                chunk = event_rows[i : i + INSERT_CHUNK]
+                cursor.executemany(insert_event[0], [insert_event[1](r) for r in chunk])
             for i in range(0, len(rows.rows), INSERT_CHUNK):
                 conn.execute(
                     insert(t.surface),

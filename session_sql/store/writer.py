@@ -10,13 +10,13 @@ from __future__ import annotations
 import functools
 import threading
 import time as _time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -31,7 +31,7 @@ from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
 from session_sql.session import Clock, Session, fold_checked
 from session_sql.store.engine import is_sqlite, read_tx, translate_errors
-from session_sql.store.rows import event_columns, event_from_row, event_row, event_row_json
+from session_sql.store.rows import event_columns, event_from_row, event_row_json
 from session_sql.store.schema import SchemaTables
 from session_sql.surface import AppendNode, ReplaceNodes, Surface, Transition, is_exempt
 
@@ -59,7 +59,7 @@ class StoreContext:
 
 
 class Statements:
-    """The write statements of one schema, built once and reused for every append."""
+    """The Core statements of one schema that the writer and ``refresh`` share, built once."""
 
     def __init__(self, tables: SchemaTables) -> None:
         s, e, sf = tables.sessions, tables.events, tables.surface
@@ -80,12 +80,6 @@ class Statements:
                 replace_generation=bindparam("b_gen"),
                 updated_at=bindparam("b_now"),
             )
-        )
-        self.insert_events = insert(e)
-        self.insert_surface = insert(sf)
-        self.drop_nodes = delete(sf).where(
-            sf.c.session_id == bindparam("b_id"),
-            sf.c.event_seq.in_(bindparam("b_seqs", expanding=True)),
         )
         self.retarget_node = (
             update(sf)
@@ -115,41 +109,6 @@ def statements_for(tables: SchemaTables) -> Statements:
     if found is None:
         found = _statements[key] = Statements(tables)
     return found
-
-
-def write_events(
-    conn: Connection,
-    ctx: StoreContext,
-    session_id: str,
-    events: list[SessionEvent],
-    transitions: Iterable[Transition],
-    next_pos: int,
-) -> int:
-    """Insert event rows and apply their transitions to ``surface``; returns the next pos.
-
-    Never commits: the caller owns the transaction (the same helper serves append, create,
-    fork, import and repair).
-    """
-    st = statements_for(ctx.tables)
-    conn.execute(st.insert_events, [event_row(session_id, e) for e in events])
-    pending: list[dict[str, Any]] = []
-    for transition in transitions:
-        if type(transition) is AppendNode:
-            pending.append({"session_id": session_id, "pos": next_pos, "event_seq": transition.seq})
-            next_pos += 1
-        elif type(transition) is ReplaceNodes:
-            if pending:  # keep the table's order of operations equal to the plan's
-                conn.execute(st.insert_surface, pending)
-                pending = []
-            first, rest = transition.shadowed[0], list(transition.shadowed[1:])
-            if rest:
-                conn.execute(st.drop_nodes, {"b_id": session_id, "b_seqs": rest})
-            conn.execute(
-                st.retarget_node, {"b_id": session_id, "b_old": first, "b_new": transition.seq}
-            )
-    if pending:
-        conn.execute(st.insert_surface, pending)
-    return next_pos
 
 
 def notify(conn: Connection, ctx: StoreContext, session_id: str, head_seq: int) -> None:
