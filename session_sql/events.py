@@ -146,7 +146,7 @@ def parse_source_seqs(raw: Any, *, seq: int | None = None) -> tuple[int, ...]:
     for s in raw:
         if not is_safe_int(s):
             raise InvalidEventError(f"sourceEventSeqs must hold only ints, got {s!r}", seq=seq)
-    return tuple(raw)
+    return FrozenList(raw)  # a tuple that also equals the list it came from
 
 
 def parse_envelope(obj: Any) -> SessionEvent:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeAlias
 from session_sql.catalog import DEFAULT_CATALOG, SURFACE_TYPES, Catalog
 from session_sql.errors import InvalidEventError, SurfaceError
 from session_sql.events import Replace, SessionEvent
-from session_sql.jsonvalue import json_equal
+from session_sql.jsonvalue import FrozenList, json_equal
 from session_sql.messages import result_block
 
 
@@ -84,7 +84,7 @@ def plan(
             f"end {end} at {end_pos} (seq {seq})",
             seq=seq,
         )
-    shadowed = tuple(nodes[start_pos : end_pos + 1])
+    shadowed = FrozenList(nodes[start_pos : end_pos + 1])
     covered = set(sources or ())
     missing = [s for s in shadowed if s not in covered]
     if missing:
@@ -171,7 +171,7 @@ class Surface:
     def nodes(self) -> tuple[int, ...]:
         """The node seqs in surface order (an immutable snapshot)."""
         if self._tuple is None:
-            self._tuple = tuple(self._nodes)
+            self._tuple = FrozenList(self._nodes)  # also equals the same list
         return self._tuple
 
     def node_list(self) -> list[int]:

@@ -17,7 +17,7 @@ from session_sql.errors import (
     SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import loads_frozen
+from session_sql.jsonvalue import FrozenList, loads_frozen
 from session_sql.messages import check_message
 from session_sql.store.engine import read_tx, translate_errors
 from session_sql.store.rows import event_columns, event_from_row
@@ -132,7 +132,7 @@ def surface(ctx: StoreContext, session_id: str) -> tuple[int, ...]:
     """The surface's event seqs in order, from the side table."""
     q = queries_for(ctx)
     with translate_errors(session_id), read_tx(ctx.engine) as conn:
-        seqs = tuple(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
+        seqs = FrozenList(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
         if not seqs:
             require_session(conn, ctx, session_id)
     return seqs

@@ -72,7 +72,8 @@ def test_append_pushes_the_seq_onto_the_end() -> None:
     reply(session)
     assert session.surface.nodes == (1, 3)
     assert session.surface.replace_generation == 0
-    assert type(session.surface.nodes) is tuple
+    assert isinstance(session.surface.nodes, tuple)  # immutable
+    assert session.surface.nodes == [1, 3]  # and equal to the same list
 
 
 @pytest.mark.parametrize(
