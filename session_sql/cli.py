@@ -282,7 +282,7 @@ def show(
         if events:
             stream = store.events(session_id, from_seq=from_seq, to_seq=to_seq)
             if as_json:
-                out.json_array(e.to_json() for e in stream)
+                out.json_array(e.to_wire() for e in stream)
             else:
                 for event in stream:
                     out.line(event_line(event, width=88, with_time=True))
@@ -354,7 +354,7 @@ def tail(
 
     def emit(event: SessionEvent) -> None:
         if as_json:
-            out.json_line(event.to_json())
+            out.json_line(event.to_wire())
         else:
             out.line(event_line(event, width=88, with_time=True))
         sys.stdout.flush()

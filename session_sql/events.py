@@ -12,7 +12,7 @@ from session_sql.errors import (
     NotJSONError,
     SessionFormatUnsupportedError,
 )
-from session_sql.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, FrozenList, snapshot_json
+from session_sql.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, FrozenList, snapshot_json, thaw
 
 SESSION_FORMAT_VERSION = 0
 
@@ -60,7 +60,13 @@ class SessionEvent(NamedTuple):
         return parse_envelope(frozen)
 
     def to_json(self) -> dict[str, Any]:
-        """The plain wire dict (absent optional keys omitted; ``data`` stays frozen)."""
+        """The plain wire dict: mutable ``dict``/``list`` throughout, optional keys omitted."""
+        wire = self.to_wire()
+        wire["data"] = thaw(self.data)
+        return wire
+
+    def to_wire(self) -> dict[str, Any]:
+        """The wire dict sharing the frozen ``data`` (no copy): for serialising."""
         wire: dict[str, Any] = {
             "type": self.type,
             "seq": self.seq,

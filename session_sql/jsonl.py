@@ -36,7 +36,7 @@ def write_jsonl(
     target.write(dumps_line(header))
     count = 0
     for event in events:
-        wire = event.to_json() if isinstance(event, SessionEvent) else event
+        wire = event.to_wire() if isinstance(event, SessionEvent) else event
         target.write(dumps_line(wire))
         count += 1
     return count

@@ -316,3 +316,14 @@ BAD_HEADERS = [
 def test_malformed_headers_are_invalid(raw: Any) -> None:
     with pytest.raises(InvalidHeaderError):
         Session(header=raw)
+
+
+def test_to_json_is_plain_and_mutable_and_to_wire_shares_the_frozen_data() -> None:
+    event = SessionEvent.from_json(
+        {"type": "todo/write", "seq": 0, "time": 1, "data": {"items": [{"t": "x"}]}}
+    )
+    wire = event.to_json()
+    assert type(wire["data"]) is dict and type(wire["data"]["items"]) is list
+    wire["data"]["items"].append({"t": "y"})  # a plain copy: the event is untouched
+    assert event.data == {"items": [{"t": "x"}]}
+    assert event.to_wire()["data"] is event.data
