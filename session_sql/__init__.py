@@ -1,4 +1,14 @@
-"""session_sql: event-sourced LLM-agent sessions stored in SQL."""
+"""session_sql: event-sourced LLM-agent sessions stored in SQL.
+
+This module is the curated public API. The core (events, surface, ``Session``) imports
+without SQLAlchemy or psycopg; the store's names are imported on first use, so that
+``import session_sql`` for in-memory work stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from session_sql.catalog import DEFAULT_CATALOG, Catalog
 from session_sql.errors import (
@@ -18,27 +28,50 @@ from session_sql.errors import (
     SessionSQLError,
     StoreError,
     SurfaceError,
+    TornTailWarning,
 )
 from session_sql.events import SESSION_FORMAT_VERSION, Replace, SessionEvent
 from session_sql.invariants import Violation, check_invariants, invariant_validator
 from session_sql.jsonvalue import snapshot_json, thaw
 from session_sql.repair import interrupted_turn_closers
-from session_sql.session import Session
-from session_sql.store import (
-    SCHEMA_VERSION,
-    SessionInfo,
-    SessionStore,
-    StoredSession,
-    VerifyReport,
-    open_store,
-)
-from session_sql.surface import SurfaceFold, fold_surface
+from session_sql.session import EventsView, Session
+from session_sql.surface import Surface, SurfaceFold, fold_surface
+
+if TYPE_CHECKING:
+    from session_sql._store.schema import SCHEMA_VERSION
+    from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
+    from session_sql._store.writer import StoredSession
+
+# Store names, imported lazily (they pull in SQLAlchemy and psycopg): name -> module.
+_LAZY = {
+    "SCHEMA_VERSION": "session_sql._store.schema",
+    "SessionInfo": "session_sql._store.store",
+    "SessionStore": "session_sql._store.store",
+    "StoredSession": "session_sql._store.writer",
+    "VerifyReport": "session_sql._store.store",
+    "open_store": "session_sql._store.store",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'session_sql' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Catalog",
     "ConcurrencyError",
     "CorruptSessionError",
     "DEFAULT_CATALOG",
+    "EventsView",
     "ForkError",
     "InvalidEventError",
     "InvalidHeaderError",
@@ -60,8 +93,10 @@ __all__ = [
     "SessionStore",
     "StoreError",
     "StoredSession",
+    "Surface",
     "SurfaceError",
     "SurfaceFold",
+    "TornTailWarning",
     "VerifyReport",
     "Violation",
     "check_invariants",

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from session_sql import SessionStore, open_store
 from session_sql.cli import app
-from session_sql.demo import DemoRun, record_demo
+from session_sql.cli.demo import DemoRun, record_demo
 
 SCRIPT = Path(sys.executable).with_name("session-sql")
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from session_sql import bench
+from session_sql.cli import bench
 
 from .conftest import Cli
 

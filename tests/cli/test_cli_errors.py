@@ -146,7 +146,7 @@ def test_a_closed_pipe_stops_quietly(sqlite_cli):
 
 def test_module_has_no_side_effects_on_import():
     done = subprocess.run(
-        [sys.executable, "-c", "import session_sql.cli, session_sql.cli_docs"],
+        [sys.executable, "-c", "import session_sql.cli, session_sql.cli._docs"],
         capture_output=True,
         text=True,
         check=False,

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from session_sql import SCHEMA_VERSION, fold_surface, thaw
-from session_sql.store.schema import render_ddl
+from session_sql._store.schema import render_ddl
 
 ANSI = "\x1b["
 
@@ -54,7 +54,7 @@ def test_ls_on_an_empty_store(cli):
 
 def test_ls_draws_a_table_only_on_a_terminal(shared, monkeypatch):
     cli, demo = shared.cli, shared.demo
-    monkeypatch.setattr("session_sql.cli_support.isatty", lambda stream: True)
+    monkeypatch.setattr("session_sql.cli._support.isatty", lambda stream: True)
     out = cli("ls")
     assert out.code == 0
     assert "━" in out.stdout  # rich's table rules

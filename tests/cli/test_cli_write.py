@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import delete, update
 
 from session_sql import thaw
-from session_sql.store.schema import tables_for
+from session_sql._store.schema import tables_for
 
 SECTIONS = [
     "1. What the model sees now",
@@ -323,7 +323,7 @@ def test_commands_refuse_a_store_of_another_schema_version(cli, store):
 
 
 def test_verify_all_draws_a_progress_bar_on_a_terminal(cli, demo, monkeypatch):
-    monkeypatch.setattr("session_sql.cli_support.isatty", lambda stream: True)
+    monkeypatch.setattr("session_sql.cli._support.isatty", lambda stream: True)
     out = cli("verify", "--all")
     assert out.code == 0
     assert "verifying" in out.stderr

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from session_sql.cli import app
-from session_sql.cli_docs import command_names, main, render_cli_docs
+from session_sql.cli._docs import command_names, main, render_cli_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI_MD = ROOT / "docs" / "cli.md"
@@ -33,7 +33,7 @@ COMMANDS = [
 
 def test_cli_md_is_the_generated_reference():
     assert CLI_MD.read_text(encoding="utf-8") == render_cli_docs(), (
-        "docs/cli.md is stale: run python -m session_sql.cli_docs --write docs/cli.md"
+        "docs/cli.md is stale: run python -m session_sql.cli._docs --write docs/cli.md"
     )
 
 
@@ -50,7 +50,7 @@ def test_check_mode(tmp_path, capsys):
 
 def test_the_module_prints_the_reference():
     done = subprocess.run(
-        [sys.executable, "-m", "session_sql.cli_docs"],
+        [sys.executable, "-m", "session_sql.cli._docs"],
         capture_output=True,
         text=True,
         check=True,

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from session_sql import open_store
-from session_sql.demo import record_demo
-from session_sql.store.schema import tables_for
+from session_sql._store.schema import tables_for
+from session_sql.cli.demo import record_demo
 
 SQL_MD = Path(__file__).resolve().parents[2] / "docs" / "sql.md"
 RECIPE = re.compile(

@@ -20,13 +20,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from reliability_builders import (
-    assistant_data,
-    item,
-    tool_result_data,
-    user_message,
-)
-
 from session_sql import (
     ConcurrencyError,
     Replace,
@@ -35,6 +28,13 @@ from session_sql import (
     StoreError,
     interrupted_turn_closers,
     open_store,
+)
+
+from .reliability_builders import (
+    assistant_data,
+    item,
+    tool_result_data,
+    user_message,
 )
 
 BUSY_TIMEOUT_MS = 5000  # the library default, stated: contention must fit inside it

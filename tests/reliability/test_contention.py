@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from reliability_builders import assert_store_consistent
-from reliability_workers import contender, create_racer
 
 from session_sql import open_store
+
+from .reliability_builders import assert_store_consistent
+from .reliability_workers import contender, create_racer
 
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 8

@@ -33,14 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability_builders import (
-    assert_store_consistent,
-    same_shapes,
-    shape_of_event,
-    shape_of_item,
-    wires,
-)
-from reliability_workers import crash_writer, first_open
 from sqlalchemy import text
 from sqlalchemy.schema import DropSchema
 
@@ -51,6 +43,15 @@ from session_sql import (
     interrupted_turn_closers,
     open_store,
 )
+
+from .reliability_builders import (
+    assert_store_consistent,
+    same_shapes,
+    shape_of_event,
+    shape_of_item,
+    wires,
+)
+from .reliability_workers import crash_writer, first_open
 
 SPAWN = multiprocessing.get_context("spawn")
 TRIALS = 50

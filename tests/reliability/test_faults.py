@@ -22,7 +22,6 @@ import uuid
 from typing import Any
 
 import pytest
-from reliability_builders import assert_store_consistent, user_message
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
@@ -36,6 +35,8 @@ from session_sql import (
     StoreError,
     open_store,
 )
+
+from .reliability_builders import assert_store_consistent, user_message
 
 
 def _say(handle: Any, mark: str) -> Any:

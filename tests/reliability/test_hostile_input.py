@@ -25,22 +25,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from reliability_builders import (
-    assert_store_consistent,
-    assistant_data,
-    tool_result_data,
-    user_message,
-    wires,
-)
-from reliability_strategies import (
-    hostile_values,
-    json_values,
-    odd_text,
-    provenance,
-    session_ids,
-    surface_ops,
-    type_names,
-)
 from sqlalchemy import func, select
 
 from session_sql import (
@@ -51,10 +35,27 @@ from session_sql import (
     SessionStore,
     open_store,
 )
+from session_sql._store.schema import tables_for
 from session_sql.errors import TornTailWarning
 from session_sql.events import check_session_id
 from session_sql.jsonvalue import json_equal, thaw
-from session_sql.store.schema import tables_for
+
+from .reliability_builders import (
+    assert_store_consistent,
+    assistant_data,
+    tool_result_data,
+    user_message,
+    wires,
+)
+from .reliability_strategies import (
+    hostile_values,
+    json_values,
+    odd_text,
+    provenance,
+    session_ids,
+    surface_ops,
+    type_names,
+)
 
 LIMIT = 64 * 1024  # a small max_event_bytes, so that "huge" inputs are cheap to generate
 HYPOTHESIS = settings(

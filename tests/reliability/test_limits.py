@@ -17,7 +17,6 @@ import json
 from typing import Any
 
 import pytest
-from reliability_builders import assert_store_consistent, user_message
 
 from session_sql import (
     InvalidEventError,
@@ -27,8 +26,10 @@ from session_sql import (
     SessionNotFoundError,
     open_store,
 )
+from session_sql._store.rows import MAX_STORED_DEPTH
 from session_sql.jsonvalue import json_equal
-from session_sql.store.rows import MAX_STORED_DEPTH
+
+from .reliability_builders import assert_store_consistent, user_message
 
 MIB = 1024 * 1024
 DEFAULT_LIMIT = 16 * MIB

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability_builders import assert_store_consistent, assistant_data, user_message
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -30,6 +29,8 @@ from sqlalchemy.schema import DropSchema
 
 import session_sql
 from session_sql import Replace, StoreError, open_store
+
+from .reliability_builders import assert_store_consistent, assistant_data, user_message
 
 pytestmark = pytest.mark.postgresql
 

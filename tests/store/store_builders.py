@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import Engine, Text, cast, event, select
 
 from session_sql import Replace, Session, SessionEvent, SessionStore
-from session_sql.store.schema import tables_for
+from session_sql._store.schema import tables_for
 
 T0 = 1_700_000_000_000
 

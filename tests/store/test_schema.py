@@ -15,16 +15,9 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, insert, inspect, select, text
 from sqlalchemy.schema import DropSchema
 
-from session_sql.errors import (
-    ConcurrencyError,
-    SessionExistsError,
-    SessionSQLError,
-    StoreError,
-)
-from session_sql.jsonvalue import _dumps_iterative
-from session_sql.store import engine as engine_mod
-from session_sql.store import schema as schema_mod
-from session_sql.store.engine import (
+from session_sql._store import engine as engine_mod
+from session_sql._store import schema as schema_mod
+from session_sql._store.engine import (
     dumps_json,
     make_engine,
     read_tx,
@@ -32,14 +25,21 @@ from session_sql.store.engine import (
     translate_errors,
     write_tx,
 )
-from session_sql.store.gate import ensure_schema
-from session_sql.store.schema import (
+from session_sql._store.gate import ensure_schema
+from session_sql._store.schema import (
     SCHEMA_VERSION,
     create_all,
     metadata_for,
     render_ddl,
     tables_for,
 )
+from session_sql.errors import (
+    ConcurrencyError,
+    SessionExistsError,
+    SessionSQLError,
+    StoreError,
+)
+from session_sql.jsonvalue import _dumps_iterative
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
-from store_builders import (
+
+from session_sql import (
+    CorruptSessionError,
+    Replace,
+    SessionExistsError,
+    SessionFormatUnsupportedError,
+    SessionStore,
+)
+from session_sql.errors import TornTailWarning
+
+from .store_builders import (
     answer,
     dump_tables,
     refused,
@@ -19,15 +29,6 @@ from store_builders import (
     tool_turn_log,
     wires,
 )
-
-from session_sql import (
-    CorruptSessionError,
-    Replace,
-    SessionExistsError,
-    SessionFormatUnsupportedError,
-    SessionStore,
-)
-from session_sql.errors import TornTailWarning
 
 
 def rich_session(store: SessionStore, session_id: str = "s1") -> None:

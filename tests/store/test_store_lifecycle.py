@@ -7,7 +7,17 @@ import uuid
 
 import pytest
 from sqlalchemy import text
-from store_builders import (
+
+from session_sql import (
+    ConcurrencyError,
+    Session,
+    SessionStore,
+    fold_surface,
+    interrupted_turn_closers,
+    open_store,
+)
+
+from .store_builders import (
     begin_step,
     begin_turn,
     call_tool,
@@ -24,15 +34,6 @@ from store_builders import (
     tool_turn_log,
     view,
     wires,
-)
-
-from session_sql import (
-    ConcurrencyError,
-    Session,
-    SessionStore,
-    fold_surface,
-    interrupted_turn_closers,
-    open_store,
 )
 
 

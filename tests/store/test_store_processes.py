@@ -17,16 +17,17 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
-from store_builders import tool_turn_log, wires
-from store_workers import (
+
+from session_sql import interrupted_turn_closers
+
+from .store_builders import tool_turn_log, wires
+from .store_workers import (
     append_alone,
     append_with_retry,
     crashing_writer,
     follow_session,
     write_session,
 )
-
-from session_sql import interrupted_turn_closers
 
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 4

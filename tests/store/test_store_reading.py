@@ -11,7 +11,16 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, update
-from store_builders import (
+
+from session_sql import (
+    CorruptSessionError,
+    Session,
+    SessionFormatUnsupportedError,
+    SessionInfo,
+    SessionStore,
+)
+
+from .store_builders import (
     WireLog,
     answer,
     begin_step,
@@ -29,14 +38,6 @@ from store_builders import (
     tool_turn,
     tool_turn_log,
     wires,
-)
-
-from session_sql import (
-    CorruptSessionError,
-    Session,
-    SessionFormatUnsupportedError,
-    SessionInfo,
-    SessionStore,
 )
 
 # -- messages() and surface() come from the side table -----------------------------------------

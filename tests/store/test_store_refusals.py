@@ -7,17 +7,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import update
-from store_builders import (
-    assistant_message,
-    execute,
-    refused,
-    say,
-    tables,
-    tool_result_data,
-    tool_turn,
-    tool_turn_log,
-    user_message,
-)
 
 from session_sql import (
     CorruptSessionError,
@@ -32,6 +21,18 @@ from session_sql import (
     SessionNotFoundError,
     SurfaceError,
     open_store,
+)
+
+from .store_builders import (
+    assistant_message,
+    execute,
+    refused,
+    say,
+    tables,
+    tool_result_data,
+    tool_turn,
+    tool_turn_log,
+    user_message,
 )
 
 # The base session: ``tool_turn_log()`` (seqs 0–12: user 2, reply 5, tool/call 6, result 7,

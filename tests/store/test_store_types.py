@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from store_builders import user_message, wires
-
 from session_sql import SessionStore
+
+from .store_builders import user_message, wires
 
 MAX_SAFE = 2**53 - 1
 

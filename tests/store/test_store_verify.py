@@ -7,16 +7,6 @@ from typing import Any
 
 import pytest
 from sqlalchemy import delete, insert, update
-from store_builders import (
-    dump_tables,
-    execute,
-    refused,
-    say,
-    summarize,
-    tables,
-    tool_turn,
-    tool_turn_log,
-)
 
 from session_sql import (
     ConcurrencyError,
@@ -25,6 +15,17 @@ from session_sql import (
     SessionStore,
     StoredSession,
     VerifyReport,
+)
+
+from .store_builders import (
+    dump_tables,
+    execute,
+    refused,
+    say,
+    summarize,
+    tables,
+    tool_turn,
+    tool_turn_log,
 )
 
 

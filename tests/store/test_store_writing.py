@@ -7,7 +7,21 @@ import logging
 
 import pytest
 from sqlalchemy import update
-from store_builders import (
+
+from session_sql import (
+    ConcurrencyError,
+    CorruptSessionError,
+    ReentrantAppendError,
+    Replace,
+    Session,
+    SessionNotFoundError,
+    SessionStore,
+    StoreError,
+    SurfaceError,
+    fold_surface,
+)
+
+from .store_builders import (
     answer,
     begin_step,
     begin_turn,
@@ -30,19 +44,6 @@ from store_builders import (
     user_message,
     view,
     wires,
-)
-
-from session_sql import (
-    ConcurrencyError,
-    CorruptSessionError,
-    ReentrantAppendError,
-    Replace,
-    Session,
-    SessionNotFoundError,
-    SessionStore,
-    StoreError,
-    SurfaceError,
-    fold_surface,
 )
 
 

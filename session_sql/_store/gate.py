@@ -18,8 +18,7 @@ from sqlalchemy.engine.reflection import ObjectKind
 from sqlalchemy.exc import CompileError
 from sqlalchemy.types import TypeEngine
 
-from session_sql.errors import SchemaMismatchError, SchemaVersionError
-from session_sql.store.engine import (
+from session_sql._store.engine import (
     database_label,
     lock_schema_init,
     read_tx,
@@ -27,13 +26,14 @@ from session_sql.store.engine import (
     translate_errors,
     write_tx,
 )
-from session_sql.store.schema import (
+from session_sql._store.schema import (
     APPLICATION,
     SCHEMA_VERSION,
     SchemaTables,
     create_all,
     tables_for,
 )
+from session_sql.errors import SchemaMismatchError, SchemaVersionError
 
 __all__ = ["ensure_schema"]
 

@@ -10,6 +10,10 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import ColumnElement, Connection, Text, bindparam, cast, select, true
 
+from session_sql._store.engine import read_tx, translate_errors
+from session_sql._store.rows import event_columns, event_from_row
+from session_sql._store.schema import SchemaTables
+from session_sql._store.writer import StoreContext
 from session_sql.errors import (
     CorruptSessionError,
     InvalidEventError,
@@ -19,10 +23,6 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenList, loads_frozen
 from session_sql.messages import check_message
-from session_sql.store.engine import read_tx, translate_errors
-from session_sql.store.rows import event_columns, event_from_row
-from session_sql.store.schema import SchemaTables
-from session_sql.store.writer import StoreContext
 
 FOLLOW_BATCH = 500
 STREAM_BATCH = 1000

@@ -12,6 +12,25 @@ from typing import IO, Any, NamedTuple
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, Text, and_, cast, delete, insert, or_, select
 
+from session_sql._store import reader
+from session_sql._store.engine import (
+    is_sqlite,
+    make_engine,
+    read_tx,
+    snapshot_tx,
+    translate_errors,
+    write_tx,
+)
+from session_sql._store.gate import ensure_schema
+from session_sql._store.rows import (
+    check_header_limits,
+    event_columns,
+    event_from_row,
+    event_row_json,
+    surface_rows,
+)
+from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
+from session_sql._store.writer import StoreContext, StoredSession, notify
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
     CorruptSessionError,
@@ -34,25 +53,6 @@ from session_sql.session import (
     fork_seed,
     now_ms,
 )
-from session_sql.store import reader
-from session_sql.store.engine import (
-    is_sqlite,
-    make_engine,
-    read_tx,
-    snapshot_tx,
-    translate_errors,
-    write_tx,
-)
-from session_sql.store.gate import ensure_schema
-from session_sql.store.rows import (
-    check_header_limits,
-    event_columns,
-    event_from_row,
-    event_row_json,
-    surface_rows,
-)
-from session_sql.store.schema import DEFAULT_SCHEMA, tables_for
-from session_sql.store.writer import StoreContext, StoredSession, notify
 from session_sql.surface import Surface
 
 INSERT_CHUNK = 1000

@@ -15,7 +15,7 @@ from typing import Any
 from rich.text import Text
 
 from session_sql import Replace, SessionEvent, SurfaceFold, VerifyReport
-from session_sql.demo import DemoRun
+from session_sql.cli.demo import DemoRun
 
 __all__ = [
     "brief_log",

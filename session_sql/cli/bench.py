@@ -27,8 +27,8 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import make_url
 
+from session_sql._store.store import SessionStore, open_store
 from session_sql.errors import ConcurrencyError
-from session_sql.store.store import SessionStore, open_store
 
 Item = dict[str, Any]
 

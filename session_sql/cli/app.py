@@ -31,8 +31,9 @@ from session_sql import (
     check_invariants,
     fold_surface,
 )
-from session_sql import bench as workloads
-from session_sql.cli_render import (
+from session_sql._store.schema import render_ddl
+from session_sql.cli import bench as workloads
+from session_sql.cli._render import (
     demo_report,
     event_line,
     format_time,
@@ -41,8 +42,8 @@ from session_sql.cli_render import (
     surface_lines,
     verify_line,
 )
-from session_sql.cli_stats import collect_stats, head_seq
-from session_sql.cli_support import (
+from session_sql.cli._stats import collect_stats, head_seq
+from session_sql.cli._support import (
     PROG,
     CliError,
     CountingWriter,
@@ -56,8 +57,7 @@ from session_sql.cli_support import (
     sqlite_path,
     warn,
 )
-from session_sql.demo import explore_queries, record_demo
-from session_sql.store.schema import render_ddl
+from session_sql.cli.demo import explore_queries, record_demo
 
 __all__ = ["app", "main"]
 
@@ -695,7 +695,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     command = typer.main.get_command(app)
     return int(command.main(args=argv, prog_name=PROG, standalone_mode=False))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Text, cast
 
+from session_sql._store.engine import dumps_json
+from session_sql._store.schema import SchemaTables
 from session_sql.catalog import Catalog
 from session_sql.errors import (
     CorruptSessionError,
@@ -29,8 +31,6 @@ from session_sql.events import (
 )
 from session_sql.jsonvalue import json_depth, loads_frozen
 from session_sql.session import check_json_size
-from session_sql.store.engine import dumps_json
-from session_sql.store.schema import SchemaTables
 from session_sql.surface import (
     AppendNode,
     ReplaceNodes,

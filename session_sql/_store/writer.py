@@ -20,6 +20,9 @@ from sqlalchemy import Connection, Engine, bindparam, delete, func, select, upda
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from session_sql._store.engine import is_sqlite, read_tx, translate_errors
+from session_sql._store.rows import event_columns, event_from_row, event_row_json
+from session_sql._store.schema import SchemaTables
 from session_sql.catalog import Catalog
 from session_sql.errors import (
     ConcurrencyError,
@@ -30,9 +33,6 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
 from session_sql.session import Clock, Session, fold_checked
-from session_sql.store.engine import is_sqlite, read_tx, translate_errors
-from session_sql.store.rows import event_columns, event_from_row, event_row_json
-from session_sql.store.schema import SchemaTables
 from session_sql.surface import AppendNode, ReplaceNodes, Surface, Transition, is_exempt
 
 

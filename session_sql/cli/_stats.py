@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, case, false, func, select
 
 from session_sql import SessionNotFoundError, SessionStore
-from session_sql.store.schema import SchemaTables, tables_for
+from session_sql._store.schema import SchemaTables, tables_for
 
 __all__ = ["Stats", "collect_stats", "head_seq"]
 

@@ -27,6 +27,7 @@ from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 
+from session_sql._store.schema import NAMING_CONVENTION
 from session_sql.errors import (
     ConcurrencyError,
     SessionExistsError,
@@ -34,7 +35,6 @@ from session_sql.errors import (
     StoreError,
 )
 from session_sql.jsonvalue import dumps_compact
-from session_sql.store.schema import NAMING_CONVENTION
 
 dumps_json = dumps_compact
 """The serialiser every engine binds JSON with (floats stay floats on JSONB)."""
