@@ -18,6 +18,7 @@ also inherits the nearest built-in so ``except ValueError`` keeps working::
     ├── SessionNotFoundError              (LookupError)
     ├── SessionExistsError                (ValueError)
     ├── ForkError                         (ValueError)  bad fork boundary (.code)
+    ├── ReadOnlyError                     (TypeError)   a write through the ORM read models
     └── StoreError                        (RuntimeError) the database failed or is unusable
 
 Errors keep their structured fields as attributes; ``args`` holds only the message, so every
@@ -126,6 +127,16 @@ class ForkError(SessionSQLError, ValueError):
     """A fork boundary is invalid; ``code`` says why."""
 
     code: str = "invalid_boundary"
+
+
+class ReadOnlyError(SessionSQLError, TypeError):
+    """A write through the read-only ORM models (``session_sql.orm``) was refused.
+
+    ``operation`` is ``insert``, ``update`` or ``delete``; ``entity`` names the class.
+    """
+
+    operation: str | None = None
+    entity: str | None = None
 
 
 class StoreError(SessionSQLError, RuntimeError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from session_sql import (
     InvalidHeaderError,
     InvalidSeedError,
     NotJSONError,
+    ReadOnlyError,
     ReentrantAppendError,
     SchemaMismatchError,
     SchemaVersionError,
@@ -48,6 +51,7 @@ HIERARCHY: list[tuple[type[Exception], type[Exception], type[Exception]]] = [
     (SessionNotFoundError, SessionSQLError, LookupError),
     (SessionExistsError, SessionSQLError, ValueError),
     (ForkError, SessionSQLError, ValueError),
+    (ReadOnlyError, SessionSQLError, TypeError),
     (StoreError, SessionSQLError, RuntimeError),
 ]
 
@@ -60,6 +64,13 @@ def test_each_error_sits_in_the_tree_and_is_also_a_builtin(
     assert issubclass(error, SessionSQLError)
     assert issubclass(error, builtin)
     assert error.__name__ in errors_module.__doc__  # drawn in the module docstring
+
+
+def test_every_error_is_in_the_errors_page() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text("utf-8")
+    for error, _, _ in HIERARCHY:
+        assert f"| `{error.__name__}` |" in page, error.__name__
+        assert re.search(rf"── {error.__name__}\b", page), error.__name__
 
 
 def test_the_root_is_an_exception() -> None:
@@ -82,6 +93,7 @@ FIELDS: list[tuple[type[Exception], dict[str, Any]]] = [
     (SessionNotFoundError, {"session_id": "s"}),
     (SessionExistsError, {"session_id": "s"}),
     (ForkError, {"code": "out_of_range"}),
+    (ReadOnlyError, {"operation": "update", "entity": "Event"}),
     (StoreError, {}),
 ]
 
