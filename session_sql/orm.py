@@ -1,0 +1,243 @@
+"""SQLAlchemy ORM read models over the store's tables (SPEC §11.6).
+
+``SessionRow``, ``Event`` and ``SurfaceNode`` map the ``sessions``, ``events`` and ``surface``
+tables of ``session_sql._store.schema`` as they are (every column of those ``Table`` objects,
+nothing redeclared), for analysts and services that query sessions with the ORM, in their own
+``Session`` and engine:
+
+- ``SessionRow.events`` — the log, ordered by ``seq``; ``Event.session`` back;
+- ``SessionRow.surface`` — the surface, ordered by ``pos``; ``SurfaceNode.session`` back;
+- ``SurfaceNode.event`` — the event on that position (``session_id`` and ``event_seq = seq``);
+  ``Event.surface_node`` back (``None`` when the event is not on the surface).
+
+The module-level classes map the default PostgreSQL schema ``session_sql``.
+``orm_models(schema)`` returns the classes of another schema, and ``orm_models(None)`` those of
+SQLite, whose tables have no schema; ``orm_models(store.schema)`` picks the right ones for
+either backend. Each schema has its own registry, built once, so several can be used in one
+process.
+
+Read-only by construction: the store is the only writer (it keeps the surface, the session row
+and the log consistent in one transaction). A flush that would insert, update or delete any of
+these objects, and an ORM ``insert``/``update``/``delete`` statement on them, raise
+``ReadOnlyError`` before any SQL is sent. Importing this module installs the listeners on
+SQLAlchemy's ``Session`` class; they act only on these classes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
+
+from sqlalchemy import and_, event, inspect
+from sqlalchemy.orm import (
+    Mapped,
+    Mapper,
+    ORMExecuteState,
+    Session,
+    UOWTransaction,
+    registry,
+    relationship,
+)
+
+from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
+from session_sql.errors import ReadOnlyError
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "Event",
+    "OrmModels",
+    "ReadModel",
+    "SessionRow",
+    "SurfaceNode",
+    "orm_models",
+]
+
+
+class ReadModel:
+    """Base of every session_sql ORM class, whatever its schema: a read-only table row."""
+
+    def __repr__(self) -> str:
+        state = inspect(self)
+        names = [column.key for column in state.mapper.primary_key]
+        # The identity survives expiry (after a rollback); a pending object has only its dict.
+        values = state.identity or tuple(state.dict.get(name) for name in names)
+        keys = ", ".join(f"{name}={value!r}" for name, value in zip(names, values, strict=True))
+        return f"{type(self).__name__}({keys})"
+
+
+# The attribute types, for type checkers only: the mapped columns are exactly those of the
+# tables (a column added to a table is mapped without a change here).
+
+
+class _SessionRow(ReadModel):
+    id: Mapped[str]
+    format_version: Mapped[int]
+    created_at: Mapped[int]
+    parent_session: Mapped[str | None]
+    inherited_event_count: Mapped[int]
+    header: Mapped[dict[str, Any]]
+    head_seq: Mapped[int]
+    surface_next_pos: Mapped[int]
+    replace_generation: Mapped[int]
+    updated_at: Mapped[int]
+    events: Mapped[list[_Event]]
+    surface: Mapped[list[_SurfaceNode]]
+
+
+class _Event(ReadModel):
+    session_id: Mapped[str]
+    seq: Mapped[int]
+    type: Mapped[str]
+    time: Mapped[int]
+    data: Mapped[dict[str, Any]]
+    source_event_seqs: Mapped[str | None]
+    """A JSON list as text, e.g. ``'[3, 4]'``."""
+    surface_op: Mapped[str | None]
+    """JSON as text: ``'"append"'`` or ``'{"op": "replace", "start": 1, "end": 4}'``."""
+    ignorable: Mapped[bool | None]
+    session: Mapped[_SessionRow]
+    surface_node: Mapped[_SurfaceNode | None]
+
+
+class _SurfaceNode(ReadModel):
+    session_id: Mapped[str]
+    pos: Mapped[int]
+    event_seq: Mapped[int]
+    session: Mapped[_SessionRow]
+    event: Mapped[_Event]
+
+
+class OrmModels(NamedTuple):
+    """The ORM classes of one schema; unpacks as ``SessionRow, Event, SurfaceNode``."""
+
+    SessionRow: type[_SessionRow]
+    Event: type[_Event]
+    SurfaceNode: type[_SurfaceNode]
+
+
+def _model_class(base: type[ReadModel], name: str, table: Any) -> type[Any]:
+    return type(name, (base,), {"__module__": __name__, "__qualname__": name, "__table__": table})
+
+
+def orm_models(schema: str | None = DEFAULT_SCHEMA) -> OrmModels:
+    """The ORM classes mapping the tables in ``schema`` (``None``: SQLite); built once per name.
+
+    The same classes on every call with the same name, however it is passed.
+    """
+    return _build(schema)
+
+
+@functools.cache
+def _build(schema: str | None) -> OrmModels:
+    tables = tables_for(schema)
+    sessions, events, surface = tables.sessions, tables.events, tables.surface
+    row = cast("type[_SessionRow]", _model_class(_SessionRow, "SessionRow", sessions))
+    ev = cast("type[_Event]", _model_class(_Event, "Event", events))
+    node = cast("type[_SurfaceNode]", _model_class(_SurfaceNode, "SurfaceNode", surface))
+
+    # viewonly: the relationships load, they never write (nor cascade a write).
+    reg = registry()
+    reg.map_imperatively(
+        row,
+        sessions,
+        properties={
+            "events": relationship(
+                ev, back_populates="session", order_by=events.c.seq, viewonly=True
+            ),
+            "surface": relationship(
+                node, back_populates="session", order_by=surface.c.pos, viewonly=True
+            ),
+        },
+    )
+    on_surface = and_(
+        surface.c.session_id == events.c.session_id, surface.c.event_seq == events.c.seq
+    )
+    reg.map_imperatively(
+        ev,
+        events,
+        properties={
+            "session": relationship(row, back_populates="events", viewonly=True),
+            "surface_node": relationship(
+                node, primaryjoin=on_surface, back_populates="event", viewonly=True, uselist=False
+            ),
+        },
+    )
+    reg.map_imperatively(
+        node,
+        surface,
+        properties={
+            "session": relationship(row, back_populates="surface", viewonly=True),
+            "event": relationship(
+                ev, primaryjoin=on_surface, back_populates="surface_node", viewonly=True
+            ),
+        },
+    )
+    reg.configure()
+    return OrmModels(row, ev, node)
+
+
+if TYPE_CHECKING:
+    SessionRow = _SessionRow
+    Event = _Event
+    SurfaceNode = _SurfaceNode
+else:
+    SessionRow, Event, SurfaceNode = orm_models(DEFAULT_SCHEMA)
+
+
+# -- read-only -------------------------------------------------------------------------------
+
+
+def _refuse(operation: str, target: object) -> NoReturn:
+    what = target.__name__ if isinstance(target, type) else repr(target)
+    raise ReadOnlyError(
+        f"session_sql ORM models are read-only: refusing to {operation} {what}; "
+        "write through the store (StoredSession.append, fork_session, delete_session)",
+        operation=operation,
+        entity=target.__name__ if isinstance(target, type) else type(target).__name__,
+    )
+
+
+@event.listens_for(Session, "before_flush")
+def _refuse_flush(session: Session, context: UOWTransaction, instances: object) -> None:
+    # Runs before the flush begins a transaction, so nothing is sent and the session stays
+    # usable (``rollback()`` discards the refused changes).
+    for obj in session.new:
+        if isinstance(obj, ReadModel):
+            _refuse("insert", obj)
+    for obj in session.deleted:
+        if isinstance(obj, ReadModel):
+            _refuse("delete", obj)
+    for obj in session.dirty:
+        if isinstance(obj, ReadModel) and session.is_modified(obj):
+            _refuse("update", obj)
+
+
+@event.listens_for(Session, "do_orm_execute")
+def _refuse_orm_dml(state: ORMExecuteState) -> None:
+    if not (state.is_insert or state.is_update or state.is_delete):
+        return
+    mapper = state.bind_mapper
+    if mapper is not None and issubclass(mapper.class_, ReadModel):
+        _refuse(
+            "insert" if state.is_insert else "update" if state.is_update else "delete",
+            mapper.class_,
+        )
+
+
+def _refuse_row_write(operation: str) -> Any:
+    def listener(mapper: Mapper[Any], connection: Any, target: object) -> None:
+        session = inspect(target).session
+        # The flush calls ``before_update`` for every dirty object, changed or not.
+        if operation != "update" or session is None or session.is_modified(target):
+            _refuse(operation, target)
+
+    return listener
+
+
+# A second line behind ``before_flush``, for objects that become dirty during the flush itself.
+for _operation, _hook in (
+    ("insert", "before_insert"),
+    ("update", "before_update"),
+    ("delete", "before_delete"),
+):
+    event.listen(ReadModel, _hook, _refuse_row_write(_operation), propagate=True)

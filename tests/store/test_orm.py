@@ -1,0 +1,580 @@
+"""SPEC §11.6: the ORM read models map the store's tables, load what the store reads, and
+refuse every write before it reaches the database."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import (
+    Column,
+    Engine,
+    ForeignKey,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column
+from sqlalchemy.pool import NullPool
+from sqlalchemy.schema import DropSchema
+
+from session_sql import ReadOnlyError, SessionSQLError, SessionStore, open_store, orm, thaw
+from session_sql._store.schema import tables_for
+from session_sql.orm import OrmModels, ReadModel, orm_models
+
+from .store_builders import begin_turn, dump_tables, end_turn, recorded, say, summarize, tool_turn
+
+
+@pytest.fixture
+def user_engine(backend) -> Iterator[Engine]:
+    """The engine of "an existing SQLAlchemy app": plain ``create_engine``, not the store's."""
+    engine = create_engine(backend.url, poolclass=NullPool)
+    yield engine
+    engine.dispose()
+
+
+def build(store: SessionStore) -> dict[str, int]:
+    """A closed tool turn, a compaction of its first two surface nodes, a second turn, and a
+    fork ``child`` of the first turn that goes on by itself."""
+    parent = store.create_session("parent")
+    seqs = tool_turn(parent)
+    shadowed = [seqs["user"], seqs["reply"]]
+    seqs["summary"] = summarize(parent, seqs["user"], seqs["reply"], sources=shadowed)
+    begin_turn(parent, 2)
+    seqs["question 2"] = say(parent, "question 2")
+    end_turn(parent, 2)
+    child = store.fork_session("parent", boundary=seqs["turn/end"], child_id="child")
+    seqs["child question"] = say(child, "child question")
+    return seqs
+
+
+def models(store: SessionStore) -> OrmModels:
+    return orm_models(store.schema)
+
+
+def plain(value: Any) -> Any:
+    """Frozen store data as plain JSON values, for comparing with what the ORM loads."""
+    return json.loads(json.dumps(thaw(value)))
+
+
+# -- mapping ---------------------------------------------------------------------------------
+
+
+def test_models_map_every_column_of_the_store_tables_and_only_those() -> None:
+    for schema in ("session_sql", None):
+        tables = tables_for(schema)
+        pairs = zip(
+            orm_models(schema), (tables.sessions, tables.events, tables.surface), strict=True
+        )
+        for cls, table in pairs:
+            mapper = inspect(cls)
+            assert mapper.local_table is table  # the store's own Table object, not a copy
+            assert cls.__table__ is table
+            assert {c.key for c in mapper.columns} == {c.name for c in table.columns}
+            # The typing annotations describe only real columns and relationships.
+            annotated = set(cls.__mro__[1].__annotations__)
+            assert annotated <= set(mapper.attrs.keys())
+
+
+def test_orm_models_is_one_namespace_per_schema() -> None:
+    assert orm_models() is orm_models("session_sql") is orm_models(schema="session_sql")
+    assert orm.SessionRow is orm_models().SessionRow
+    assert orm.Event.__table__.schema == "session_sql"
+    sqlite_models = orm_models(None)
+    assert sqlite_models is orm_models(None)
+    assert sqlite_models.Event is not orm.Event
+    assert sqlite_models.Event.__table__.schema is None
+    row, event, node = orm_models("elsewhere")
+    assert (row.__name__, event.__name__, node.__name__) == ("SessionRow", "Event", "SurfaceNode")
+    assert all(issubclass(cls, ReadModel) for cls in (row, event, node))
+
+
+def test_import_session_sql_does_not_import_the_orm() -> None:
+    code = (
+        "import sys, session_sql; session_sql.open_store; "
+        "print(sorted(m for m in sys.modules if m in {'sqlalchemy.orm', 'session_sql.orm'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def test_select_events_gives_the_stored_log(store, user_engine) -> None:
+    build(store)
+    m = models(store)
+    with Session(user_engine) as db:
+        for session_id in ("parent", "child"):
+            rows = db.scalars(
+                select(m.Event).where(m.Event.session_id == session_id).order_by(m.Event.seq)
+            ).all()
+            stored = list(store.events(session_id))
+            assert [(e.seq, e.type, e.time, e.data) for e in rows] == [
+                (s.seq, s.type, s.time, plain(s.data)) for s in stored
+            ]
+            for row, ev in zip(rows, stored, strict=True):
+                wire = ev.to_json()
+                assert row.surface_op == (
+                    None if "surfaceOp" not in wire else json.dumps(wire["surfaceOp"])
+                )
+                sources = wire.get("sourceEventSeqs")
+                assert row.source_event_seqs == (None if sources is None else json.dumps(sources))
+                assert row.ignorable is (True if ev.ignorable else None)
+        tool_results = db.scalars(
+            select(m.Event.seq).where(m.Event.session_id == "parent", m.Event.type == "tool/result")
+        ).all()
+        assert tool_results == [e.seq for e in store.events("parent") if e.type == "tool/result"]
+
+
+def test_session_events_and_surface_follow_seq_and_pos(store, user_engine) -> None:
+    seqs = build(store)
+    m = models(store)
+    with Session(user_engine) as db:
+        for session_id in ("parent", "child"):
+            row = db.get_one(m.SessionRow, session_id)
+            assert [e.seq for e in row.events] == list(range(row.head_seq + 1))
+            assert all(e.session is row for e in row.events)
+            nodes = row.surface
+            assert [n.pos for n in nodes] == sorted(n.pos for n in nodes)
+            assert tuple(n.event.seq for n in nodes) == tuple(store.surface(session_id))
+            by_seq = {e.seq: e for e in store.events(session_id)}
+            assert [n.event.data for n in nodes] == [plain(by_seq[n.event_seq].data) for n in nodes]
+            assert all(n.event.surface_node is n and n.session is row for n in nodes)
+        # The compaction: the summary took the first position; what it shadows is off the
+        # surface but still in the log.
+        parent = db.get_one(m.SessionRow, "parent")
+        assert parent.surface[0].event.seq == seqs["summary"]
+        assert parent.replace_generation == 1
+        shadowed = [e for e in parent.events if e.seq in (seqs["user"], seqs["reply"])]
+        assert len(shadowed) == 2 and all(e.surface_node is None for e in shadowed)
+        summary = parent.surface[0].event
+        assert json.loads(summary.surface_op) == {
+            "op": "replace",
+            "start": seqs["user"],
+            "end": seqs["reply"],
+        }
+        assert json.loads(summary.source_event_seqs) == [seqs["user"], seqs["reply"]]
+
+
+def test_surface_events_project_to_the_stored_messages(store, user_engine) -> None:
+    build(store)
+    m = models(store)
+    with Session(user_engine) as db:
+        row = db.get_one(m.SessionRow, "parent")
+        projected = [
+            n.event.data if n.event.type == "user/message" else n.event.data["message"]
+            for n in row.surface
+            if n.event.type == "user/message" or n.event.data["message"]["content"]
+        ]
+    assert projected == plain(store.messages("parent"))
+
+
+def test_the_fork_is_a_session_row_with_its_parent(store, user_engine) -> None:
+    seqs = build(store)
+    m = models(store)
+    with Session(user_engine) as db:
+        child = db.scalars(
+            select(m.SessionRow).where(m.SessionRow.parent_session == "parent")
+        ).one()
+        assert child.id == "child"
+        assert child.inherited_event_count == seqs["turn/end"] + 1
+        assert child.header == plain(store.load_session("child").header)
+        # The inherited prefix equals the parent's events, row by row (a self-join).
+        theirs = aliased(m.Event)
+        pairs = db.execute(
+            select(m.Event.seq, m.Event.data, theirs.data)
+            .join(
+                theirs,
+                (theirs.seq == m.Event.seq) & (theirs.session_id == child.parent_session),
+            )
+            .where(m.Event.session_id == child.id, m.Event.seq < child.inherited_event_count)
+            .order_by(m.Event.seq)
+        ).all()
+        assert [p.seq for p in pairs] == list(range(child.inherited_event_count))
+        assert all(mine == parents for _, mine, parents in pairs)
+        marker = child.events[child.inherited_event_count]
+        assert (marker.type, marker.data) == ("session/end-seed", {"inherited": True})
+
+
+def test_joins_through_relationships_and_an_aggregate(store, user_engine) -> None:
+    seqs = build(store)
+    m = models(store)
+    with Session(user_engine) as db:
+        # Events of forks of "parent", through m.Event.session.
+        forked = db.scalars(
+            select(m.Event.seq)
+            .join(m.Event.session)
+            .where(m.SessionRow.parent_session == "parent")
+            .order_by(m.Event.seq)
+        ).all()
+        assert forked == [e.seq for e in store.events("child")]
+        # The surface as (session, pos, type), through m.SurfaceNode.event.
+        on_surface = db.execute(
+            select(m.SurfaceNode.session_id, m.SurfaceNode.pos, m.Event.type)
+            .join(m.SurfaceNode.event)
+            .order_by(m.SurfaceNode.session_id, m.SurfaceNode.pos)
+        ).all()
+        expected = [
+            (sid, pos, ev.type)
+            for sid in ("child", "parent")
+            for ev in [{e.seq: e for e in store.events(sid)}[s] for s in store.surface(sid)]
+            for pos in [nodes_pos(db, m.SurfaceNode, sid, ev.seq)]
+        ]
+        assert on_surface == expected
+        # Which logged messages are off the surface now, through m.Event.surface_node.
+        off = db.scalars(
+            select(m.Event.seq)
+            .outerjoin(m.Event.surface_node)
+            .where(
+                m.Event.session_id == "parent",
+                m.Event.type.in_(["user/message", "assistant/message", "tool/result"]),
+                m.SurfaceNode.pos.is_(None),
+            )
+            .order_by(m.Event.seq)
+        ).all()
+        assert off == [seqs["user"], seqs["reply"]]
+        # Events per type, per session.
+        counts = db.execute(
+            select(m.SessionRow.id, m.Event.type, func.count())
+            .join(m.SessionRow.events)
+            .group_by(m.SessionRow.id, m.Event.type)
+        ).all()
+        assert Counter({(sid, t): n for sid, t, n in counts}) == Counter(
+            (sid, e.type) for sid in ("parent", "child") for e in store.events(sid)
+        )
+
+
+def nodes_pos(db: Session, node_cls: Any, session_id: str, seq: int) -> int:
+    return db.scalars(
+        select(node_cls.pos).where(node_cls.session_id == session_id, node_cls.event_seq == seq)
+    ).one()
+
+
+def test_the_default_classes_work_on_either_backend_with_a_schema_translate_map(
+    store, user_engine
+) -> None:
+    build(store)
+    mapped = user_engine.execution_options(schema_translate_map={"session_sql": store.schema})
+    with Session(mapped) as db:
+        row = db.get_one(orm.SessionRow, "parent")
+        assert tuple(n.event.seq for n in row.surface) == tuple(store.surface("parent"))
+
+
+# -- in an existing SQLAlchemy app -----------------------------------------------------------
+
+
+def test_an_existing_app_joins_its_own_tables_and_keeps_writing_them(
+    store, user_engine, backend
+) -> None:
+    build(store)
+    m = models(store)
+
+    class Base(DeclarativeBase):
+        metadata = MetaData(schema=backend.table_schema)
+
+    class Note(Base):
+        __tablename__ = "app_notes"
+        id: Mapped[int] = mapped_column(primary_key=True)
+        session_id: Mapped[str]
+        text: Mapped[str]
+
+    Base.metadata.create_all(user_engine)
+    before = dump_tables(store)
+    with Session(user_engine) as db:
+        db.add_all([Note(session_id="parent", text="slow"), Note(session_id="child", text="ok")])
+        db.commit()
+        rows = db.execute(
+            select(Note.text, m.SessionRow.head_seq, func.count(m.Event.seq))
+            .join(m.SessionRow, m.SessionRow.id == Note.session_id)
+            .join(m.SessionRow.events)
+            .group_by(Note.text, m.SessionRow.head_seq)
+            .order_by(Note.text)
+        ).all()
+        assert rows == [
+            ("ok", store.open_session("child").seq - 1, store.open_session("child").seq),
+            ("slow", store.open_session("parent").seq - 1, store.open_session("parent").seq),
+        ]
+        # A flush that mixes the app's rows with a change to a read model is refused whole.
+        db.add(Note(session_id="parent", text="lost"))
+        db.get_one(m.SessionRow, "parent").header = {}
+        with recorded(user_engine) as rec, pytest.raises(ReadOnlyError):
+            db.commit()
+        assert rec.writes == []  # refused before the flush began: not even the app's row
+        db.rollback()
+        assert db.scalars(select(Note.text).order_by(Note.text)).all() == ["ok", "slow"]
+    assert dump_tables(store) == before
+
+
+def test_a_refused_flush_leaves_the_app_transaction_intact(store, user_engine, backend) -> None:
+    build(store)
+    m = models(store)
+    md = MetaData(schema=backend.table_schema)
+    notes = Table("app_notes", md, Column("id", Integer, primary_key=True), Column("text", Text))
+    md.create_all(user_engine)
+    with Session(user_engine) as db:
+        db.execute(insert(notes).values(id=1, text="kept"))  # the app's own uncommitted work
+        stray = _new_event(m)
+        db.add(stray)
+        with pytest.raises(ReadOnlyError):
+            db.flush()
+        db.expunge(stray)
+        db.commit()  # the transaction was never rolled back: the app's row commits
+    with user_engine.connect() as conn:
+        assert conn.execute(select(notes.c.text)).scalars().all() == ["kept"]
+
+
+def test_a_read_model_changed_during_the_flush_is_still_refused(store, user_engine) -> None:
+    build(store)
+    m = models(store)
+    before = dump_tables(store)
+    with Session(user_engine) as db, recorded(user_engine) as rec:
+        row = db.get_one(m.SessionRow, "parent")
+
+        def late_change(session: Session, context: Any, instances: Any) -> None:
+            row.head_seq = 0  # an app listener changing a read model inside the flush
+
+        event.listen(db, "before_flush", late_change)
+        row.head_seq = row.head_seq  # dirty without a net change: the flush runs
+        with pytest.raises(ReadOnlyError):
+            db.flush()
+        assert rec.writes == []
+        db.rollback()
+    assert dump_tables(store) == before
+
+
+def test_an_app_table_with_a_foreign_key_to_sessions(store, user_engine, backend) -> None:
+    build(store)
+    m = models(store)
+    sessions = tables_for(store.schema).sessions
+    md = MetaData(schema=backend.table_schema)
+    runs = Table(
+        "app_runs",
+        md,
+        Column("id", Integer, primary_key=True),
+        Column("session_id", Text, ForeignKey(sessions.c.id)),
+    )
+    md.create_all(user_engine)
+    with user_engine.begin() as conn:
+        conn.execute(insert(runs), [{"id": 1, "session_id": "child"}])
+    with Session(user_engine) as db:
+        found = db.scalars(
+            select(m.SessionRow).join(runs, runs.c.session_id == m.SessionRow.id)
+        ).all()
+        assert [r.id for r in found] == ["child"]
+
+
+# -- read-only -------------------------------------------------------------------------------
+
+
+def _new_event(m: OrmModels) -> Any:
+    return m.Event(session_id="parent", seq=99, type="session/title", time=0, data={"title": "x"})
+
+
+def _changes(m: OrmModels) -> list[tuple[str, Any]]:
+
+    def insert_event(db: Session) -> None:
+        db.add(_new_event(m))
+
+    def insert_session(db: Session) -> None:
+        db.add(m.SessionRow(id="new", format_version=0, created_at=0, header={}))
+
+    def merge_event(db: Session) -> None:
+        db.merge(_new_event(m))
+
+    def update_event(db: Session) -> None:
+        db.get_one(m.Event, ("parent", 0)).data = {"turn": 7}
+
+    def update_session(db: Session) -> None:
+        db.get_one(m.SessionRow, "parent").head_seq = 0
+
+    def move_node(db: Session) -> None:
+        db.get_one(m.SessionRow, "parent").surface[0].event_seq = 0
+
+    def delete_event(db: Session) -> None:
+        db.delete(db.get_one(m.Event, ("parent", 0)))
+
+    def delete_session(db: Session) -> None:
+        db.delete(db.get_one(m.SessionRow, "child"))
+
+    def delete_node(db: Session) -> None:
+        db.delete(db.get_one(m.SessionRow, "parent").surface[-1])
+
+    return [
+        ("insert", insert_event),
+        ("insert", insert_session),
+        ("insert", merge_event),
+        ("update", update_event),
+        ("update", update_session),
+        ("update", move_node),
+        ("delete", delete_event),
+        ("delete", delete_session),
+        ("delete", delete_node),
+    ]
+
+
+CHANGES = [
+    "insert_event",
+    "insert_session",
+    "merge_event",
+    "update_event",
+    "update_session",
+    "move_node",
+    "delete_event",
+    "delete_session",
+    "delete_node",
+]
+
+
+@pytest.mark.parametrize("change", range(len(CHANGES)), ids=CHANGES)
+@pytest.mark.parametrize("how", ["flush", "commit", "autoflush"])
+def test_flushing_a_change_is_refused_before_any_sql(store, user_engine, change, how) -> None:
+    build(store)
+    operation, make_change = _changes(models(store))[change]
+    m = models(store)
+    before = dump_tables(store)
+    with Session(user_engine) as db, recorded(user_engine) as rec:
+        make_change(db)
+        with pytest.raises(ReadOnlyError) as info:
+            if how == "flush":
+                db.flush()
+            elif how == "commit":
+                db.commit()
+            else:  # a query flushes pending changes first
+                db.scalars(select(m.SessionRow)).all()
+        assert rec.writes == []
+        db.rollback()
+        # After the rollback the session reads the database as it is, and can go on.
+        assert db.get_one(m.SessionRow, "parent").head_seq == store.open_session("parent").seq - 1
+    assert info.value.operation == operation
+    assert info.value.entity in {"SessionRow", "Event", "SurfaceNode"}
+    assert isinstance(info.value, SessionSQLError) and isinstance(info.value, TypeError)
+    assert "read-only" in str(info.value)
+    assert dump_tables(store) == before
+
+
+def test_orm_insert_update_delete_statements_are_refused(store, user_engine) -> None:
+    build(store)
+    m = models(store)
+    before = dump_tables(store)
+    statements = [
+        (
+            "insert",
+            insert(m.Event),
+            [{"session_id": "parent", "seq": 99, "type": "t", "time": 0, "data": {}}],
+        ),
+        ("update", update(m.Event).where(m.Event.seq == 0).values(type="x"), None),
+        ("update", update(m.SessionRow).values(head_seq=0), None),
+        ("delete", delete(m.SurfaceNode), None),
+        ("delete", delete(m.SessionRow).where(m.SessionRow.id == "child"), None),
+    ]
+    with Session(user_engine) as db, recorded(user_engine) as rec:
+        for operation, statement, params in statements:
+            with pytest.raises(ReadOnlyError) as info:
+                db.execute(statement, params)
+            assert info.value.operation == operation
+        assert rec.writes == []
+        db.rollback()
+    assert dump_tables(store) == before
+
+
+def test_changing_a_relationship_collection_writes_nothing(store, user_engine) -> None:
+    build(store)
+    m = models(store)
+    before = dump_tables(store)
+    with Session(user_engine) as db, recorded(user_engine) as rec:
+        row = db.get_one(m.SessionRow, "parent")
+        row.events.pop()
+        row.events.append(_new_event(m))
+        row.surface.clear()
+        db.commit()
+        assert rec.writes == []
+    assert dump_tables(store) == before
+    with Session(user_engine) as db:
+        row = db.get_one(m.SessionRow, "parent")
+        assert len(row.events) == store.open_session("parent").seq
+
+
+def test_reading_is_not_refused_and_the_app_session_stays_usable(store, user_engine) -> None:
+    build(store)
+    m = models(store)
+    with Session(user_engine) as db:
+        row = db.get_one(m.SessionRow, "parent")
+        row.head_seq = row.head_seq  # set to the same value: no net change, nothing to refuse
+        db.commit()
+        db.refresh(row)
+        assert row.id == "parent"
+        assert repr(row) == "SessionRow(id='parent')"
+
+
+# -- several schemas -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_postgres_stores(postgres_admin) -> Iterator[tuple[SessionStore, SessionStore]]:
+    """Two stores in two fresh schemas of one PostgreSQL database, dropped afterwards."""
+    schemas = [f"t_{uuid.uuid4().hex}" for _ in range(2)]
+    url = postgres_admin.url.render_as_string(hide_password=False)
+    stores = [open_store(url, schema=schema) for schema in schemas]
+    try:
+        yield stores[0], stores[1]
+    finally:
+        for opened in stores:
+            opened.close()
+        with postgres_admin.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '10s'"))
+            for schema in schemas:
+                conn.execute(DropSchema(schema, cascade=True, if_exists=True))
+
+
+@pytest.mark.postgresql
+def test_two_schemas_in_one_process(two_postgres_stores, postgres_admin) -> None:
+    store, other_store = two_postgres_stores
+    build(store)
+    other_store.create_session("elsewhere")
+    a, b = models(store), models(other_store)
+    assert a.Event is not b.Event
+    assert (a.Event.__table__.schema, b.Event.__table__.schema) == (
+        store.schema,
+        other_store.schema,
+    )
+    with Session(postgres_admin) as db:
+        assert db.scalars(select(a.SessionRow.id).order_by(a.SessionRow.id)).all() == [
+            "child",
+            "parent",
+        ]
+        assert db.scalars(select(b.SessionRow.id)).all() == ["elsewhere"]
+        assert [e.type for e in db.get_one(b.SessionRow, "elsewhere").events] == []
+        # One query across both schemas: events per session, side by side.
+        counts = db.execute(
+            select(a.SessionRow.id, b.SessionRow.id, func.count(a.Event.seq))
+            .join(a.SessionRow.events)
+            .join(b.SessionRow, b.SessionRow.created_at > 0)
+            .group_by(a.SessionRow.id, b.SessionRow.id)
+            .order_by(a.SessionRow.id)
+        ).all()
+        assert counts == [
+            ("child", "elsewhere", store.open_session("child").seq),
+            ("parent", "elsewhere", store.open_session("parent").seq),
+        ]
+        other = db.get_one(b.SessionRow, "elsewhere")
+        other.head_seq = 5
+        with pytest.raises(ReadOnlyError):
+            db.flush()
+        db.rollback()
