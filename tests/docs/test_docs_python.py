@@ -28,7 +28,9 @@ def test_python_blocks_run(path, tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("SESSION_SQL_URL", raising=False)
     namespace: dict[str, object] = {"__name__": f"docs_{path.stem}"}
     for i, block in enumerate(python_blocks(path)):
-        code = compile(block, f"{path.name}[python block {i + 1}]", "exec")
+        # dont_inherit: a block runs as a user's script would, without this module's
+        # ``from __future__ import annotations`` (declarative ORM classes read annotations).
+        code = compile(block, f"{path.name}[python block {i + 1}]", "exec", dont_inherit=True)
         exec(code, namespace)
     capsys.readouterr()
 
