@@ -43,7 +43,6 @@ from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql.errors import ReadOnlyError
 
 __all__ = [
-    "DEFAULT_SCHEMA",
     "Event",
     "OrmModels",
     "ReadModel",
