@@ -26,6 +26,7 @@ SQLAlchemy's ``Session`` class; they act only on these classes.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
 from sqlalchemy import and_, event, inspect
@@ -121,9 +122,13 @@ def _model_class(base: type[ReadModel], name: str, table: Any) -> type[Any]:
 def orm_models(schema: str | None = DEFAULT_SCHEMA) -> OrmModels:
     """The ORM classes mapping the tables in ``schema`` (``None``: SQLite); built once per name.
 
-    The same classes on every call with the same name, however it is passed.
+    The same classes on every call with the same name, however it is passed, from any thread.
     """
-    return _build(schema)
+    with _build_lock:  # two threads must not map one schema twice
+        return _build(schema)
+
+
+_build_lock = threading.Lock()
 
 
 @functools.cache
