@@ -1,4 +1,4 @@
--- session_sql schema version 1 for postgresql.
+-- session_sql schema version 2 for postgresql.
 -- Generated from session_sql/store/schema.py (render_ddl); do not edit by hand.
 
 CREATE SCHEMA IF NOT EXISTS session_sql;
@@ -20,6 +20,7 @@ CREATE TABLE session_sql.sessions (
 	surface_next_pos BIGINT NOT NULL,
 	replace_generation BIGINT NOT NULL,
 	updated_at BIGINT NOT NULL,
+	incarnation TEXT NOT NULL,
 	CONSTRAINT pk_sessions PRIMARY KEY (id)
 );
 
@@ -55,4 +56,4 @@ CREATE TABLE session_sql.surface (
 CREATE VIEW session_sql.surface_messages AS SELECT session_sql.surface.session_id, session_sql.surface.pos, session_sql.events.seq, session_sql.events.type, session_sql.events.time, session_sql.events.data
 FROM session_sql.surface JOIN session_sql.events ON session_sql.surface.session_id = session_sql.events.session_id AND session_sql.surface.event_seq = session_sql.events.seq;
 
-INSERT INTO session_sql.session_sql_meta (key, value) VALUES ('schema_version', '1'), ('application', 'session_sql');
+INSERT INTO session_sql.session_sql_meta (key, value) VALUES ('schema_version', '2'), ('application', 'session_sql');

@@ -1,4 +1,4 @@
--- session_sql schema version 1 for sqlite.
+-- session_sql schema version 2 for sqlite.
 -- Generated from session_sql/store/schema.py (render_ddl); do not edit by hand.
 
 CREATE TABLE session_sql_meta (
@@ -18,6 +18,7 @@ CREATE TABLE sessions (
 	surface_next_pos BIGINT NOT NULL,
 	replace_generation BIGINT NOT NULL,
 	updated_at BIGINT NOT NULL,
+	incarnation TEXT NOT NULL,
 	CONSTRAINT pk_sessions PRIMARY KEY (id)
 );
 
@@ -53,4 +54,4 @@ CREATE TABLE surface (
 CREATE VIEW surface_messages AS SELECT surface.session_id, surface.pos, events.seq, events.type, events.time, events.data
 FROM surface JOIN events ON surface.session_id = events.session_id AND surface.event_seq = events.seq;
 
-INSERT INTO session_sql_meta ("key", value) VALUES ('schema_version', '1'), ('application', 'session_sql');
+INSERT INTO session_sql_meta ("key", value) VALUES ('schema_version', '2'), ('application', 'session_sql');

@@ -4,7 +4,9 @@
   pysqlite's own transaction handling is switched off so that we emit ``BEGIN`` ourselves —
   ``BEGIN IMMEDIATE`` for writes (the write lock is taken up front, so a transaction never has
   to upgrade a read lock, which SQLite refuses with ``SQLITE_BUSY`` without waiting) and a
-  deferred ``BEGIN`` for reads.
+  deferred ``BEGIN`` for reads. :func:`begin_raw_write` is the same ``BEGIN IMMEDIATE`` for
+  the fast path's DBAPI connection. An in-memory database is one connection, which every
+  thread shares in turn (a pool of exactly that connection).
 * PostgreSQL: psycopg 3 with a ``QueuePool`` that pings before use.
 * JSON is written compactly, and floats are written so that JSONB keeps them floats.
 * :func:`translate_errors` is the one place where driver exceptions become session_sql errors,
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,6 +43,7 @@ dumps_json = dumps_compact
 """The serialiser every engine binds JSON with (floats stay floats on JSONB)."""
 
 __all__ = [
+    "begin_raw_write",
     "database_label",
     "dumps_json",
     "is_sqlite",
@@ -54,6 +58,9 @@ __all__ = [
 
 _WRITE_OPTION: Final = "session_sql_write"
 """Execution option that makes the SQLite ``begin`` hook emit ``BEGIN IMMEDIATE``."""
+
+_SQLITE_BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
+_SQLITE_BEGIN_READ: Final = "BEGIN"
 
 _SYNCHRONOUS_PRAGMAS: Final = {
     "FULL": "PRAGMA synchronous = FULL",
@@ -131,7 +138,13 @@ def _sqlite_engine(
     # journal_mode pragma below, which must wait too when another process holds the file.
     connect_args["timeout"] = busy_timeout_ms / 1000
     in_memory = url.database in (None, "", ":memory:")
-    if not in_memory:
+    if in_memory:
+        # One database per connection, so every thread must use the same one: a pool of
+        # exactly that connection, which threads take in turn (waiting like the busy timeout).
+        kw.setdefault("poolclass", QueuePool)
+        kw.update(pool_size=1, max_overflow=0, creator=_one_connection(connect_args))
+        kw.setdefault("pool_timeout", busy_timeout_ms / 1000)
+    else:
         kw.setdefault("poolclass", QueuePool)
         kw.setdefault("pool_size", pool_size)
     engine = _sa_create_engine(url, connect_args=connect_args, **kw)
@@ -149,14 +162,37 @@ def _sqlite_engine(
             cursor.close()
 
     def on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(_WRITE_OPTION):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql("BEGIN")
+        write = conn.get_execution_options().get(_WRITE_OPTION)
+        conn.exec_driver_sql(_SQLITE_BEGIN_WRITE if write else _SQLITE_BEGIN_READ)
 
     event.listen(engine, "connect", on_connect)
     event.listen(engine, "begin", on_begin)
     return engine
+
+
+def _one_connection(connect_args: dict[str, Any]) -> Any:
+    """A ``creator`` that opens one in-memory database, usable from any thread, and always
+    returns it (the pool of one never holds it in two threads at once)."""
+    opened: list[sqlite3.Connection] = []
+    lock = threading.Lock()
+
+    def creator() -> sqlite3.Connection:
+        with lock:
+            if not opened:
+                opened.append(sqlite3.connect(":memory:", check_same_thread=False, **connect_args))
+            return opened[0]
+
+    return creator
+
+
+def begin_raw_write(engine: Engine, cursor: Any) -> None:
+    """Open a write transaction on a pooled DBAPI connection's cursor, as :func:`write_tx` does.
+
+    SQLite: ``BEGIN IMMEDIATE`` (the driver's own transaction handling is off, see
+    ``on_connect``). psycopg opens the transaction implicitly with the first statement.
+    """
+    if is_sqlite(engine):
+        cursor.execute(_SQLITE_BEGIN_WRITE)
 
 
 def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:

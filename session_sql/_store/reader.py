@@ -8,12 +8,11 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import ColumnElement, Connection, Text, bindparam, cast, select, true
+from sqlalchemy import Connection, select
 
+from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, translate_errors
 from session_sql._store.rows import event_columns, event_from_row
-from session_sql._store.schema import SchemaTables
-from session_sql._store.writer import StoreContext
 from session_sql.errors import (
     CorruptSessionError,
     InvalidEventError,
@@ -28,62 +27,8 @@ FOLLOW_BATCH = 500
 STREAM_BATCH = 1000
 
 
-class Queries:
-    """The read statements of one schema, built once."""
-
-    def __init__(self, tables: SchemaTables, *, sqlite: bool) -> None:
-        s, e, sf = tables.sessions, tables.events, tables.surface
-        self.exists = select(s.c.id).where(s.c.id == bindparam("b_id"))
-        # A walk of the surface primary key with one events primary-key lookup per node, so
-        # the cost follows the surface, never the length of the log. SQLite always runs the
-        # join as that nested loop. PostgreSQL may pick a hash join that reads every event of
-        # the session (it does while the table has no statistics yet); a LATERAL subquery
-        # with LIMIT 1 cannot be flattened into a join, so it stays one lookup per node.
-        by_key = (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq)
-        data_text = cast(e.c.data, Text).label("data")
-        if sqlite:
-            node = sf.join(e, by_key)
-            columns: list[ColumnElement[Any]] = [sf.c.event_seq, e.c.type, data_text]
-        else:
-            lookup = select(e.c.type, data_text).where(by_key).limit(1).lateral("ev")
-            node = sf.join(lookup, true())
-            columns = [sf.c.event_seq, lookup.c.type, lookup.c.data]
-        self.surface_messages = (
-            select(*columns)
-            .select_from(node)
-            .where(sf.c.session_id == bindparam("b_id"))
-            .order_by(sf.c.pos)
-        )
-        self.surface_seqs = (
-            select(sf.c.event_seq).where(sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
-        )
-        self.surface_rows = (
-            select(sf.c.pos, sf.c.event_seq)
-            .where(sf.c.session_id == bindparam("b_id"))
-            .order_by(sf.c.pos)
-        )
-        self.events_after = (
-            select(*event_columns(tables))
-            .where(e.c.session_id == bindparam("b_id"), e.c.seq > bindparam("b_after"))
-            .order_by(e.c.seq)
-            .limit(bindparam("b_limit"))
-        )
-
-
-_queries: dict[tuple[int, bool], Queries] = {}
-
-
-def queries_for(ctx: StoreContext) -> Queries:
-    """The read statements for a store (``tables_for`` objects live for the process)."""
-    key = (id(ctx.tables), ctx.sqlite)
-    found = _queries.get(key)
-    if found is None:
-        found = _queries[key] = Queries(ctx.tables, sqlite=ctx.sqlite)
-    return found
-
-
 def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> None:
-    if conn.execute(queries_for(ctx).exists, {"b_id": session_id}).first() is None:
+    if conn.execute(ctx.statements.exists, {"b_id": session_id}).first() is None:
         raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
 
 
@@ -115,7 +60,7 @@ def _project_row(session_id: str, seq: int, type_: str, data: Any) -> Any:
 
 def messages(ctx: StoreContext, session_id: str) -> list[Any]:
     """The messages a model sees, read from the ``surface`` side table (no replay)."""
-    q = queries_for(ctx)
+    q = ctx.statements
     with translate_errors(session_id), read_tx(ctx.engine) as conn:
         rows = conn.execute(q.surface_messages, {"b_id": session_id}).all()
         if not rows:
@@ -130,7 +75,7 @@ def messages(ctx: StoreContext, session_id: str) -> list[Any]:
 
 def surface(ctx: StoreContext, session_id: str) -> tuple[int, ...]:
     """The surface's event seqs in order, from the side table."""
-    q = queries_for(ctx)
+    q = ctx.statements
     with translate_errors(session_id), read_tx(ctx.engine) as conn:
         seqs = FrozenList(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
         if not seqs:
@@ -170,7 +115,7 @@ def follow(
     PostgreSQL wakes the follower with LISTEN/NOTIFY; SQLite polls with a short backoff. Returns
     after ``timeout`` seconds without a new event (``None``: never). Takes no write lock.
     """
-    q = queries_for(ctx)
+    q = ctx.statements
     with translate_errors(session_id), read_tx(ctx.engine) as conn:
         require_session(conn, ctx, session_id)
     listener = _Listener(ctx) if ctx.channel is not None else None

@@ -59,7 +59,7 @@ __all__ = [
     "tables_for",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped on any change to the structure below; a database of another version is refused."""
 
 APPLICATION = "session_sql"
@@ -138,6 +138,9 @@ def tables_for(schema: str | None) -> SchemaTables:
         Column("surface_next_pos", BigInteger, nullable=False),
         Column("replace_generation", BigInteger, nullable=False),
         Column("updated_at", BigInteger, nullable=False),
+        # A fresh uuid4 hex per creation (create, fork, import), not part of the header: a
+        # handle on a session that was deleted and recreated under the same id sees it differ.
+        Column("incarnation", Text, nullable=False),
         PrimaryKeyConstraint("id"),
         Index(None, "updated_at", "id"),  # list_sessions pages newest-updated first
         Index(None, "parent_session"),

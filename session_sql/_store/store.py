@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import os
 import re
-import time as _time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection, Text, and_, cast, delete, insert, or_, select
+from sqlalchemy import Connection, Text, and_, cast, delete, or_, select
 
-from session_sql._store import reader
+from session_sql._store import fastpath, reader
+from session_sql._store.context import StoreContext
 from session_sql._store.engine import (
     is_sqlite,
     make_engine,
@@ -30,12 +31,11 @@ from session_sql._store.rows import (
     surface_rows,
 )
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
-from session_sql._store.writer import StoreContext, StoredSession, notify
+from session_sql._store.writer import StoredSession
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
     CorruptSessionError,
     InvalidSeedError,
-    SessionExistsError,
     SessionFormatUnsupportedError,
     SessionNotFoundError,
     SessionSQLError,
@@ -55,7 +55,6 @@ from session_sql.session import (
 )
 from session_sql.surface import Surface
 
-INSERT_CHUNK = 1000
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
@@ -94,6 +93,7 @@ class _Loaded(NamedTuple):
     head_seq: int
     surface_next_pos: int
     replace_generation: int
+    incarnation: str
     surface: Surface
 
 
@@ -141,8 +141,6 @@ class SessionStore:
 
     def close(self) -> None:
         """Release every pooled connection."""
-        if "fast_writes" in vars(self._ctx):  # built by the first append
-            self._ctx.fast_writes.close()
         self._ctx.engine.dispose()
 
     def __enter__(self) -> SessionStore:
@@ -174,8 +172,8 @@ class SessionStore:
             max_event_bytes=ctx.max_event_bytes,
         )
         log = list(session.events)
-        next_pos = self._insert_session(session.header, log, 0)
-        handle = StoredSession._attach(ctx, session.header, log, 0, next_pos)
+        next_pos, incarnation = self._insert_session(session.header, log, 0)
+        handle = StoredSession._attach(ctx, session.header, log, 0, next_pos, incarnation)
         handle.first_live_seq = session.first_live_seq
         return handle
 
@@ -192,6 +190,7 @@ class SessionStore:
             loaded.log,
             loaded.inherited_event_count,
             loaded.surface_next_pos,
+            loaded.incarnation,
             loaded.surface,
         )
         if resume and loaded.log and loaded.log[-1].type != END_SEED:
@@ -215,8 +214,8 @@ class SessionStore:
             ctx.max_event_bytes,
         )
         log, header, inherited = fork_seed(parent, boundary, child_id, ctx.clock())
-        next_pos = self._insert_session(header, log, inherited)
-        return StoredSession._attach(ctx, header, log, inherited, next_pos)
+        next_pos, incarnation = self._insert_session(header, log, inherited)
+        return StoredSession._attach(ctx, header, log, inherited, next_pos, incarnation)
 
     def repair(self, session_id: str) -> list[SessionEvent]:
         """Close a turn left open by a crash (SPEC §7.4); returns the appended closers."""
@@ -454,7 +453,7 @@ class SessionStore:
             surface = [
                 (pos, seq)
                 for pos, seq in conn.execute(
-                    reader.queries_for(self._ctx).surface_rows, {"b_id": session_id}
+                    self._ctx.statements.surface_rows, {"b_id": session_id}
                 ).all()
             ]
         return row, rows, surface
@@ -503,57 +502,37 @@ class SessionStore:
             row.head_seq,
             row.surface_next_pos,
             row.replace_generation,
+            row.incarnation,
             folded,
         )
 
     def _insert_session(
         self, header: FrozenDict, log: list[SessionEvent], inherited_event_count: int
-    ) -> int:
-        """Write a whole new session (row, events, surface rows) in one transaction."""
+    ) -> tuple[int, str]:
+        """Write a whole new session in one transaction; returns its next surface position
+        and its incarnation (new at every creation, so a recreated session differs)."""
         ctx = self._ctx
-        t = ctx.tables
         session_id = str(header["id"])
         rows = surface_rows(log, ctx.catalog)
         check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
         event_rows = [event_row_json(session_id, e, ctx.max_event_bytes) for e in log]
-        insert_event = ctx.fast_writes.insert_event  # binds the JSON text serialised above
-        now = _time.time_ns() // 1_000_000
-        with translate_errors(session_id), write_tx(ctx.engine) as conn:
-            taken = conn.execute(select(t.sessions.c.id).where(t.sessions.c.id == session_id))
-            if taken.first() is not None:
-                raise SessionExistsError(
-                    f"session {session_id!r} already exists", session_id=session_id
-                )
-            conn.execute(
-                insert(t.sessions),
-                {
-                    "id": session_id,
-                    "format_version": header["version"],
-                    "created_at": header["createdAt"],
-                    "parent_session": header.get("parentSession"),
-                    "inherited_event_count": inherited_event_count,
-                    "header": header,
-                    "head_seq": len(log) - 1,
-                    "surface_next_pos": rows.next_pos,
-                    "replace_generation": rows.replace_generation,
-                    "updated_at": now,
-                },
-            )
-            cursor = conn.connection.cursor()  # the same transaction, on the DBAPI connection
-            for i in range(0, len(event_rows), INSERT_CHUNK):
-                chunk = event_rows[i : i + INSERT_CHUNK]
-                cursor.executemany(insert_event[0], [insert_event[1](r) for r in chunk])
-            for i in range(0, len(rows.rows), INSERT_CHUNK):
-                conn.execute(
-                    insert(t.surface),
-                    [
-                        {"session_id": session_id, "pos": pos, "event_seq": seq}
-                        for pos, seq in rows.rows[i : i + INSERT_CHUNK]
-                    ],
-                )
-            if log:
-                notify(conn, ctx, session_id, len(log) - 1)
-        return rows.next_pos
+        incarnation = uuid.uuid4().hex
+        row = {
+            "id": session_id,
+            "format_version": header["version"],
+            "created_at": header["createdAt"],
+            "parent_session": header.get("parentSession"),
+            "inherited_event_count": inherited_event_count,
+            "header": header,
+            "head_seq": len(log) - 1,
+            "surface_next_pos": rows.next_pos,
+            "replace_generation": rows.replace_generation,
+            "updated_at": ctx.clock(),
+            "incarnation": incarnation,
+        }
+        with translate_errors(session_id):
+            fastpath.insert_session(ctx, row, event_rows, rows.rows)
+        return rows.next_pos, incarnation
 
 
 def _seq_bound(seq: int) -> int:

@@ -188,7 +188,7 @@ class RawSQLite:
     def new_session(self) -> str:
         sid = "raw-" + uuid.uuid4().hex
         self.conn.execute(
-            "INSERT INTO sessions VALUES (?, 0, 0, NULL, 0, '{}', -1, 0, 0, 0)", (sid,)
+            "INSERT INTO sessions VALUES (?, 0, 0, NULL, 0, '{}', -1, 0, 0, 0, ?)", (sid, sid)
         )
         return sid
 
@@ -241,7 +241,7 @@ class RawPostgres:
         sid = "raw-" + uuid.uuid4().hex
         with self.conn.transaction():
             self.conn.execute(
-                "INSERT INTO sessions VALUES (%s, 0, 0, NULL, 0, '{}', -1, 0, 0, 0)", (sid,)
+                "INSERT INTO sessions VALUES (%s, 0, 0, NULL, 0, '{}', -1, 0, 0, 0, %s)", (sid, sid)
             )
         return sid
 

@@ -128,7 +128,10 @@ def test_each_postgres_schema_is_its_own_store(postgres_admin):
 # Refusing other versions
 
 
-@pytest.mark.parametrize(("version", "relation"), [("0", "older"), ("2", "newer")])
+@pytest.mark.parametrize(
+    ("version", "relation"),
+    [("0", "older"), (str(SCHEMA_VERSION - 1), "older"), (str(SCHEMA_VERSION + 1), "newer")],
+)
 def test_other_schema_version_is_refused(backend, engine: Engine, version: str, relation: str):
     ensure_schema(engine, backend.schema)
     meta = tables_for(backend.table_schema).meta
@@ -144,6 +147,24 @@ def test_other_schema_version_is_refused(backend, engine: Engine, version: str, 
     assert "export" in str(error) and "import" in str(error)
     assert writes == []
     assert _meta_rows(engine, backend)["schema_version"] == version
+
+
+def test_a_version_1_database_is_refused(backend, engine: Engine):
+    """Version 1 had no ``sessions.incarnation``; its databases are refused, never written."""
+
+    def version_1(ddl: str) -> str:
+        lines = [line for line in ddl.splitlines() if "incarnation" not in line]
+        return "\n".join(lines).replace("'schema_version', '2'", "'schema_version', '1'")
+
+    _run_ddl(engine, backend.schema, version_1)
+    with recorded_writes(engine) as writes, pytest.raises(SchemaVersionError) as info:
+        ensure_schema(engine, backend.schema)
+    assert info.value.actual == "1"
+    assert "older" in str(info.value)
+    assert writes == []
+    with read_tx(engine) as conn:
+        columns = inspect(conn).get_columns("sessions", backend.table_schema)
+    assert "incarnation" not in {c["name"] for c in columns}
 
 
 def test_unreadable_schema_version_is_refused(backend, engine: Engine):

@@ -241,6 +241,7 @@ def _insert_session(conn: Any, t: schema_mod.SchemaTables, session_id: str) -> N
             surface_next_pos=0,
             replace_generation=0,
             updated_at=0,
+            incarnation=session_id,
         )
     )
 

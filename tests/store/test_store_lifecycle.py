@@ -11,6 +11,7 @@ from sqlalchemy import text
 from session_sql import (
     ConcurrencyError,
     Session,
+    SessionNotFoundError,
     SessionStore,
     fold_surface,
     interrupted_turn_closers,
@@ -26,6 +27,7 @@ from .store_builders import (
     dump_tables,
     end_turn,
     event_rows,
+    refused,
     reply,
     say,
     session_row,
@@ -255,6 +257,53 @@ def test_delete_cascades_to_events_and_surface_only_of_that_session(store):
     again = store.create_session("gone")  # the id is free again
     say(again)
     assert [e.seq for e in store.events("gone")] == [0]
+
+
+RECREATED = r"was deleted \(and recreated\) since this handle opened it"
+
+
+def test_a_handle_on_a_recreated_session_refuses_to_append(backend, tmp_path):
+    """Exported, deleted and imported back: every column but the incarnation is equal."""
+    with open_store(backend.url, schema=backend.schema, clock=lambda: 1_000) as store:
+        old = store.create_session("s")
+        say(old)
+        store.export_jsonl("s", tmp_path / "s.jsonl")
+        row = session_row(store, "s")
+        store.delete_session("s")
+        store.import_jsonl(tmp_path / "s.jsonl")
+        again = session_row(store, "s")
+        assert again.incarnation != row.incarnation
+        assert {**again._asdict(), "incarnation": 0} == {**row._asdict(), "incarnation": 0}
+        with refused(store, SessionNotFoundError, old, match=RECREATED):
+            say(old)
+        with refused(store, SessionNotFoundError, old, match=RECREATED):
+            old.refresh()
+
+
+def test_refresh_refuses_the_events_of_a_recreated_session(backend):
+    with open_store(backend.url, schema=backend.schema, clock=lambda: 1_000) as store:
+        old = store.create_session("s")
+        say(old)
+        store.delete_session("s")
+        new = store.create_session("s")
+        say(new)
+        say(new, "the newcomer's")
+        with refused(store, SessionNotFoundError, old, match=RECREATED):
+            old.refresh()
+        with refused(store, SessionNotFoundError, old, match=RECREATED):
+            say(old)
+        assert [e.seq for e in store.events("s")] == [e.seq for e in new.events]
+
+
+def test_a_fork_and_a_recreated_session_have_their_own_incarnation(store):
+    first = store.create_session("s")
+    say(first)
+    child = store.fork_session("s", child_id="child")
+    store.delete_session("s")
+    store.create_session("s")
+    rows = [session_row(store, first.id), session_row(store, child.id)]
+    assert rows[0].incarnation != rows[1].incarnation
+    assert first._incarnation not in {r.incarnation for r in rows}
 
 
 # -- open_store and close ---------------------------------------------------------------------

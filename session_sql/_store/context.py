@@ -1,0 +1,180 @@
+"""The store context: what every part of a store shares, with its statements prepared once.
+
+A ``StoreContext`` is built by ``SessionStore`` and lives as long as the store. It owns the
+Core statements of its schema (built once, here) and their compiled DBAPI forms (compiled on
+first use, for the store's dialect), so no cache outlives the store or is keyed by ``id()``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, Text, bindparam, cast, delete, func, select, true
+from sqlalchemy import update as sa_update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
+
+from session_sql._store.engine import is_sqlite
+from session_sql._store.rows import event_columns
+from session_sql._store.schema import SchemaTables
+from session_sql.catalog import Catalog
+from session_sql.session import Clock
+
+
+class Statements:
+    """The Core statements of one schema that the writer, ``refresh`` and the reads share."""
+
+    def __init__(self, tables: SchemaTables, *, sqlite: bool) -> None:
+        s, e, sf = tables.sessions, tables.events, tables.surface
+        # The conditional head update is the optimistic lock: zero rows means another writer
+        # won, the row was edited underneath us, or the session was deleted (and perhaps
+        # recreated: the incarnation differs). On PostgreSQL it also takes the row lock that
+        # serialises concurrent writers of one session until commit.
+        self.advance = (
+            sa_update(s)
+            .where(
+                s.c.id == bindparam("b_id"),
+                s.c.incarnation == bindparam("b_incarnation"),
+                s.c.head_seq == bindparam("b_expected_head"),
+                s.c.surface_next_pos == bindparam("b_expected_pos"),
+                s.c.replace_generation == bindparam("b_expected_gen"),
+            )
+            .values(
+                head_seq=bindparam("b_head"),
+                surface_next_pos=bindparam("b_pos"),
+                replace_generation=bindparam("b_gen"),
+                updated_at=bindparam("b_now"),
+            )
+        )
+        self.retarget_node = (
+            sa_update(sf)
+            .where(sf.c.session_id == bindparam("b_id"), sf.c.event_seq == bindparam("b_old"))
+            .values(event_seq=bindparam("b_new"))
+        )
+        self.drop_node = delete(sf).where(
+            sf.c.session_id == bindparam("b_id"), sf.c.event_seq == bindparam("b_seq")
+        )
+        # ON CONFLICT DO NOTHING, then counting the rows: a lost race on PostgreSQL (whose
+        # pipeline runs the inserts before the head update's row count is known) is then not
+        # an aborted pipeline, and a row already sitting past the head is caught by the count
+        # instead of being silently kept.
+        upsert = sqlite_insert if sqlite else pg_insert
+        self.insert_event = upsert(e).on_conflict_do_nothing()
+        self.insert_node = upsert(sf).on_conflict_do_nothing()
+        self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
+        self.session_row = select(
+            s.c.head_seq, s.c.surface_next_pos, s.c.replace_generation, s.c.incarnation
+        ).where(s.c.id == bindparam("b_id"))
+        self.events_from = (
+            select(*event_columns(tables))
+            .where(
+                e.c.session_id == bindparam("b_id"),
+                e.c.seq >= bindparam("b_from"),
+                e.c.seq <= bindparam("b_to"),
+            )
+            .order_by(e.c.seq)
+        )
+
+        # -- reads
+        self.exists = select(s.c.id).where(s.c.id == bindparam("b_id"))
+        # A walk of the surface primary key with one events primary-key lookup per node, so
+        # the cost follows the surface, never the length of the log. SQLite always runs the
+        # join as that nested loop. PostgreSQL may pick a hash join that reads every event of
+        # the session (it does while the table has no statistics yet); a LATERAL subquery
+        # with LIMIT 1 cannot be flattened into a join, so it stays one lookup per node.
+        by_key = (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq)
+        data_text = cast(e.c.data, Text).label("data")
+        if sqlite:
+            node = sf.join(e, by_key)
+            columns: list[ColumnElement[Any]] = [sf.c.event_seq, e.c.type, data_text]
+        else:
+            lookup = select(e.c.type, data_text).where(by_key).limit(1).lateral("ev")
+            node = sf.join(lookup, true())
+            columns = [sf.c.event_seq, lookup.c.type, lookup.c.data]
+        self.surface_messages = (
+            select(*columns)
+            .select_from(node)
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos)
+        )
+        self.surface_seqs = (
+            select(sf.c.event_seq).where(sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
+        )
+        self.surface_rows = (
+            select(sf.c.pos, sf.c.event_seq)
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos)
+        )
+        self.events_after = (
+            select(*event_columns(tables))
+            .where(e.c.session_id == bindparam("b_id"), e.c.seq > bindparam("b_after"))
+            .order_by(e.c.seq)
+            .limit(bindparam("b_limit"))
+        )
+
+
+class Compiled:
+    """A statement compiled for the store's dialect, and how to bind a dict of parameters."""
+
+    __slots__ = ("bind", "sql")
+
+    def __init__(self, stmt: Any, dialect: Dialect, keys: list[str] | None = None) -> None:
+        c = stmt.compile(dialect=dialect, column_keys=keys)
+        self.sql: str = c.string
+        self.bind: Callable[[dict[str, Any]], Any]
+        if dialect.paramstyle != "qmark":
+            self.bind = _as_is
+            return
+        names = tuple(c.positiontup or ())
+        pick = itemgetter(*names)
+        self.bind = pick if len(names) > 1 else lambda p: (pick(p),)
+
+
+def _as_is(params: dict[str, Any]) -> dict[str, Any]:
+    return params
+
+
+class CompiledStatements:
+    """The fast path's statements as driver SQL text (see ``fastpath``)."""
+
+    def __init__(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> None:
+        self.advance = Compiled(st.advance, dialect)
+        self.insert_event = Compiled(st.insert_event, dialect, [c.name for c in tables.events.c])
+        self.insert_node = Compiled(st.insert_node, dialect, [c.name for c in tables.surface.c])
+        self.drop_node = Compiled(st.drop_node, dialect)
+        self.retarget_node = Compiled(st.retarget_node, dialect)
+        self.notify = Compiled(st.notify, dialect)
+
+
+class StoreContext:
+    """What a store's parts need: engine, tables, settings, and the prepared statements."""
+
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        tables: SchemaTables,
+        catalog: Catalog,
+        clock: Clock,
+        max_event_bytes: int | None,
+        channel: str | None,
+    ) -> None:
+        self.engine = engine
+        self.tables = tables
+        self.catalog = catalog
+        self.clock = clock
+        """The store's one millisecond clock: event times and ``updated_at`` alike."""
+        self.max_event_bytes = max_event_bytes
+        self.channel = channel
+        """The NOTIFY channel on PostgreSQL, ``None`` on SQLite."""
+        self.sqlite = is_sqlite(engine)
+        self.statements = Statements(tables, sqlite=self.sqlite)
+
+    @functools.cached_property
+    def compiled(self) -> CompiledStatements:
+        """The fast path's statements, compiled on the first write."""
+        return CompiledStatements(self.statements, self.tables, self.engine.dialect)

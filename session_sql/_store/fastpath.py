@@ -1,0 +1,181 @@
+"""The fast path: the append transaction on the DBAPI connection, with compiled statements.
+
+SQLAlchemy Core builds every statement (``context.Statements``); they are compiled once per
+store and executed on a pooled DBAPI cursor, which takes the per-statement Core overhead off
+the interactive path. On PostgreSQL the statements of one append go through one pipeline (a
+single round trip). This module is the only one that touches a DBAPI cursor; its entry points
+are :func:`append` and :func:`insert_session`. Every connection is checked out of the pool
+for one transaction and returned, whatever thread runs it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any
+
+from sqlalchemy import insert, select
+
+from session_sql._store.context import StoreContext
+from session_sql._store.engine import begin_raw_write, write_tx
+from session_sql._store.rows import event_row_json
+from session_sql.errors import CorruptSessionError, SessionExistsError
+from session_sql.events import SessionEvent
+from session_sql.surface import AppendNode, ReplaceNodes, Transition
+
+INSERT_CHUNK = 1000
+
+
+class SurfaceOp(enum.Enum):
+    """What one batch of surface statements does."""
+
+    INSERT_NODES = enum.auto()  # executemany; every row must be inserted (counted)
+    DROP_NODES = enum.auto()  # executemany
+    RETARGET_NODE = enum.auto()  # execute
+
+
+def _surface_ops(
+    ctx: StoreContext, session_id: str, transitions: list[Transition], next_pos: int
+) -> list[tuple[SurfaceOp, Any]]:
+    """The planner's Transitions as batches of driver parameters, in order."""
+    c = ctx.compiled
+    ops: list[tuple[SurfaceOp, Any]] = []
+    pending: list[Any] = []
+    for t in transitions:
+        if type(t) is AppendNode:
+            row = {"session_id": session_id, "pos": next_pos, "event_seq": t.seq}
+            pending.append(c.insert_node.bind(row))
+            next_pos += 1
+        elif type(t) is ReplaceNodes:
+            if pending:
+                ops.append((SurfaceOp.INSERT_NODES, pending))
+                pending = []
+            drops = [c.drop_node.bind({"b_id": session_id, "b_seq": s}) for s in t.shadowed[1:]]
+            if drops:
+                ops.append((SurfaceOp.DROP_NODES, drops))
+            retarget = {"b_id": session_id, "b_old": t.shadowed[0], "b_new": t.seq}
+            ops.append((SurfaceOp.RETARGET_NODE, c.retarget_node.bind(retarget)))
+    if pending:
+        ops.append((SurfaceOp.INSERT_NODES, pending))
+    return ops
+
+
+def append(
+    ctx: StoreContext,
+    session_id: str,
+    advance: dict[str, Any],
+    events: list[SessionEvent],
+    transitions: list[Transition],
+    next_pos: int,
+    head: int,
+) -> bool:
+    """Run one append transaction; False (nothing written) when the head update matched no row.
+
+    ``advance`` binds ``Statements.advance``. Raises ``InvalidEventError`` for an event above
+    the store's limits before the transaction starts, and ``CorruptSessionError`` (nothing
+    written) when rows already sit past the head.
+    """
+    c = ctx.compiled
+    rows = [event_row_json(session_id, e, ctx.max_event_bytes) for e in events]
+    args = [c.insert_event.bind(row) for row in rows]
+    ops = _surface_ops(ctx, session_id, transitions, next_pos)
+    raw = ctx.engine.raw_connection()
+    try:
+        dbapi = raw.driver_connection
+        assert dbapi is not None
+        cur = raw.cursor()
+        head_cur = raw.cursor()
+        event_cur = raw.cursor()
+        node_checks: list[tuple[Any, int]] = []
+        begin_raw_write(ctx.engine, cur)
+        try:
+            with nullcontext() if ctx.sqlite else dbapi.pipeline():
+                head_cur.execute(c.advance.sql, c.advance.bind(advance))
+                if ctx.sqlite and head_cur.rowcount != 1:
+                    dbapi.rollback()
+                    return False
+                if len(args) == 1:
+                    event_cur.execute(c.insert_event.sql, args[0])
+                else:
+                    event_cur.executemany(c.insert_event.sql, args)
+                for op, params in ops:
+                    if op is SurfaceOp.INSERT_NODES:
+                        # One cursor per batch of appends: each count is read after sync.
+                        batch_cur = raw.cursor()
+                        batch_cur.executemany(c.insert_node.sql, params)
+                        node_checks.append((batch_cur, len(params)))
+                    elif op is SurfaceOp.DROP_NODES:
+                        cur.executemany(c.drop_node.sql, params)
+                    else:
+                        cur.execute(c.retarget_node.sql, params)
+                if ctx.channel is not None:
+                    payload = {"b_channel": ctx.channel, "b_payload": f"{session_id}:{head}"}
+                    cur.execute(c.notify.sql, c.notify.bind(payload))
+            if head_cur.rowcount != 1:  # PostgreSQL: known once the pipeline has synced
+                dbapi.rollback()
+                return False
+            if event_cur.rowcount != len(args) or any(b.rowcount != n for b, n in node_checks):
+                dbapi.rollback()
+                raise CorruptSessionError(
+                    f"session {session_id!r}: rows already exist past the session's head "
+                    "(events or surface positions); run verify, refusing to append",
+                    session_id=session_id,
+                )
+            dbapi.commit()
+        except BaseException as exc:
+            if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
+                # Discard it instead of returning it to the pool, where its reset would
+                # fail (and log) or, without pre-ping, the next append would get it. No
+                # rollback: the server has already rolled the transaction back.
+                raw.invalidate()
+                raise
+            dbapi.rollback()
+            # The pipeline runs the inserts even when the conditional head update matched
+            # no row; their failure (a taken seq, a deleted session) then only means that
+            # the race was lost, which the caller classifies.
+            if isinstance(exc, Exception) and head_cur.rowcount == 0:
+                return False
+            raise
+    finally:
+        raw.close()  # back to the pool, which resets it (or drops it when invalidated)
+    return True
+
+
+def insert_session(
+    ctx: StoreContext,
+    row: Mapping[str, Any],
+    event_rows: Sequence[dict[str, Any]],
+    surface_rows: Sequence[tuple[int, int]],
+) -> None:
+    """Write a whole new session (its ``sessions`` row, events, surface rows) in one transaction.
+
+    ``event_rows`` are ``rows.event_row_json`` rows (the JSON text already serialised and
+    checked); raises ``SessionExistsError`` when the id is taken.
+    """
+    t = ctx.tables
+    session_id = str(row["id"])
+    insert_event = ctx.compiled.insert_event
+    with write_tx(ctx.engine) as conn:
+        taken = conn.execute(select(t.sessions.c.id).where(t.sessions.c.id == session_id))
+        if taken.first() is not None:
+            raise SessionExistsError(
+                f"session {session_id!r} already exists", session_id=session_id
+            )
+        conn.execute(insert(t.sessions), dict(row))
+        cursor = conn.connection.cursor()  # the same transaction, on the DBAPI connection
+        for i in range(0, len(event_rows), INSERT_CHUNK):
+            chunk = event_rows[i : i + INSERT_CHUNK]
+            cursor.executemany(insert_event.sql, [insert_event.bind(r) for r in chunk])
+        for i in range(0, len(surface_rows), INSERT_CHUNK):
+            conn.execute(
+                insert(t.surface),
+                [
+                    {"session_id": session_id, "pos": pos, "event_seq": seq}
+                    for pos, seq in surface_rows[i : i + INSERT_CHUNK]
+                ],
+            )
+        if event_rows and ctx.channel is not None:
+            # Wakes followers; delivered at commit, dropped on rollback.
+            payload = {"b_channel": ctx.channel, "b_payload": f"{session_id}:{row['head_seq']}"}
+            conn.execute(ctx.statements.notify, payload)
