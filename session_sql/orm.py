@@ -80,6 +80,7 @@ class _SessionRow(ReadModel):
     surface_next_pos: Mapped[int]
     replace_generation: Mapped[int]
     updated_at: Mapped[int]
+    incarnation: Mapped[str]
     events: Mapped[list[_Event]]
     surface: Mapped[list[_SurfaceNode]]
 
