@@ -7,7 +7,11 @@
   deferred ``BEGIN`` for reads. :func:`begin_raw_write` is the same ``BEGIN IMMEDIATE`` for
   the fast path's DBAPI connection. An in-memory database is one connection, which every
   thread shares in turn (a pool of exactly that connection).
-* PostgreSQL: psycopg 3 with a ``QueuePool`` that pings before use.
+  WAL is switched on by :func:`enable_wal` once the schema gate has accepted (or created) the
+  store, never on connect, so opening a database that is not ours changes nothing in it.
+* PostgreSQL: psycopg 3 with a ``QueuePool`` that pings before use, and a ``lock_timeout`` on
+  every connection so that a write blocked by a stalled transaction fails instead of waiting
+  forever (the counterpart of SQLite's busy timeout).
 * JSON is written compactly, and floats are written so that JSONB keeps them floats.
 * :func:`translate_errors` is the one place where driver exceptions become session_sql errors,
   decided by structured fields (SQLSTATE, constraint name, SQLite error name), never by text.
@@ -46,6 +50,7 @@ __all__ = [
     "begin_raw_write",
     "database_label",
     "dumps_json",
+    "enable_wal",
     "is_sqlite",
     "lock_schema_init",
     "make_engine",
@@ -106,28 +111,31 @@ def make_engine(
     *,
     synchronous: str = "FULL",
     busy_timeout_ms: int = 5000,
+    lock_timeout_ms: int = 5000,
     pool_size: int = 5,
     **kw: Any,
 ) -> Engine:
     """Create an engine for a ``sqlite:///path`` or ``postgresql://`` URL.
 
     ``postgresql://`` and ``postgres://`` use psycopg 3. ``synchronous`` (``FULL`` or
-    ``NORMAL``) and ``busy_timeout_ms`` apply to SQLite only; ``kw`` goes to
+    ``NORMAL``) and ``busy_timeout_ms`` apply to SQLite only, ``lock_timeout_ms`` (PostgreSQL's
+    ``lock_timeout``; 0 waits forever) to PostgreSQL only; ``kw`` goes to
     ``sqlalchemy.create_engine``. Raises ``ValueError`` for another scheme or a bad option.
     """
     parsed = _normalise_url(url)
     kw.setdefault("json_serializer", dumps_json)
     kw.setdefault("json_deserializer", json.loads)
-    if isinstance(busy_timeout_ms, bool) or not isinstance(busy_timeout_ms, int):
-        raise ValueError(f"busy_timeout_ms must be an int, not {busy_timeout_ms!r}")
-    if busy_timeout_ms < 0:
-        raise ValueError(f"busy_timeout_ms must be >= 0, got {busy_timeout_ms}")
+    for name, value in (("busy_timeout_ms", busy_timeout_ms), ("lock_timeout_ms", lock_timeout_ms)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an int, not {value!r}")
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
     if parsed.drivername.startswith("sqlite"):
         pragma = _SYNCHRONOUS_PRAGMAS.get(synchronous.upper())
         if pragma is None:
             raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
         return _sqlite_engine(parsed, pragma, busy_timeout_ms, pool_size, kw)
-    return _postgresql_engine(parsed, pool_size, kw)
+    return _postgresql_engine(parsed, lock_timeout_ms, pool_size, kw)
 
 
 def _sqlite_engine(
@@ -155,7 +163,6 @@ def _sqlite_engine(
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            _enable_wal(cursor, busy_timeout_ms)
             cursor.execute("PRAGMA foreign_keys = ON")
             cursor.execute(synchronous_pragma)
         finally:
@@ -195,8 +202,28 @@ def begin_raw_write(engine: Engine, cursor: Any) -> None:
         cursor.execute(_SQLITE_BEGIN_WRITE)
 
 
+def enable_wal(engine: Engine) -> None:
+    """Switch an SQLite store's file to WAL (a persistent, one-time change); no-op on PostgreSQL.
+
+    Called once the schema gate has accepted the database, so that a file that is not a
+    session_sql store is never switched. Raises driver errors (wrap in ``translate_errors``).
+    """
+    if not is_sqlite(engine):
+        return
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
+        try:
+            timeout_ms = cursor.execute("PRAGMA busy_timeout").fetchone()[0]
+            _enable_wal(cursor, int(timeout_ms))
+        finally:
+            cursor.close()
+    finally:
+        raw.close()
+
+
 def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
-    """Switch the file to WAL (a persistent, one-time change), waiting like the busy timeout.
+    """Switch the file to WAL, waiting like the busy timeout.
 
     SQLite answers SQLITE_BUSY at once, without calling the busy handler, when several
     connections switch a fresh file to WAL together; so retry here, bounded by the timeout.
@@ -215,7 +242,9 @@ def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
         delay = min(delay * 2, 0.05)
 
 
-def _postgresql_engine(url: URL, pool_size: int, kw: dict[str, Any]) -> Engine:
+def _postgresql_engine(
+    url: URL, lock_timeout_ms: int, pool_size: int, kw: dict[str, Any]
+) -> Engine:
     connect_args = dict(kw.pop("connect_args", {}))
     if "connect_timeout" not in url.query:
         # libpq waits forever for an unreachable host by default.
@@ -223,7 +252,21 @@ def _postgresql_engine(url: URL, pool_size: int, kw: dict[str, Any]) -> Engine:
     kw.setdefault("poolclass", QueuePool)
     kw.setdefault("pool_size", pool_size)
     kw.setdefault("pool_pre_ping", True)
-    return _sa_create_engine(url, connect_args=connect_args, **kw)
+    engine = _sa_create_engine(url, connect_args=connect_args, **kw)
+
+    def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        # Set per connection (not via connect_args), so that a ``creator`` gets it as well.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            dbapi_connection.execute(
+                "SELECT set_config('lock_timeout', %s, false)", (f"{lock_timeout_ms}ms",)
+            )
+        finally:
+            dbapi_connection.autocommit = autocommit
+
+    event.listen(engine, "connect", on_connect)
+    return engine
 
 
 def target_schema(engine: Engine | Connection, schema: str | None) -> str | None:
@@ -373,6 +416,13 @@ def _translate_psycopg(orig: psycopg.Error, session_id: str | None) -> SessionSQ
         or (not sqlstate and isinstance(orig, psycopg.OperationalError))
     ):
         return StoreError(f"cannot reach the PostgreSQL server: {orig}", session_id=session_id)
+    if sqlstate == "55P03":  # lock_not_available: lock_timeout expired
+        what = f"session {session_id!r}" if session_id else "the database object"
+        return StoreError(
+            f"{what} is locked by another transaction for longer than lock_timeout_ms; nothing "
+            "was written: retry later, or end the transaction holding the lock",
+            session_id=session_id,
+        )
     if sqlstate == "25006":
         return StoreError(f"database is read-only: {orig}", session_id=session_id)
     label = f"SQLSTATE {sqlstate}" if sqlstate else type(orig).__name__

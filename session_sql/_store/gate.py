@@ -1,9 +1,11 @@
 """The schema gate (SPEC §8.2): initialise an empty database, refuse any other build's.
 
-There are no migrations. A database is either empty (initialised here, in one transaction),
-or carries this build's ``schema_version`` and exactly this build's structure; anything else is
-refused before a single row is written. The way across versions is to export sessions with the
-build that wrote them and import them with this one.
+There are no migrations. A database is either empty (initialised here, in one transaction,
+unless the caller only reads), or carries this build's ``schema_version`` and exactly this
+build's structure; anything else is refused before a single row is written. A database (or
+PostgreSQL schema) that holds other tables but none of ours belongs to another application: it
+is refused with ``SchemaVersionError`` and left exactly as it was. The way across versions is
+to export sessions with the build that wrote them and import them with this one.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from session_sql._store.schema import (
     create_all,
     tables_for,
 )
-from session_sql.errors import SchemaMismatchError, SchemaVersionError
+from session_sql.errors import SchemaMismatchError, SchemaVersionError, StoreError
 
 __all__ = ["ensure_schema"]
 
@@ -46,14 +48,15 @@ _ACROSS_VERSIONS = (
 )
 
 
-def ensure_schema(engine: Engine, schema: str | None) -> None:
-    """Initialise an empty database, or check that it is exactly this build's schema.
+def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) -> None:
+    """Initialise an empty database (if ``create``), or check that it is exactly this build's.
 
     ``schema`` names the PostgreSQL schema and is ignored on SQLite. Raises
-    ``SchemaVersionError`` (another build's database, or session_sql tables without a version),
-    ``SchemaMismatchError`` (the structure differs; every difference is listed) or
-    ``StoreError`` (unreachable, locked, or not a database at all). Writes nothing unless the
-    database is empty.
+    ``SchemaVersionError`` (another build's database, session_sql tables without a version, or
+    another application's tables and none of ours), ``SchemaMismatchError`` (the structure
+    differs; every difference is listed) or ``StoreError`` (empty and not ``create``;
+    unreachable, locked, or not a database at all). Writes nothing unless the database is empty
+    and ``create`` is true.
     """
     schema = target_schema(engine, schema)
     tables = tables_for(schema)
@@ -64,11 +67,18 @@ def ensure_schema(engine: Engine, schema: str | None) -> None:
             if _present_objects(insp, tables):
                 _check(conn, insp, tables, label)
                 return
+            _refuse_foreign(insp, tables, label)
+        if not create:
+            raise StoreError(
+                f"no store at {label}: it has no session_sql tables; create one with "
+                "`session-sql init` or open_store(..., create=True)"
+            )
         # Looked empty: re-check under the init lock, since another process may be first.
         with write_tx(engine) as conn:
             lock_schema_init(conn, schema)
             insp = inspect(conn)
             if not _present_objects(insp, tables):
+                _refuse_foreign(insp, tables, label)
                 create_all(conn, schema)
                 return
             _check(conn, insp, tables, label)
@@ -80,6 +90,22 @@ def _present_objects(insp: Inspector, tables: SchemaTables) -> set[str]:
     ours = {t.name for t in tables.base_tables} | {tables.surface_messages.name}
     live = set(insp.get_table_names(schema)) | set(insp.get_view_names(schema))
     return ours & live
+
+
+def _refuse_foreign(insp: Inspector, tables: SchemaTables, label: str) -> None:
+    """Refuse a database (schema) holding another application's tables and none of ours."""
+    schema = tables.metadata.schema
+    foreign = sorted(set(insp.get_table_names(schema)) | set(insp.get_view_names(schema)))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise SchemaVersionError(
+            f"{label}: is not empty and has no session_sql tables ({len(foreign)} other "
+            f"table(s) or view(s): {shown}); refusing to add session_sql tables to another "
+            "application's database: use an empty database"
+            + (" or a new schema" if schema is not None else " file"),
+            expected=SCHEMA_VERSION,
+            actual=None,
+        )
 
 
 def _check(conn: Connection, insp: Inspector, tables: SchemaTables, label: str) -> None:

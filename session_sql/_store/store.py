@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection, Text, and_, cast, delete, or_, select
+from sqlalchemy import Connection, Text, and_, cast, delete, make_url, or_, select
 
 from session_sql._store import fastpath, reader
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import (
+    database_label,
+    enable_wal,
     is_sqlite,
     make_engine,
     read_tx,
@@ -39,6 +41,7 @@ from session_sql.errors import (
     SessionFormatUnsupportedError,
     SessionNotFoundError,
     SessionSQLError,
+    StoreError,
 )
 from session_sql.events import SessionEvent, check_header, is_session_id
 from session_sql.jsonl import JsonlReader, inherited_count, write_jsonl
@@ -108,12 +111,17 @@ class SessionStore:
         catalog: Catalog | None = None,
         clock: Clock | None = None,
         max_event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES,
+        create: bool = True,
         **engine_options: Any,
     ) -> None:
+        if not create:
+            _require_sqlite_file(url)
         engine = make_engine(url, **engine_options)
         try:
             target = None if is_sqlite(engine) else schema
-            ensure_schema(engine, target)
+            ensure_schema(engine, target, create=create)
+            with translate_errors(database=database_label(engine)):
+                enable_wal(engine)
         except BaseException:
             engine.dispose()
             raise
@@ -589,12 +597,30 @@ def open_store(
 ) -> SessionStore:
     """Open (initialising when empty) a store; refuses another build's schema.
 
-    ``options``: ``synchronous`` ("FULL" or "NORMAL", SQLite), ``busy_timeout_ms`` (SQLite),
-    ``pool_size``, ``max_event_bytes`` (default 16 MiB; None for no limit), ``clock``, and any
-    ``sqlalchemy.create_engine`` keyword.
+    ``options``: ``create`` (default True: an empty database or missing SQLite file is
+    initialised; False: it is a ``StoreError`` and nothing is created — for read-only use),
+    ``synchronous`` ("FULL" or "NORMAL", SQLite), ``busy_timeout_ms`` (SQLite),
+    ``lock_timeout_ms`` (PostgreSQL: how long a statement waits for a row lock before
+    ``StoreError``; default 5000, 0 waits forever), ``pool_size``, ``max_event_bytes``
+    (default 16 MiB; None for no limit), ``clock``, and any ``sqlalchemy.create_engine``
+    keyword. A database with other tables and no session_sql tables is refused
+    (``SchemaVersionError``), never written to.
     """
     if _SCHEMA_NAME.match(schema) is None:
         raise ValueError(
             f"schema must be a plain identifier (letters, digits, '_', at most 63), got {schema!r}"
         )
     return SessionStore(url, schema=schema, catalog=catalog, **options)
+
+
+def _require_sqlite_file(url: str) -> None:
+    """With ``create=False``, a missing SQLite file is an error; connecting would create it."""
+    parsed = make_url(url)
+    if not parsed.drivername.startswith("sqlite"):
+        return
+    database = parsed.database
+    if database in (None, "", ":memory:") or not Path(str(database)).exists():
+        raise StoreError(
+            f"no store at {database or ':memory:'}: the file does not exist; create one with "
+            "`session-sql init` or open_store(..., create=True)"
+        )

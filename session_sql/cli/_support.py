@@ -315,7 +315,7 @@ def cli_store(url: str, schema: str, *, create: bool = False) -> Iterator[Sessio
             "or pass --url / SESSION_SQL_URL)"
         )
     try:
-        store = open_store(url, schema=schema)
+        store = open_store(url, schema=schema, create=create)
     except SessionSQLError:
         raise
     except (ArgumentError, ValueError) as exc:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from sqlalchemy import create_engine, inspect
+from sqlalchemy.pool import NullPool
 
 from session_sql.cli import main
 
@@ -69,6 +71,32 @@ def test_reading_commands_never_create_a_sqlite_file(sqlite_cli, tmp_path, comma
     [line] = out.error_lines
     assert line.startswith(ONE_LINE + f"no store at {tmp_path / 'sessions.db'}")
     assert not (tmp_path / "sessions.db").exists()
+
+
+READING_COMMANDS = ["ls", "stats", "show x", "tail x", "export x", "verify --all", "repair x"]
+
+
+@pytest.mark.parametrize("command", READING_COMMANDS)
+def test_reading_commands_on_an_empty_database_create_nothing(cli, backend, command):
+    """An empty SQLite file, or a PostgreSQL schema that does not exist (a typo): no store."""
+    if backend.table_schema is None:
+        path = cli.cwd / "sessions.db"
+        path.touch()
+    out = cli(*command.split())
+    assert out.code == 1
+    [line] = out.error_lines
+    assert line.startswith(ONE_LINE + "no store at ")
+    assert "session-sql init" in line
+    if backend.table_schema is None:
+        assert path.stat().st_size == 0
+        assert sorted(p.name for p in cli.cwd.iterdir()) == ["sessions.db"]
+    else:
+        engine = create_engine(backend.url, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                assert not inspect(conn).has_schema(backend.schema)
+        finally:
+            engine.dispose()
 
 
 def test_missing_session_exits_1(cli):

@@ -88,18 +88,53 @@ def test_reopening_is_a_no_op(backend, engine: Engine):
     assert writes == []
 
 
-def test_unrelated_tables_are_left_alone(backend, engine: Engine):
+def _other_app_table(engine: Engine, backend: Any, *, create_schema: bool) -> None:
     with write_tx(engine) as conn:
-        if backend.table_schema is not None:
+        if create_schema and backend.table_schema is not None:
             conn.exec_driver_sql(f'CREATE SCHEMA "{backend.schema}"')  # test-generated name
         conn.exec_driver_sql(f"CREATE TABLE {_qualified(backend, 'other_app')} (x INTEGER)")
         conn.exec_driver_sql(f"INSERT INTO {_qualified(backend, 'other_app')} VALUES (7)")
+
+
+def _live_objects(engine: Engine, backend: Any) -> set[str]:
+    with read_tx(engine) as conn:
+        insp = inspect(conn)
+        schema = backend.table_schema
+        return set(insp.get_table_names(schema)) | set(insp.get_view_names(schema))
+
+
+def test_unrelated_tables_beside_a_store_are_left_alone(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
+    _other_app_table(engine, backend, create_schema=False)
     ensure_schema(engine, backend.schema)
     with read_tx(engine) as conn:
         assert conn.exec_driver_sql(
             f"SELECT x FROM {_qualified(backend, 'other_app')}"
         ).scalars().all() == [7]
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_another_applications_database_is_refused_and_unchanged(
+    backend, engine: Engine, create: bool
+):
+    """Tables and no session_sql tables: another application's; never add ours to it."""
+    _other_app_table(engine, backend, create_schema=True)
+    with recorded_writes(engine) as writes, pytest.raises(SchemaVersionError) as info:
+        ensure_schema(engine, backend.schema, create=create)
+    assert "has no session_sql tables" in str(info.value)
+    assert "other_app" in str(info.value)
+    assert writes == []
+    assert _live_objects(engine, backend) == {"other_app"}
+
+
+def test_an_empty_database_is_not_created_for_reading(backend, engine: Engine):
+    with recorded_writes(engine) as writes, pytest.raises(StoreError, match=r"^no store at "):
+        ensure_schema(engine, backend.schema, create=False)
+    assert writes == []
+    assert _live_objects(engine, backend) == set()
+    if backend.table_schema is not None:
+        with read_tx(engine) as conn:
+            assert not inspect(conn).has_schema(backend.schema)
 
 
 @pytest.mark.postgresql

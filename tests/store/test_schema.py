@@ -19,6 +19,7 @@ from session_sql._store import engine as engine_mod
 from session_sql._store import schema as schema_mod
 from session_sql._store.engine import (
     dumps_json,
+    enable_wal,
     make_engine,
     read_tx,
     target_schema,
@@ -408,6 +409,10 @@ def test_sqlite_connection_pragmas(tmp_path: Path, synchronous: str, level: int)
     try:
         with engine.connect() as conn:
             pragma = conn.exec_driver_sql
+            assert pragma("PRAGMA journal_mode").scalar() == "delete"  # not before the gate
+        enable_wal(engine)
+        with engine.connect() as conn:
+            pragma = conn.exec_driver_sql
             assert pragma("PRAGMA journal_mode").scalar() == "wal"
             assert pragma("PRAGMA foreign_keys").scalar() == 1
             assert pragma("PRAGMA busy_timeout").scalar() == 1234
@@ -452,6 +457,7 @@ def test_sqlite_write_tx_takes_the_write_lock_at_begin(tmp_path: Path):
 
 def test_sqlite_read_tx_is_a_snapshot(tmp_path: Path):
     engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    enable_wal(engine)  # as open_store does once the gate has accepted the file
     try:
         with write_tx(engine) as conn:
             conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")

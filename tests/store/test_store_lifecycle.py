@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 
@@ -10,9 +11,11 @@ from sqlalchemy import text
 
 from session_sql import (
     ConcurrencyError,
+    SchemaVersionError,
     Session,
     SessionNotFoundError,
     SessionStore,
+    StoreError,
     fold_surface,
     interrupted_turn_closers,
     open_store,
@@ -337,3 +340,37 @@ def test_open_store_refuses_a_schema_name_that_is_not_an_identifier(backend):
     for schema in ("", "two words", 'x"; DROP TABLE sessions; --', "a" * 64, "1abc"):
         with pytest.raises(ValueError, match="plain identifier"):
             open_store(backend.url, schema=schema)
+
+
+# --------------------------------------------------------------------------------------------
+# Opening: only an empty database is initialised, and only when asked to create
+
+
+def test_create_false_opens_an_existing_store_and_creates_nothing_otherwise(backend, tmp_path):
+    with pytest.raises(StoreError, match=r"^no store at .*session-sql init"):
+        open_store(backend.url, schema=backend.schema, create=False)
+    if backend.table_schema is None:
+        assert list(tmp_path.iterdir()) == []  # not even the SQLite file
+    open_store(backend.url, schema=backend.schema).close()  # create=True by default
+    with open_store(backend.url, schema=backend.schema, create=False) as store:
+        store.create_session("s1")
+        assert [info.id for info in store.list_sessions()] == ["s1"]
+
+
+def test_another_applications_sqlite_file_is_refused_byte_for_byte_unchanged(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+        conn.execute("INSERT INTO notes VALUES ('keep me')")
+    conn.close()
+    before = path.read_bytes()
+    for create in (True, False):
+        with pytest.raises(SchemaVersionError, match=r"no session_sql tables.*notes"):
+            open_store(f"sqlite:///{path}", create=create)
+    assert path.read_bytes() == before  # no tables added, and not switched to WAL either
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+def test_an_opened_sqlite_store_is_in_wal_mode(tmp_path):
+    with open_store(f"sqlite:///{tmp_path / 's.db'}") as store, store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
