@@ -150,14 +150,27 @@ def follow(
 
 
 class _Listener:
-    """A dedicated autocommit connection LISTENing on the store's channel (PostgreSQL)."""
+    """A dedicated autocommit connection LISTENing on the store's channel (PostgreSQL).
+
+    It comes from the engine, so it connects exactly as the store does (URL, ``connect_args``,
+    ``creator``, the connect hooks), and it is detached from the pool and closed at the end, so
+    its LISTEN state never reaches another user of the pool.
+    """
 
     def __init__(self, ctx: StoreContext) -> None:
-        url = ctx.engine.url.set(drivername="postgresql")
-        conninfo = url.render_as_string(hide_password=False)
         with translate_errors():
-            self._conn = psycopg.connect(conninfo, autocommit=True)
-            self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
+            self._raw = ctx.engine.raw_connection()
+            try:
+                conn = self._raw.driver_connection
+                assert isinstance(conn, psycopg.Connection)
+                self._raw.detach()
+                conn.rollback()  # end any transaction the pool's ping began, then autocommit
+                conn.autocommit = True
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
+            except BaseException:
+                self._raw.close()
+                raise
+            self._conn: psycopg.Connection[Any] = conn
 
     def wait(self, seconds: float) -> None:
         """Return on the first notification, or after ``seconds``."""
@@ -166,4 +179,4 @@ class _Listener:
                 pass
 
     def close(self) -> None:
-        self._conn.close()
+        self._raw.close()  # detached: closes the driver connection, never pools it

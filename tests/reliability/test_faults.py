@@ -77,6 +77,7 @@ def test_a_backend_killed_under_an_append_fails_it_cleanly_and_the_pool_recovers
         schema=pg_backend.schema,
         pool_size=1,  # one pooled connection: the next append would get the dead one
         pool_pre_ping=pre_ping,
+        lock_timeout_ms=0,  # wait on the row lock until the backend is terminated
         connect_args={"application_name": application},
     )
     locker = create_engine(pg_backend.url, poolclass=NullPool)
@@ -123,6 +124,72 @@ def test_a_backend_killed_under_an_append_fails_it_cleanly_and_the_pool_recovers
     finally:
         store.close()
         locker.dispose()
+
+
+@pytest.mark.postgresql
+def test_an_append_behind_a_stalled_transaction_fails_after_the_lock_timeout(pg_backend):
+    """A transaction holding the session row does not make an append wait forever."""
+    store = open_store(pg_backend.url, schema=pg_backend.schema, lock_timeout_ms=100)
+    locker = create_engine(pg_backend.url, poolclass=NullPool)
+    try:
+        handle = store.create_session("locked")
+        _say(handle, "before")
+        with locker.connect() as lock_conn, lock_conn.begin():
+            lock_conn.execute(
+                text(f'SELECT 1 FROM "{pg_backend.schema}".sessions WHERE id = :i FOR UPDATE'),
+                {"i": "locked"},
+            )
+            with pytest.raises(StoreError) as info:
+                _say(handle, "blocked")
+        message = str(info.value)
+        assert "session 'locked' is locked by another transaction" in message
+        assert "lock_timeout_ms" in message
+        assert info.value.session_id == "locked"
+        assert handle.seq == 1
+        assert _marks(store, "locked") == ["before"]
+        assert_store_consistent(store, "locked")
+        _say(handle, "after")  # the blocker is gone: the same handle writes again
+        assert _marks(store, "locked") == ["before", "after"]
+        assert_store_consistent(store, "locked")
+    finally:
+        store.close()
+        locker.dispose()
+
+
+@pytest.mark.postgresql
+def test_follow_connects_like_the_store_and_leaves_no_listener_behind(pg_backend, postgres_admin):
+    """The LISTEN connection gets the store's connect_args (TLS settings, application_name)."""
+    application = f"x-follow-probe-{uuid.uuid4().hex[:8]}"
+    store = open_store(
+        pg_backend.url, schema=pg_backend.schema, connect_args={"application_name": application}
+    )
+    listening = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = :a "
+        "AND query LIKE 'LISTEN %'"
+    )
+
+    def listeners() -> int:
+        with postgres_admin.connect() as conn:
+            return int(conn.execute(listening, {"a": application}).scalar_one())
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 30
+        while listeners() != count:
+            assert time.monotonic() < deadline, f"expected {count} listener(s)"
+            time.sleep(0.01)
+
+    try:
+        handle = store.create_session("followed")
+        _say(handle, "one")
+        follower = store.follow("followed", timeout=30)
+        assert next(follower).data["id"] == "one"  # the listener is open from here on
+        wait_for(1)
+        follower.close()
+        wait_for(0)  # closed, not parked in the pool with its LISTEN
+        _say(handle, "two")  # the pool still works
+        assert _marks(store, "followed") == ["one", "two"]
+    finally:
+        store.close()
 
 
 @pytest.mark.postgresql

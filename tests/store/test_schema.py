@@ -392,6 +392,9 @@ def test_make_engine_rejects_bad_options(tmp_path: Path):
         make_engine("mysql://localhost/x")
     with pytest.raises(ValueError, match="busy_timeout_ms"):
         make_engine(url, busy_timeout_ms=-1)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="lock_timeout_ms"):
+            make_engine("postgresql://u@h/db", lock_timeout_ms=bad)
 
 
 def test_make_engine_rewrites_postgres_urls():
