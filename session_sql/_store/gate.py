@@ -10,10 +10,11 @@ to export sessions with the build that wrote them and import them with this one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, UniqueConstraint, inspect, select
+from sqlalchemy import CheckConstraint, Connection, Engine, UniqueConstraint, inspect, select
 from sqlalchemy.engine import Dialect, Inspector
 from sqlalchemy.engine.interfaces import ReflectedColumn
 from sqlalchemy.engine.reflection import ObjectKind
@@ -173,12 +174,11 @@ def _check_version(
 
 
 def _describe_version(actual: str) -> str:
-    try:
-        number = int(actual)
-    except ValueError:
+    number = int(actual) if actual.isdecimal() and actual.isascii() else None
+    if number is None or str(number) != actual:
         return (
-            f"schema version {actual!r} is not one this build understands "
-            f"(this build is version {SCHEMA_VERSION})"
+            f"the stored schema version is {actual!r}, which is not one this build "
+            f"understands (this build writes {str(SCHEMA_VERSION)!r})"
         )
     relation = "newer" if number > SCHEMA_VERSION else "older"
     return f"schema version {number} is {relation} than this build's version {SCHEMA_VERSION}" + (
@@ -205,6 +205,7 @@ def _differences(
     uniques = insp.get_multi_unique_constraints(schema=schema, filter_names=names)
     indexes = insp.get_multi_indexes(schema=schema, filter_names=names)
     fks = insp.get_multi_foreign_keys(schema=schema, filter_names=names)
+    checks = insp.get_multi_check_constraints(schema=schema, filter_names=names)
 
     out: list[str] = []
     for table in tables.base_tables:
@@ -240,6 +241,7 @@ def _differences(
             if "duplicates_constraint" not in ix  # PostgreSQL's index behind a UNIQUE
         }
         out.extend(_set_differences(table.name, "index", expected_ix, live_ix))
+        out.extend(_index_option_differences(table.name, indexes.get(key, [])))
 
         expected_fk = {
             (
@@ -262,6 +264,15 @@ def _differences(
             for fk in fks.get(key, [])
         }
         out.extend(_set_differences(table.name, "foreign key", expected_fk, live_fk))
+        out.extend(_foreign_key_option_differences(table.name, fks.get(key, [])))
+
+        expected_ck = {str(c.name) for c in table.constraints if isinstance(c, CheckConstraint)}
+        out.extend(
+            f"{table.name}: unexpected check constraint {ck.get('name') or '(unnamed)'} "
+            f"CHECK ({ck.get('sqltext')})"
+            for ck in checks.get(key, [])
+            if ck.get("name") not in expected_ck
+        )
 
     view = tables.surface_messages
     if view.name not in insp.get_view_names(schema):
@@ -277,7 +288,68 @@ def _differences(
                 f"view {view.name}: columns are ({', '.join(live_names)}), "
                 f"expected ({', '.join(expected_names)})"
             )
+        else:
+            live_body = _view_body(
+                str(insp.get_view_definition(view.name, schema)), schema, dialect
+            )
+            expected_body = _view_body(
+                str(tables.create_view.compile(dialect=dialect)), schema, dialect
+            )
+            if live_body != expected_body:
+                out.append(f"view {view.name}: its definition differs from this build's")
     return out
+
+
+def _index_option_differences(table: str, live: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Our indexes are plain: no WHERE (partial), no INCLUDE, no other access method than btree."""
+    out: list[str] = []
+    for ix in live:
+        options: Mapping[str, Any] = ix.get("dialect_options") or {}
+        where = options.get("postgresql_where", options.get("sqlite_where"))
+        if where is not None:
+            out.append(
+                f"{table}: index {ix['name']} is partial (WHERE {where}), expected a full one"
+            )
+        if options.get("postgresql_include"):
+            out.append(f"{table}: index {ix['name']} INCLUDEs {options['postgresql_include']}")
+        using = options.get("postgresql_using")
+        if using not in (None, "btree"):
+            out.append(f"{table}: index {ix['name']} uses {using}, expected btree")
+    return out
+
+
+def _foreign_key_option_differences(table: str, live: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Our foreign keys are NOT DEFERRABLE, with no ON UPDATE action and no MATCH clause."""
+    out: list[str] = []
+    for fk in live:
+        options: Mapping[str, Any] = fk.get("options") or {}
+        if options.get("deferrable") or options.get("initially"):
+            initially = f" INITIALLY {options['initially']}" if options.get("initially") else ""
+            out.append(
+                f"{table}: foreign key {fk['name']} is DEFERRABLE{initially}, "
+                "expected NOT DEFERRABLE"
+            )
+        for option in ("onupdate", "match"):
+            if options.get(option) and str(options[option]).upper() not in ("NO ACTION", "SIMPLE"):
+                out.append(f"{table}: foreign key {fk['name']} has {option} {options[option]}")
+    return out
+
+
+_VIEW_NOISE = re.compile(r'[\s()";]+')
+
+
+def _view_body(definition: str, schema: str | None, dialect: Dialect) -> str:
+    """A view's SELECT, normalised for comparison: case, spacing, parentheses, quotes, ``;``
+    and schema qualifiers do not count (PostgreSQL rewrites all of them in pg_get_viewdef)."""
+    text = definition.strip()
+    head = re.match(r"(?is)\s*CREATE\s+VIEW\s+.*?\s+AS\s+(?=SELECT\b)", text)
+    if head is not None:
+        text = text[head.end() :]
+    if schema is not None:
+        quoted = dialect.identifier_preparer.quote_schema(schema)
+        text = text.replace(f"{quoted}.", "")
+        text = re.sub(rf'(?<![\w."]){re.escape(schema)}\.', "", text)
+    return _VIEW_NOISE.sub("", text).lower()
 
 
 def _column_differences(

@@ -211,6 +211,24 @@ def test_unreadable_schema_version_is_refused(backend, engine: Engine):
         ensure_schema(engine, backend.schema)
 
 
+@pytest.mark.parametrize(
+    "stored", [f"0{SCHEMA_VERSION}", f" {SCHEMA_VERSION}", f"{SCHEMA_VERSION}.0"]
+)
+def test_a_non_canonical_schema_version_is_refused_as_found(backend, engine: Engine, stored: str):
+    """'01' is not version 1: the gate compares the stored text and says what it found."""
+    ensure_schema(engine, backend.schema)
+    meta = tables_for(backend.table_schema).meta
+    with write_tx(engine) as conn:
+        conn.execute(update(meta).where(meta.c.key == "schema_version").values(value=stored))
+    with pytest.raises(SchemaVersionError) as info:
+        ensure_schema(engine, backend.schema)
+    message = str(info.value)
+    assert f"the stored schema version is {stored!r}" in message
+    assert f"this build writes '{SCHEMA_VERSION}'" in message
+    assert "older" not in message and "newer" not in message
+    assert info.value.actual == stored
+
+
 def test_tables_without_meta_table_are_refused(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
     with write_tx(engine) as conn:
@@ -363,6 +381,53 @@ def test_every_difference_is_listed(backend, engine: Engine):
         "surface: unexpected column z",
     }
     assert "3 difference(s)" in str(error)
+
+
+# Tampering that names and columns alone do not show (partial index, deferrable foreign key,
+# an added CHECK, another view body): each is built from the rendered DDL, edited.
+
+_TAMPERING = {
+    "partial index": (
+        lambda ddl: ddl.replace(".events (type);", ".events (type) WHERE type <> 'x';").replace(
+            "ON events (type);", "ON events (type) WHERE type <> 'x';"
+        ),
+        "events: index ix_events_type is partial (WHERE ",
+    ),
+    "deferrable foreign key": (
+        lambda ddl: ddl.replace(
+            "(id) ON DELETE CASCADE", "(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED", 1
+        ),
+        "events: foreign key fk_events_session_id_sessions is DEFERRABLE INITIALLY DEFERRED, "
+        "expected NOT DEFERRABLE",
+    ),
+    "added check constraint": (
+        lambda ddl: ddl.replace(
+            "\tignorable BOOLEAN,\n",
+            "\tignorable BOOLEAN,\n\tCONSTRAINT ck_seq CHECK (seq >= 0),\n",
+        ),
+        "events: unexpected check constraint ck_seq CHECK (",
+    ),
+    "changed view body": (
+        lambda ddl: ddl.replace(".event_seq = ", ".event_seq >= "),
+        "view surface_messages: its definition differs from this build's",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(_TAMPERING))
+def test_tampering_beyond_names_and_columns_is_a_mismatch(backend, engine: Engine, kind: str):
+    mutate, expected = _TAMPERING[kind]
+    ddl = render_ddl(engine.dialect.name, schema=backend.schema)  # type: ignore[arg-type]
+    assert mutate(ddl) != ddl, "the edit must change the DDL"
+    _run_ddl(engine, backend.schema, mutate)
+    error = _mismatch(engine, backend)
+    [difference] = error.differences
+    assert difference.startswith(expected)
+
+
+def test_the_untouched_rendered_ddl_passes_the_gate(backend, engine: Engine):
+    _run_ddl(engine, backend.schema)
+    ensure_schema(engine, backend.schema)
 
 
 def test_missing_table_is_a_mismatch(backend, engine: Engine):
