@@ -1,12 +1,16 @@
-"""Fixtures of the reliability suite: a PostgreSQL-only backend, login roles, and a restart."""
+"""Fixtures of the reliability suite: a PostgreSQL-only backend, login roles, a private cluster."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
 import subprocess
-import time
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
@@ -71,56 +75,76 @@ def login_role(postgres_admin: Engine) -> Iterator[Callable[[str], str]]:
             conn.execute(text(f'DROP ROLE "{name}"'))
 
 
-def pg_is_ready() -> bool:
-    done = subprocess.run(
-        ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"], check=False, timeout=30
-    )
-    return done.returncode == 0
+@dataclass(frozen=True)
+class PrivateCluster:
+    """A throwaway PostgreSQL cluster of this test alone; ``restart()`` restarts it."""
+
+    url: str
+    schema: str
+    restart: Callable[[], None]
 
 
-def wait_for_postgres(timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not pg_is_ready():
-        if time.monotonic() > deadline:
-            raise RuntimeError("PostgreSQL did not come back")
-        time.sleep(0.2)
+def _postgres_bin() -> Path | None:
+    """The newest ``/usr/lib/postgresql/<version>/bin`` holding initdb and pg_ctl."""
+    candidates = [d for d in Path("/usr/lib/postgresql").glob("*/bin") if (d / "initdb").exists()]
+    candidates = [d for d in candidates if (d / "pg_ctl").exists() and d.parent.name.isdigit()]
+    return max(candidates, key=lambda d: int(d.parent.name), default=None)
 
 
-def _cluster() -> tuple[str, str]:
-    """(version, name) of the local cluster on port 5432."""
-    listing = subprocess.run(
-        ["pg_lsclusters", "--no-header"], check=True, capture_output=True, text=True, timeout=30
-    ).stdout
-    for line in listing.splitlines():
-        version, name, port, *_ = line.split()
-        if port == "5432":
-            return version, name
-    raise RuntimeError("no local PostgreSQL cluster on port 5432")
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
-def restart_postgres(postgres_server: str) -> Iterator[Callable[[], None]]:
-    """Restart the local cluster (fast shutdown: every backend is terminated).
+def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateCluster]:
+    """Start a private cluster (initdb + pg_ctl, in a temp directory, on a free port).
 
-    Skips when the test server is not a local cluster this process can control. Whatever the
-    test does, the server is running again when the fixture finishes.
+    Tests that restart or stop a server use this one, never the shared test server. As root,
+    the cluster runs as the ``postgres`` OS user (PostgreSQL refuses to run as root). Skips when
+    no PostgreSQL binaries are installed, unless SESSION_SQL_REQUIRE_POSTGRES=1 (then it
+    fails). The cluster is stopped and its directory deleted afterwards.
     """
-    server = make_url(postgres_server)
-    if server.host not in ("127.0.0.1", "localhost") or (server.port or 5432) != 5432:
-        pytest.skip(f"the test server {server.host}:{server.port} is not the local cluster")
-    try:
-        version, name = _cluster()
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        pytest.skip(f"no local PostgreSQL cluster to restart: {exc}")
-    command = ["pg_ctlcluster", "--skip-systemctl-redirect", version, name]
+    bin_dir = _postgres_bin()
+    if bin_dir is None:
+        message = "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin"
+        if os.environ.get("SESSION_SQL_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"SESSION_SQL_REQUIRE_POSTGRES=1 but {message}", pytrace=False)
+        pytest.skip(message)
+    base = Path(tempfile.mkdtemp(prefix="session_sql_pg_"))
+    data, log = base / "data", base / "server.log"
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = _free_port()
 
-    def restart() -> None:
-        subprocess.run([*command, "restart"], check=True, timeout=120, capture_output=True)
-        wait_for_postgres()
+    def run(*args: str) -> None:
+        done = subprocess.run(
+            [*as_user, *args], check=False, timeout=120, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise RuntimeError(f"{args[0]} failed: {done.stderr.strip()}\n{tail}")
 
+    pg_ctl = str(bin_dir / "pg_ctl")
+    options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off"
     try:
-        yield restart
+        run(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync")
+        run(pg_ctl, "-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60", "start")
+
+        def restart() -> None:
+            # -l again: without it the server would write to (and hold open) our pipes.
+            run(pg_ctl, "-D", str(data), "-l", str(log), "-m", "fast", "-w", "-t", "60", "restart")
+
+        url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
+        yield PrivateCluster(url, f"r_{uuid.uuid4().hex}", restart)
     finally:
-        if not pg_is_ready():
-            subprocess.run([*command, "start"], check=False, timeout=120, capture_output=True)
-        wait_for_postgres()
+        subprocess.run(
+            [*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
+            check=False,
+            timeout=120,
+            capture_output=True,
+        )
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,6 +1,7 @@
 """Database faults: a lost server connection, a restart, a read-only or locked file, hand edits.
 
-* PostgreSQL: a backend terminated under an in-flight append, and a whole-server restart under a
+* PostgreSQL: a backend terminated under an in-flight append, an append behind a stalled
+  transaction (lock_timeout_ms), and a whole-server restart (of a private cluster) under a
   writer. The append in flight fails with ``StoreError`` and leaves nothing partial; the dead
   pooled connection is discarded, never handed out again; the next append succeeds.
 * SQLite: a file opened read-only (or made immutable), and a write lock held by another
@@ -195,9 +196,10 @@ def test_follow_connects_like_the_store_and_leaves_no_listener_behind(pg_backend
 @pytest.mark.postgresql
 @pytest.mark.slow
 def test_a_server_restart_under_a_writer_fails_cleanly_and_writing_resumes(
-    pg_backend, restart_postgres, record_property
+    private_postgres, record_property
 ):
-    store = open_store(pg_backend.url, schema=pg_backend.schema)
+    """On a private cluster: restarting the shared test server would break other tests."""
+    store = open_store(private_postgres.url, schema=private_postgres.schema)
     outcomes: list[tuple[str, str, str]] = []  # (mark, outcome, detail)
     stop = threading.Event()
     try:
@@ -251,7 +253,7 @@ def test_a_server_restart_under_a_writer_fails_cleanly_and_writing_resumes(
             while oks() < 20 and time.monotonic() < deadline and writer.is_alive():
                 time.sleep(0.01)
             started = time.monotonic()
-            restart_postgres()
+            private_postgres.restart()
             restart_seconds = time.monotonic() - started
             before = oks()
             deadline = time.monotonic() + 60
