@@ -301,7 +301,7 @@ def sqlite_path(url: str) -> Path | None:
 
 @contextmanager
 def cli_store(url: str, schema: str, *, create: bool = False) -> Iterator[SessionStore]:
-    """Open the store; unless ``create``, a missing SQLite file is an error, not a new file.
+    """Open the store; unless ``create``, a missing or empty store is an error, never created.
 
     A URL or schema name the library refuses is a usage error (exit code 2).
     """
