@@ -618,8 +618,9 @@ def _require_sqlite_file(url: str) -> None:
     parsed = make_url(url)
     if not parsed.drivername.startswith("sqlite"):
         return
-    database = parsed.database
-    if database in (None, "", ":memory:") or not Path(str(database)).exists():
+    database = parsed.database or ""
+    path = database.removeprefix("file:") if parsed.query.get("uri") else database
+    if path in ("", ":memory:") or not Path(path).exists():
         raise StoreError(
             f"no store at {database or ':memory:'}: the file does not exist; create one with "
             "`session-sql init` or open_store(..., create=True)"

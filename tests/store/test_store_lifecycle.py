@@ -374,3 +374,13 @@ def test_another_applications_sqlite_file_is_refused_byte_for_byte_unchanged(tmp
 def test_an_opened_sqlite_store_is_in_wal_mode(tmp_path):
     with open_store(f"sqlite:///{tmp_path / 's.db'}") as store, store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_create_false_accepts_an_sqlite_uri_filename(tmp_path):
+    path = tmp_path / "s.db"
+    open_store(f"sqlite:///{path}").close()
+    with open_store(f"sqlite:///file:{path}?mode=ro&uri=true", create=False) as store:
+        assert store.list_sessions() == []
+    with pytest.raises(StoreError, match="no store at"):
+        open_store(f"sqlite:///file:{tmp_path / 'nope.db'}?mode=ro&uri=true", create=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db", "s.db-shm", "s.db-wal"]
