@@ -1,64 +1,51 @@
 """Builders and comparisons shared by the reliability harnesses.
 
-The module has a unique name (the test directories are not packages, so two ``builders``
-modules would shadow each other). Everything here is plain data: child processes started with
-the 'spawn' context import it too.
+The message builders come from ``tests/builders.py``; ``assistant_data`` and
+``tool_result_data`` here take the positional ``(turn, step, ...)`` order the generated
+workloads use. Everything here is plain data: child processes started with the 'spawn' context
+import it too.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from session_sql import Replace, SessionEvent, SessionStore
 from session_sql.jsonvalue import json_equal, thaw
 
-PROVIDER = {"kind": "model", "provider": "prov", "model": "mod"}
+from .. import builders as shared
+from ..builders import user_message, wires
 
+__all__ = [
+    "USAGE",
+    "assert_store_consistent",
+    "assistant_data",
+    "item",
+    "op_json",
+    "same_shapes",
+    "shape_of_event",
+    "shape_of_item",
+    "tool_result_data",
+    "user_message",
+    "wires",
+]
 
-def user_message(text: str, *, id: str = "u") -> dict[str, Any]:
-    return {
-        "id": id,
-        "role": "user",
-        "content": [{"type": "text", "text": text}],
-        "source": {"kind": "user"},
-    }
+USAGE = {"inputTokens": 3, "outputTokens": 5}
 
 
 def assistant_data(
     turn: int, step: int, text: str, tool_calls: Sequence[str] = (), *, id: str = "a"
 ) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    content += [
-        {"type": "tool-call", "id": call, "name": "shell", "arguments": {"cmd": "ls"}}
-        for call in tool_calls
-    ]
-    return {
-        "turn": turn,
-        "step": step,
-        "message": {"id": id, "role": "assistant", "content": content, "source": PROVIDER},
-        "usage": {"inputTokens": 3, "outputTokens": 5},
-    }
+    """An ``assistant/message``'s data with usage; ``text=""`` without calls: empty content."""
+    message = shared.assistant_message(text or None, id=id, tool_calls=tool_calls)
+    return shared.assistant_data(message, turn=turn, step=step, usage=USAGE)
 
 
 def tool_result_data(turn: int, step: int, call: str, output: str) -> dict[str, Any]:
-    return {
-        "turn": turn,
-        "step": step,
-        "message": {
-            "id": f"r-{call}",
-            "role": "user",
-            "content": [
-                {
-                    "type": "tool-result",
-                    "toolCallId": call,
-                    "content": [{"type": "text", "text": output}],
-                }
-            ],
-            "source": {"kind": "tool", "callId": call},
-        },
-    }
+    """A ``tool/result``'s data, positional in the order the generated workloads use."""
+    return shared.tool_result_data(call, output, turn=turn, step=step)
 
 
 def item(
@@ -111,10 +98,6 @@ def shape_of_event(event: SessionEvent) -> list[Any]:
 def same_shapes(a: Sequence[Any], b: Sequence[Any]) -> bool:
     """Type-sensitive equality (``1``, ``1.0`` and ``True`` differ), through a JSON round trip."""
     return json_equal(json.loads(json.dumps(list(a))), json.loads(json.dumps(list(b))))
-
-
-def wires(events: Iterable[SessionEvent]) -> list[dict[str, Any]]:
-    return [thaw(e.to_json()) for e in events]
 
 
 def assert_store_consistent(store: SessionStore, session_id: str) -> list[SessionEvent]:
