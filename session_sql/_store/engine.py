@@ -55,6 +55,7 @@ __all__ = [
     "lock_schema_init",
     "make_engine",
     "read_tx",
+    "sqlite_pragmas",
     "snapshot_tx",
     "target_schema",
     "translate_errors",
@@ -67,10 +68,7 @@ _WRITE_OPTION: Final = "session_sql_write"
 _SQLITE_BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
 _SQLITE_BEGIN_READ: Final = "BEGIN"
 
-_SYNCHRONOUS_PRAGMAS: Final = {
-    "FULL": "PRAGMA synchronous = FULL",
-    "NORMAL": "PRAGMA synchronous = NORMAL",
-}
+_SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
 
 _PG_DRIVERS: Final = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
 _SQLITE_DRIVERS: Final = frozenset({"sqlite", "sqlite+pysqlite"})
@@ -106,6 +104,22 @@ def is_sqlite(engine: Engine | Connection) -> bool:
     return engine.dialect.name == "sqlite"
 
 
+def sqlite_pragmas(synchronous: str = "FULL") -> tuple[str, ...]:
+    """The pragmas every SQLite connection runs first, in order, for the given options.
+
+    Foreign keys and ``synchronous`` (``FULL`` or ``NORMAL``, any case); ``ValueError`` for
+    another mode. WAL is a property of the file, switched once by :func:`enable_wal`. The
+    engine's connect hook runs them, and so does ``session-sql bench``'s raw-driver baseline.
+    """
+    mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
+    if mode not in _SYNCHRONOUS_MODES:
+        raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+    return (
+        "PRAGMA foreign_keys = ON",
+        f"PRAGMA synchronous = {mode}",
+    )
+
+
 def make_engine(
     url: str | URL,
     *,
@@ -131,19 +145,17 @@ def make_engine(
         if value < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
     if parsed.drivername.startswith("sqlite"):
-        pragma = _SYNCHRONOUS_PRAGMAS.get(synchronous.upper())
-        if pragma is None:
-            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
-        return _sqlite_engine(parsed, pragma, busy_timeout_ms, pool_size, kw)
+        pragmas = sqlite_pragmas(synchronous)
+        return _sqlite_engine(parsed, pragmas, busy_timeout_ms, pool_size, kw)
     return _postgresql_engine(parsed, lock_timeout_ms, pool_size, kw)
 
 
 def _sqlite_engine(
-    url: URL, synchronous_pragma: str, busy_timeout_ms: int, pool_size: int, kw: dict[str, Any]
+    url: URL, pragmas: tuple[str, ...], busy_timeout_ms: int, pool_size: int, kw: dict[str, Any]
 ) -> Engine:
     connect_args = dict(kw.pop("connect_args", {}))
     # sqlite3's ``timeout`` is the busy timeout, set before any statement runs — including the
-    # journal_mode pragma below, which must wait too when another process holds the file.
+    # journal_mode pragma, which must wait too when another process holds the file.
     connect_args["timeout"] = busy_timeout_ms / 1000
     in_memory = url.database in (None, "", ":memory:")
     if in_memory:
@@ -163,8 +175,8 @@ def _sqlite_engine(
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA foreign_keys = ON")
-            cursor.execute(synchronous_pragma)
+            for pragma in pragmas:
+                cursor.execute(pragma)
         finally:
             cursor.close()
 

@@ -644,7 +644,11 @@ def bench(
         typer.Option(
             "--url",
             metavar="URL",
-            help="postgresql://... to bench a throwaway schema there; default: temp SQLite files.",
+            help=(
+                "postgresql://... to bench throwaway schemas there; sqlite:///path to put the"
+                " temp SQLite files in a temporary directory beside path (path itself is never"
+                " opened); default: temp SQLite files in the system temp directory."
+            ),
         ),
     ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (under a minute).")] = False,
@@ -655,8 +659,11 @@ def bench(
     Each workload runs through the store and through a stdlib sqlite3 / raw psycopg baseline
     that writes the same event rows and session-row update with the same durability settings,
     without validation or surface upkeep. Figures are medians over repetitions; the ratio is
-    session_sql / raw (for reads: raw time / session_sql time). It never touches your
-    sessions.db: SQLite runs use temporary files, PostgreSQL a schema that is dropped after.
+    session_sql / raw (for reads: raw time / session_sql time). The baseline runs the store's
+    own statements (compiled once from its tables) and the engine's SQLite pragmas. It never
+    touches your sessions.db: SQLite runs use temporary files (beside the file a sqlite:///
+    --url names), PostgreSQL schemas that are dropped after. W8 (storage) measures on a fresh
+    file or schema of its own.
     """
 
     def progress(name: str) -> None:

@@ -5,10 +5,16 @@ the same database, the same tables and the same durability settings. The baselin
 same event rows and the same conditional session-row update, without validation and without
 surface upkeep. Figures are medians over repetitions; ratios are ours / raw (higher is better
 for throughput, lower is better for times).
+
+The baseline's SQL comes from the store: Core statements over ``tables_for(schema)``, compiled
+once per dialect and run on the raw driver connection; its SQLite connection runs the engine's
+``sqlite_pragmas``. W8 measures on a fresh database of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import multiprocessing as mp
 import os
@@ -25,10 +31,19 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import make_url
+from sqlalchemy import Text, bindparam, cast, func, insert, literal, make_url, select, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.dialects.postgresql import REGCLASS
+from sqlalchemy.engine import Dialect
 
+from session_sql._store.engine import sqlite_pragmas
+from session_sql._store.schema import tables_for
 from session_sql._store.store import SessionStore, open_store
+from session_sql.cli._support import CliError
 from session_sql.errors import ConcurrencyError
+from session_sql.jsonvalue import dumps_compact
+from session_sql.session import Session
 
 Item = dict[str, Any]
 
@@ -157,68 +172,141 @@ def chunk_events(n: int, turn: int = 1, step: int = 1) -> list[Item]:
 # -- raw baselines --------------------------------------------------------------------------------
 
 
-def _row_values(session_id: str, seq: int, item: Item, now: int) -> tuple[Any, ...]:
-    op = item.get("surface_op")
-    sources = item.get("source_event_seqs")
-    return (
-        session_id,
-        seq,
-        item["type"],
-        now,
-        json.dumps(item["data"], separators=(",", ":"), ensure_ascii=False),
-        None if sources is None else json.dumps(sources),
-        None if op is None else json.dumps(op),
-        None,
+@dataclass(frozen=True)
+class RawStatements:
+    """The baseline's SQL, compiled once from the store's own tables for one dialect."""
+
+    insert_session: str
+    insert_event: str
+    advance: str
+    surface_data: str
+    log: str
+
+
+_DIALECTS: dict[str, Dialect] = {
+    # Named parameters on both drivers, so one dict per row binds either statement.
+    "sqlite": sqlite_dialect.dialect(paramstyle="named"),
+    "postgresql": postgresql.psycopg.dialect(),  # type: ignore[no-untyped-call]
+}
+
+
+@functools.cache
+def raw_statements(backend: str, schema: str | None) -> RawStatements:
+    """Compile the baseline's statements over ``tables_for(schema)`` for ``backend``."""
+    t = tables_for(schema)
+    s, e, sf = t.sessions, t.events, t.surface
+
+    def sql_text(stmt: Any) -> str:
+        return str(stmt.compile(dialect=_DIALECTS[backend]))
+
+    return RawStatements(
+        insert_session=sql_text(insert(s).values({c.name: bindparam(c.name) for c in s.c})),
+        insert_event=sql_text(insert(e).values({c.name: bindparam(c.name) for c in e.c})),
+        advance=sql_text(
+            update(s)
+            .where(s.c.id == bindparam("b_id"), s.c.head_seq == bindparam("b_expected"))
+            .values(head_seq=bindparam("b_head"), updated_at=bindparam("b_now"))
+        ),
+        surface_data=sql_text(
+            select(cast(e.c.data, Text))
+            .select_from(
+                sf.join(e, (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq))
+            )
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos)
+        ),
+        log=sql_text(
+            select(
+                e.c.seq,
+                e.c.type,
+                e.c.time,
+                cast(e.c.data, Text),
+                e.c.source_event_seqs,
+                e.c.surface_op,
+                e.c.ignorable,
+            )
+            .where(e.c.session_id == bindparam("b_id"))
+            .order_by(e.c.seq)
+        ),
     )
 
 
+def _session_row(session_id: str) -> dict[str, Any]:
+    """An empty session's row, with the header a new ``Session`` has (untimed)."""
+    header = Session(session_id).header
+    return {
+        "id": session_id,
+        "format_version": header["version"],
+        "created_at": header["createdAt"],
+        "parent_session": None,
+        "inherited_event_count": 0,
+        "header": dumps_compact(header),
+        "head_seq": -1,
+        "surface_next_pos": 0,
+        "replace_generation": 0,
+        "updated_at": header["createdAt"],
+        "incarnation": uuid.uuid4().hex,  # new at every creation, as the store's
+    }
+
+
+def _event_rows(session_id: str, head: int, items: list[Item], now: int) -> list[dict[str, Any]]:
+    rows = []
+    for i, item in enumerate(items):
+        op = item.get("surface_op")
+        sources = item.get("source_event_seqs")
+        rows.append(
+            {
+                "session_id": session_id,
+                "seq": head + 1 + i,
+                "type": item["type"],
+                "time": now,
+                "data": json.dumps(item["data"], separators=(",", ":"), ensure_ascii=False),
+                "source_event_seqs": None if sources is None else json.dumps(sources),
+                "surface_op": None if op is None else json.dumps(op),
+                "ignorable": None,
+            }
+        )
+    return rows
+
+
+def _advance(session_id: str, head: int, count: int, now: int) -> dict[str, Any]:
+    return {"b_id": session_id, "b_expected": head, "b_head": head + count, "b_now": now}
+
+
 class RawSQLite:
-    """stdlib sqlite3 on the store's file: the same rows, pragmas and BEGIN IMMEDIATE."""
+    """stdlib sqlite3 on the store's file: the same rows, the engine's pragmas, BEGIN IMMEDIATE."""
 
     def __init__(self, path: str, synchronous: str) -> None:
+        # isolation_level None: BEGIN is ours, as in the engine's connect hook.
         self.conn = sqlite3.connect(path, isolation_level=None, timeout=5)
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA foreign_keys = ON")
-        self.conn.execute(f"PRAGMA synchronous = {'FULL' if synchronous == 'FULL' else 'NORMAL'}")
-        self.insert = "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        self.advance = (
-            "UPDATE sessions SET head_seq = ?, updated_at = ? WHERE id = ? AND head_seq = ?"
-        )
+        for pragma in sqlite_pragmas(synchronous):
+            self.conn.execute(pragma)
+        self.sql = raw_statements("sqlite", None)
 
     def new_session(self) -> str:
         sid = "raw-" + uuid.uuid4().hex
-        self.conn.execute(
-            "INSERT INTO sessions VALUES (?, 0, 0, NULL, 0, '{}', -1, 0, 0, 0, ?)", (sid, sid)
-        )
+        self.conn.execute(self.sql.insert_session, _session_row(sid))
         return sid
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
         now = time.time_ns() // 1_000_000
-        rows = [_row_values(session_id, head + 1 + i, it, now) for i, it in enumerate(items)]
+        rows = _event_rows(session_id, head, items, now)
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
-        c.execute(self.advance, (head + len(items), now, session_id, head))
+        c.execute(self.sql.advance, _advance(session_id, head, len(items), now))
         if len(rows) == 1:
-            c.execute(self.insert, rows[0])
+            c.execute(self.sql.insert_event, rows[0])
         else:
-            c.executemany(self.insert, rows)
+            c.executemany(self.sql.insert_event, rows)
         c.execute("COMMIT")
         return head + len(items)
 
     def fetch_surface(self, session_id: str) -> list[Any]:
-        rows = self.conn.execute(
-            "SELECT e.data FROM surface s JOIN events e ON e.session_id = s.session_id "
-            "AND e.seq = s.event_seq WHERE s.session_id = ? ORDER BY s.pos",
-            (session_id,),
-        ).fetchall()
+        rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def fetch_log(self, session_id: str) -> list[Any]:
-        rows = self.conn.execute(
-            "SELECT seq, type, time, data, source_event_seqs, surface_op, ignorable "
-            "FROM events WHERE session_id = ? ORDER BY seq",
-            (session_id,),
-        ).fetchall()
+        rows = self.conn.execute(self.sql.log, {"b_id": session_id}).fetchall()
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def close(self) -> None:
@@ -230,48 +318,33 @@ class RawPostgres:
 
     def __init__(self, conninfo: str, schema: str) -> None:
         self.conn = psycopg.connect(conninfo)
-        self.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-        self.conn.commit()
-        self.insert = "INSERT INTO events VALUES (%s, %s, %s, %s, %s::jsonb, %s, %s, %s)"
-        self.advance = (
-            "UPDATE sessions SET head_seq = %s, updated_at = %s WHERE id = %s AND head_seq = %s"
-        )
+        self.sql = raw_statements("postgresql", schema)
 
     def new_session(self) -> str:
         sid = "raw-" + uuid.uuid4().hex
         with self.conn.transaction():
-            self.conn.execute(
-                "INSERT INTO sessions VALUES (%s, 0, 0, NULL, 0, '{}', -1, 0, 0, 0, %s)", (sid, sid)
-            )
+            self.conn.execute(self.sql.insert_session, _session_row(sid))
         return sid
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
         now = time.time_ns() // 1_000_000
-        rows = [_row_values(session_id, head + 1 + i, it, now) for i, it in enumerate(items)]
+        rows = _event_rows(session_id, head, items, now)
         with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(self.advance, (head + len(items), now, session_id, head))
+            cur.execute(self.sql.advance, _advance(session_id, head, len(items), now))
             if len(rows) == 1:
-                cur.execute(self.insert, rows[0])
+                cur.execute(self.sql.insert_event, rows[0])
             else:
-                cur.executemany(self.insert, rows)
+                cur.executemany(self.sql.insert_event, rows)
         return head + len(items)
 
     def fetch_surface(self, session_id: str) -> list[Any]:
         with self.conn.transaction():
-            rows = self.conn.execute(
-                "SELECT e.data::text FROM surface s JOIN events e ON e.session_id = s.session_id "
-                "AND e.seq = s.event_seq WHERE s.session_id = %s ORDER BY s.pos",
-                (session_id,),
-            ).fetchall()
+            rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def fetch_log(self, session_id: str) -> list[Any]:
         with self.conn.transaction():
-            rows = self.conn.execute(
-                "SELECT seq, type, time, data::text, source_event_seqs, surface_op, ignorable "
-                "FROM events WHERE session_id = %s ORDER BY seq",
-                (session_id,),
-            ).fetchall()
+            rows = self.conn.execute(self.sql.log, {"b_id": session_id}).fetchall()
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def close(self) -> None:
@@ -309,6 +382,23 @@ class Target:
         if self.backend == "sqlite":
             options.setdefault("synchronous", self.synchronous)
         return open_store(self.url, schema=self.schema, **options)
+
+    def fresh(self, name: str) -> Target:
+        """The same backend and settings on an empty database: a new file, or a new schema."""
+        if self.backend == "sqlite":
+            url = f"sqlite:///{os.path.join(self.workdir, name + '.db')}"
+            return Target("sqlite", url, self.schema, self.workdir, self.synchronous)
+        return Target(self.backend, self.url, f"{self.schema}_{name}", self.workdir)
+
+    def drop(self) -> None:
+        """Remove this target's database: its files, or its schema."""
+        if self.backend == "sqlite":
+            path = str(make_url(self.url).database)
+            for name in (path, path + "-wal", path + "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(name)
+        else:
+            _drop_schema(self.url, self.schema)
 
     def raw(self) -> Raw:
         if self.backend == "sqlite":
@@ -595,18 +685,26 @@ def _noop(_: int) -> None:
 
 
 def w_storage(target: Target, n: int) -> Workload:
-    """W8: bytes on disk per event versus the raw JSON bytes of the events."""
+    """W8: bytes on disk per event versus the raw JSON bytes of the events.
+
+    Measured on a fresh database (a new file, or a new schema) holding only this session, so
+    the new rows cannot land in space that earlier workloads left free in existing pages.
+    """
     items = agent_events(n)
     json_bytes = sum(
         len(json.dumps(it["data"], separators=(",", ":"), ensure_ascii=False).encode())
         for it in items
     )
-    with target.store() as store:
-        before = _store_bytes(store, target)
-        handle = store.create_session()
-        for i in range(0, n, 500):
-            handle.append_many(items[i : i + 500])
-        after = _store_bytes(store, target)
+    fresh = target.fresh(f"w8_{uuid.uuid4().hex[:6]}")
+    try:
+        with fresh.store() as store:
+            before = _store_bytes(store, fresh)
+            handle = store.create_session()
+            for i in range(0, n, 500):
+                handle.append_many(items[i : i + 500])
+            after = _store_bytes(store, fresh)
+    finally:
+        fresh.drop()
     per_event = (after - before) / n
     return Workload(
         name="W8 storage",
@@ -622,6 +720,7 @@ def w_storage(target: Target, n: int) -> Workload:
 
 
 def _store_bytes(store: SessionStore, target: Target) -> int:
+    """Bytes in use by the store's tables and indexes (SQLite: pages not on the freelist)."""
     if target.backend == "sqlite":
         with store.engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -629,14 +728,13 @@ def _store_bytes(store: SessionStore, target: Target) -> int:
             size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
             free = conn.exec_driver_sql("PRAGMA freelist_count").scalar_one()
         return int((pages - free) * size)
+    t = tables_for(target.schema)
+    sizes = [
+        func.pg_total_relation_size(literal(table.fullname).cast(REGCLASS))
+        for table in (t.sessions, t.events, t.surface)
+    ]
     with store.engine.connect() as conn:
-        total = 0
-        for table in ("sessions", "events", "surface"):
-            total += conn.exec_driver_sql(
-                "SELECT pg_total_relation_size(%(t)s::regclass)",
-                {"t": f'"{target.schema}".{table}'},
-            ).scalar_one()
-        return int(total)
+        return int(sum(conn.execute(select(*sizes)).one()))
 
 
 # -- running -------------------------------------------------------------------------------
@@ -650,13 +748,34 @@ def _closing(raw: Raw) -> Iterator[Raw]:
         raw.close()
 
 
+def _sqlite_workdir(url: str | None) -> str | None:
+    """Where the SQLite temp files go: beside the file ``url`` names, else the system temp."""
+    if url is None:
+        return None
+    database = make_url(url).database
+    if not database or database == ":memory:":
+        return None
+    directory = os.path.dirname(os.path.abspath(database))
+    if not os.path.isdir(directory):
+        raise CliError(f"bench: the directory of {database!r} does not exist")
+    return directory
+
+
 @contextmanager
 def bench_targets(url: str | None) -> Iterator[list[Target]]:
-    """Temp SQLite files (FULL and NORMAL), or a throwaway schema on the given PostgreSQL."""
-    workdir = tempfile.mkdtemp(prefix="session-sql-bench-")
+    """Temp SQLite files (FULL and NORMAL), or throwaway schemas on the given PostgreSQL.
+
+    A ``sqlite:///path`` URL puts the temp files in a temporary directory beside ``path`` (on
+    the same file system) and never opens ``path`` itself; without a URL they go to the system
+    temp directory. Everything is removed afterwards.
+    """
+    sqlite = url is None or make_url(url).get_backend_name() == "sqlite"
+    workdir = tempfile.mkdtemp(
+        prefix="session-sql-bench-", dir=_sqlite_workdir(url) if sqlite else None
+    )
     schema = f"bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
     try:
-        if url is None or make_url(url).get_backend_name() == "sqlite":
+        if sqlite:
             yield [
                 Target("sqlite", f"sqlite:///{workdir}/full.db", "session_sql", workdir, "FULL"),
                 Target(
@@ -664,11 +783,14 @@ def bench_targets(url: str | None) -> Iterator[list[Target]]:
                 ),
             ]
         else:
-            yield [Target("postgresql", url, schema, workdir)]
+            assert url is not None
+            main = Target("postgresql", url, schema, workdir)
+            try:
+                yield [main]
+            finally:
+                main.drop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-        if url is not None and make_url(url).get_backend_name() != "sqlite":
-            _drop_schema(url, schema)
 
 
 def _drop_schema(url: str, schema: str) -> None:

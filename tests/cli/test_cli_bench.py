@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
+from session_sql._store.engine import sqlite_pragmas
 from session_sql.cli import bench
 
 from .conftest import Cli
@@ -54,6 +58,102 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     if backend.name == "postgresql":
         shared = by_name["W7 4 writers x 1 session"]["extra"]
         assert shared["no_gaps_no_duplicates"] and shared["verify_ok"]
+
+
+def _backend_url(backend) -> str | None:
+    return None if backend.name == "sqlite" else backend.url
+
+
+def test_the_raw_baseline_writes_rows_the_store_reads(backend):
+    """The baseline's statements are compiled from the store's tables: the rows it writes are
+    the store's rows, column for column."""
+    items = bench.agent_events(40)
+    with bench.bench_targets(_backend_url(backend)) as targets:
+        target = targets[0]
+        with target.store() as store, bench._closing(target.raw()) as raw:
+            sid = raw.new_session()
+            head = raw.write(sid, -1, items[:1])
+            head = raw.write(sid, head, items[1:])
+            stored = list(store.events(sid))
+            log = raw.fetch_log(sid)
+    assert head == len(items) - 1
+    assert [(e.seq, e.type, e.data) for e in stored] == [
+        (seq, it["type"], it["data"]) for seq, it in enumerate(items)
+    ]
+    assert [e.surface_op for e in stored] == [
+        None if it.get("surface_op") is None else it["surface_op"] for it in items
+    ]
+    assert [(seq, type_, data) for seq, type_, _, data in log] == [
+        (seq, it["type"], it["data"]) for seq, it in enumerate(items)
+    ]
+
+
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+def test_the_raw_sqlite_baseline_runs_the_engines_pragmas(tmp_path: Path, synchronous: str):
+    target = bench.Target(
+        "sqlite", f"sqlite:///{tmp_path / 'x.db'}", "session_sql", str(tmp_path), synchronous
+    )
+    settings = ("journal_mode", "foreign_keys", "synchronous")
+    with target.store() as store, store.engine.connect() as conn:
+        ours = [conn.execute(text(f"PRAGMA {name}")).scalar() for name in settings]
+    raw = target.raw()
+    assert isinstance(raw, bench.RawSQLite)
+    try:
+        theirs = [raw.conn.execute(f"PRAGMA {name}").fetchone()[0] for name in settings]
+    finally:
+        raw.close()
+    assert theirs == ours == ["wal", 1, 2 if synchronous == "FULL" else 1]
+    assert sqlite_pragmas(synchronous)[-1] == f"PRAGMA synchronous = {synchronous}"
+
+
+def test_sqlite_pragmas_refuse_an_unknown_mode():
+    with pytest.raises(ValueError, match="synchronous"):
+        sqlite_pragmas("OFF")
+
+
+def test_w8_measures_only_its_own_rows(backend):
+    """W8 is the same whatever earlier workloads left in the bench database.
+
+    Regression: W8 measured the growth of the shared database, so after earlier workloads had
+    freed space (deleted or updated rows) the new rows landed there and the figure collapsed
+    below the JSON size.
+    """
+    with bench.bench_targets(_backend_url(backend)) as targets:
+        main = targets[0]
+        clean = bench.w_storage(main, 200).extra
+        with main.store() as store:
+            for _ in range(2):
+                handle = store.create_session()
+                handle.append_many(bench.agent_events(1500))
+                store.delete_session(handle.id)
+            if backend.name == "postgresql":
+                with store.engine.connect() as conn:
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
+                    conn.execute(text(f'VACUUM "{main.schema}".events, "{main.schema}".surface'))
+        churned = bench.w_storage(main, 200).extra
+    assert clean["bytes_per_event"] > clean["json_bytes_per_event"] > 0
+    assert churned["json_bytes_per_event"] == clean["json_bytes_per_event"]
+    assert churned["bytes_per_event"] == pytest.approx(clean["bytes_per_event"], rel=0.1)
+
+
+def test_bench_on_a_sqlite_url_works_beside_that_file(tmp_path: Path):
+    named = tmp_path / "mine.db"
+    with bench.bench_targets(f"sqlite:///{named}") as targets:
+        workdirs = {t.workdir for t in targets}
+        assert len(workdirs) == 1
+        workdir = Path(workdirs.pop())
+        assert workdir.parent == tmp_path
+        for target in targets:
+            assert Path(str(target.url).removeprefix("sqlite:///")).parent == workdir
+    assert not workdir.exists()
+    assert not named.exists()  # the named file is never opened
+    assert os.listdir(tmp_path) == []
+
+
+def test_bench_on_a_sqlite_url_in_a_missing_directory_is_an_error(sqlite_cli: Cli, tmp_path):
+    out = sqlite_cli("bench", "--quick", "--url", f"sqlite:///{tmp_path / 'nowhere' / 'x.db'}")
+    assert out.code == 1
+    assert "does not exist" in out.stderr
 
 
 FAKE = {

@@ -283,6 +283,5 @@ def test_no_sql_is_built_by_string_formatting():
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if _FORMATTED_SQL.search(line)
         and "sql.Identifier" not in line  # psycopg composes identifiers safely
-        and "PRAGMA synchronous = {'FULL' if" not in line  # bench: a choice of two literals
     ]
     assert offenders == []
