@@ -16,6 +16,34 @@ from typing import Any, TypeAlias
 
 from session_sql import Replace, Session, SessionEvent
 
+__all__ = [
+    "T0",
+    "Target",
+    "WireLog",
+    "answer",
+    "assistant_data",
+    "assistant_message",
+    "begin_step",
+    "begin_turn",
+    "call_tool",
+    "chunk",
+    "chunk_data",
+    "end_step",
+    "end_turn",
+    "reply",
+    "request_header_data",
+    "say",
+    "summarize",
+    "text_block",
+    "tool_call_data",
+    "tool_result_data",
+    "tool_turn",
+    "tool_turn_log",
+    "user_message",
+    "wire",
+    "wires",
+]
+
 T0 = 1_700_000_000_000
 """The first timestamp of a ``WireLog`` (and of the core suite's ``Clock``)."""
 

@@ -15,67 +15,19 @@ import pytest
 
 from session_sql import Session, SessionEvent
 
-from ..builders import (
-    T0,
-    Target,
-    WireLog,
-    answer,
-    assistant_data,
-    assistant_message,
-    begin_step,
-    begin_turn,
-    call_tool,
-    chunk,
-    chunk_data,
-    end_step,
-    end_turn,
-    reply,
-    request_header_data,
-    say,
-    summarize,
-    text_block,
-    tool_call_data,
-    tool_result_data,
-    tool_turn,
-    tool_turn_log,
-    user_message,
-    wire,
-    wires,
-)
+from .. import builders as shared
+from ..builders import *  # noqa: F403  (the shared builders, re-exported)
+from ..builders import T0
 
 __all__ = [
     "Clock",
     "State",
-    "T0",
-    "Target",
-    "WireLog",
-    "answer",
     "assert_unchanged",
-    "assistant_data",
-    "assistant_message",
-    "begin_step",
-    "begin_turn",
-    "call_tool",
     "capture",
-    "chunk",
-    "chunk_data",
-    "end_step",
-    "end_turn",
     "new_session",
     "refused",
-    "reply",
-    "request_header_data",
-    "say",
-    "summarize",
-    "text_block",
-    "tool_call_data",
-    "tool_result_data",
-    "tool_turn",
-    "tool_turn_log",
-    "user_message",
-    "wire",
-    "wires",
 ]
+__all__ += shared.__all__
 
 
 class Clock:
