@@ -1,0 +1,215 @@
+"""The raw-driver baseline of ``session-sql bench``: the store's SQL on a bare driver connection.
+
+The statements are SQLAlchemy Core statements over the store's own tables (``tables_for``),
+compiled once per dialect and executed with stdlib ``sqlite3`` or raw psycopg, so no per-row
+SQLAlchemy cost is measured; the SQLite connection runs the engine's ``sqlite_pragmas``. The
+baseline writes the same event rows and a conditional session-row update, without validation
+and without surface upkeep.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from sqlalchemy import Text, bindparam, cast, insert, select, update
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Dialect
+
+from session_sql._store.engine import sqlite_pragmas
+from session_sql._store.schema import tables_for
+from session_sql.jsonvalue import dumps_compact
+from session_sql.session import Session
+
+__all__ = ["Raw", "RawPostgres", "RawSQLite", "RawStatements", "raw_statements"]
+
+Item = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RawStatements:
+    """The baseline's SQL, compiled once from the store's own tables for one dialect."""
+
+    insert_session: str
+    insert_event: str
+    advance: str
+    surface_data: str
+    log: str
+
+
+_DIALECTS: dict[str, Dialect] = {
+    # Named parameters on both drivers, so one dict per row binds either statement.
+    "sqlite": sqlite_dialect.dialect(paramstyle="named"),
+    "postgresql": postgresql.psycopg.dialect(),  # type: ignore[no-untyped-call]
+}
+
+
+@functools.cache
+def raw_statements(backend: str, schema: str | None) -> RawStatements:
+    """Compile the baseline's statements over ``tables_for(schema)`` for ``backend``."""
+    t = tables_for(schema)
+    s, e, sf = t.sessions, t.events, t.surface
+
+    def sql_text(stmt: Any) -> str:
+        return str(stmt.compile(dialect=_DIALECTS[backend]))
+
+    return RawStatements(
+        insert_session=sql_text(insert(s).values({c.name: bindparam(c.name) for c in s.c})),
+        insert_event=sql_text(insert(e).values({c.name: bindparam(c.name) for c in e.c})),
+        advance=sql_text(
+            update(s)
+            .where(s.c.id == bindparam("b_id"), s.c.head_seq == bindparam("b_expected"))
+            .values(head_seq=bindparam("b_head"), updated_at=bindparam("b_now"))
+        ),
+        surface_data=sql_text(
+            select(cast(e.c.data, Text))
+            .select_from(
+                sf.join(e, (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq))
+            )
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos)
+        ),
+        log=sql_text(
+            select(
+                e.c.seq,
+                e.c.type,
+                e.c.time,
+                cast(e.c.data, Text),
+                e.c.source_event_seqs,
+                e.c.surface_op,
+                e.c.ignorable,
+            )
+            .where(e.c.session_id == bindparam("b_id"))
+            .order_by(e.c.seq)
+        ),
+    )
+
+
+def _session_row(session_id: str) -> dict[str, Any]:
+    """An empty session's row, with the header a new ``Session`` has (untimed)."""
+    header = Session(session_id).header
+    return {
+        "id": session_id,
+        "format_version": header["version"],
+        "created_at": header["createdAt"],
+        "parent_session": None,
+        "inherited_event_count": 0,
+        "header": dumps_compact(header),
+        "head_seq": -1,
+        "surface_next_pos": 0,
+        "replace_generation": 0,
+        "updated_at": header["createdAt"],
+        "incarnation": uuid.uuid4().hex,  # new at every creation, as the store's
+    }
+
+
+def _event_rows(session_id: str, head: int, items: list[Item], now: int) -> list[dict[str, Any]]:
+    rows = []
+    for i, item in enumerate(items):
+        op = item.get("surface_op")
+        sources = item.get("source_event_seqs")
+        rows.append(
+            {
+                "session_id": session_id,
+                "seq": head + 1 + i,
+                "type": item["type"],
+                "time": now,
+                "data": json.dumps(item["data"], separators=(",", ":"), ensure_ascii=False),
+                "source_event_seqs": None if sources is None else json.dumps(sources),
+                "surface_op": None if op is None else json.dumps(op),
+                "ignorable": None,
+            }
+        )
+    return rows
+
+
+def _advance(session_id: str, head: int, count: int, now: int) -> dict[str, Any]:
+    return {"b_id": session_id, "b_expected": head, "b_head": head + count, "b_now": now}
+
+
+class RawSQLite:
+    """stdlib sqlite3 on the store's file: the same rows, the engine's pragmas, BEGIN IMMEDIATE."""
+
+    def __init__(self, path: str, synchronous: str) -> None:
+        # isolation_level None: BEGIN is ours, as in the engine's connect hook.
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=5)
+        for pragma in sqlite_pragmas(synchronous):
+            self.conn.execute(pragma)
+        self.sql = raw_statements("sqlite", None)
+
+    def new_session(self) -> str:
+        sid = "raw-" + uuid.uuid4().hex
+        self.conn.execute(self.sql.insert_session, _session_row(sid))
+        return sid
+
+    def write(self, session_id: str, head: int, items: list[Item]) -> int:
+        now = time.time_ns() // 1_000_000
+        rows = _event_rows(session_id, head, items, now)
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        c.execute(self.sql.advance, _advance(session_id, head, len(items), now))
+        if len(rows) == 1:
+            c.execute(self.sql.insert_event, rows[0])
+        else:
+            c.executemany(self.sql.insert_event, rows)
+        c.execute("COMMIT")
+        return head + len(items)
+
+    def fetch_surface(self, session_id: str) -> list[Any]:
+        rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def fetch_log(self, session_id: str) -> list[Any]:
+        rows = self.conn.execute(self.sql.log, {"b_id": session_id}).fetchall()
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RawPostgres:
+    """Raw psycopg on the store's schema: the same rows and the same conditional update."""
+
+    def __init__(self, conninfo: str, schema: str) -> None:
+        self.conn = psycopg.connect(conninfo)
+        self.sql = raw_statements("postgresql", schema)
+
+    def new_session(self) -> str:
+        sid = "raw-" + uuid.uuid4().hex
+        with self.conn.transaction():
+            self.conn.execute(self.sql.insert_session, _session_row(sid))
+        return sid
+
+    def write(self, session_id: str, head: int, items: list[Item]) -> int:
+        now = time.time_ns() // 1_000_000
+        rows = _event_rows(session_id, head, items, now)
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(self.sql.advance, _advance(session_id, head, len(items), now))
+            if len(rows) == 1:
+                cur.execute(self.sql.insert_event, rows[0])
+            else:
+                cur.executemany(self.sql.insert_event, rows)
+        return head + len(items)
+
+    def fetch_surface(self, session_id: str) -> list[Any]:
+        with self.conn.transaction():
+            rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def fetch_log(self, session_id: str) -> list[Any]:
+        with self.conn.transaction():
+            rows = self.conn.execute(self.sql.log, {"b_id": session_id}).fetchall()
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+Raw = RawSQLite | RawPostgres
