@@ -70,14 +70,30 @@ def result_block(data: Any) -> Any:
     return None
 
 
+def project_data(type_: str, data: Any, seq: int | None = None, *, checked: bool = True) -> Any:
+    """The message an event of ``type_`` with ``data`` contributes as a surface node, or None.
+
+    ``checked=False`` is for data nobody has validated yet (a stored row read on its own): its
+    message is shape-checked first, and ``InvalidEventError`` (or ``KeyError``/``TypeError``
+    for a missing or non-object ``message``) says why it is malformed.
+    """
+    if type_ == "user/message":
+        if not checked:
+            check_message(data, "user", "data", seq)
+        return data
+    if type_ == "assistant/message":
+        message = data["message"]
+        if not checked:
+            check_message(message, "assistant", "data.message", seq)
+        return message if message["content"] else None
+    if type_ == "tool/result":
+        message = data["message"]
+        if not checked:
+            check_message(message, "user", "data.message", seq)
+        return message
+    return None
+
+
 def project(event: SessionEvent) -> Any:
     """The message a surface node contributes, or None (§6)."""
-    t = event.type
-    if t == "user/message":
-        return event.data
-    if t == "assistant/message":
-        message = event.data["message"]
-        return message if message["content"] else None
-    if t == "tool/result":
-        return event.data["message"]
-    return None
+    return project_data(event.type, event.data)

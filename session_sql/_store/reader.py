@@ -13,6 +13,7 @@ from sqlalchemy import Connection, select
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, translate_errors
 from session_sql._store.rows import event_columns, event_from_row
+from session_sql.catalog import SURFACE_TYPES
 from session_sql.errors import (
     CorruptSessionError,
     InvalidEventError,
@@ -21,7 +22,7 @@ from session_sql.errors import (
 )
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenList, loads_frozen
-from session_sql.messages import check_message
+from session_sql.messages import project_data
 
 FOLLOW_BATCH = 500
 STREAM_BATCH = 1000
@@ -33,18 +34,11 @@ def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> Non
 
 
 def _project_row(session_id: str, seq: int, type_: str, data: Any) -> Any:
+    """``messages.project_data`` on a stored row, whose data nobody has checked yet."""
     try:
         frozen = loads_frozen(data, root="data")
-        if type_ == "user/message":
-            check_message(frozen, "user", "data", seq)
-            return frozen
-        if type_ == "assistant/message":
-            message = frozen["message"]
-            check_message(message, "assistant", "data.message", seq)
-            return message if message["content"] else None
-        if type_ == "tool/result":
-            check_message(frozen["message"], "user", "data.message", seq)
-            return frozen["message"]
+        if type_ in SURFACE_TYPES:
+            return project_data(type_, frozen, seq, checked=False)
     except (NotJSONError, InvalidEventError, KeyError, TypeError) as exc:
         raise CorruptSessionError(
             f"session {session_id!r} seq {seq}: stored surface event is malformed: {exc}",

@@ -6,7 +6,8 @@ import operator
 
 import pytest
 
-from session_sql import Replace, Session
+from session_sql import InvalidEventError, Replace, Session
+from session_sql.messages import project, project_data
 
 from .builders import (
     answer,
@@ -158,3 +159,17 @@ def test_message_for_projects_a_shadowed_event_too() -> None:
     first = say(session, "a")
     summarize(session, 0, 0, [0])
     assert session.message_for(session.events[first]) is session.events[first].data
+
+
+def test_project_data_is_project_and_checks_unchecked_data() -> None:
+    session = new_session()
+    tool_turn(session)
+    reply(session, None)
+    for event in session.events:
+        assert project_data(event.type, event.data, event.seq, checked=False) == project(event)
+    with pytest.raises(InvalidEventError, match=r"data\.message: role must be 'assistant'"):
+        project_data("assistant/message", {"message": session.messages()[0]}, 3, checked=False)
+    with pytest.raises(InvalidEventError, match="a message must be an object"):
+        project_data("user/message", [], 3, checked=False)
+    with pytest.raises(KeyError):
+        project_data("tool/result", {}, 3, checked=False)
