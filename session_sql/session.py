@@ -35,7 +35,7 @@ from session_sql.jsonvalue import FrozenDict, dumps_compact, snapshot_json
 from session_sql.messages import project
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_data
-from session_sql.surface import Surface, Transition, is_exempt, plan
+from session_sql.surface import Replay, Step, Surface, Transition, is_exempt, plan, replay
 
 log = logging.getLogger("session_sql")
 
@@ -179,35 +179,46 @@ def check_logged(
     return event
 
 
+def replay_checked(
+    events: Iterable[SessionEvent | Mapping[str, Any]],
+    state: Replay,
+    catalog: Catalog,
+    *,
+    parsed: bool = False,
+    lookup: Callable[[int], SessionEvent] | None = None,
+) -> Iterator[Step]:
+    """Check logged events one by one and fold each onto ``state``, yielding its ``Step``.
+
+    Used for seeds, stored logs, refreshes and ``verify``: envelope, contiguous seqs (from
+    ``state.length``), the unknown-event gate, data rules and the surface transition, each event
+    planned once. ``lookup`` finds earlier events (else ``state`` keeps the surface's). Raises
+    ``InvalidSeedError`` (``index`` counts from the first event given) or
+    ``SessionFormatUnsupportedError``; the caller discards ``state``.
+    """
+    for index, raw in enumerate(events):
+        seq = state.length
+        try:
+            step = state.fold(check_logged(raw, seq, catalog, parsed=parsed), catalog, lookup)
+        except SessionFormatUnsupportedError:
+            raise
+        except SurfaceError as exc:
+            raise _SeedSurfaceError(f"seed event {index}: {exc}", index=index, seq=seq) from exc
+        except (InvalidEventError, NotJSONError) as exc:
+            raise InvalidSeedError(f"seed event {index}: {exc}", index=index, seq=seq) from exc
+        yield step
+
+
 def fold_checked(
     events: Iterable[SessionEvent | Mapping[str, Any]],
     log: list[SessionEvent],
-    surface: Surface,
+    state: Replay,
     catalog: Catalog,
     *,
     parsed: bool = False,
 ) -> None:
-    """Check logged events one by one and fold them onto ``log``/``surface`` (a private pair).
-
-    Used for seeds, stored logs and refreshes: envelope, contiguous seqs, the unknown-event gate,
-    data rules and the surface transition. Raises ``InvalidSeedError`` (``index`` counts from the
-    first event given) or ``SessionFormatUnsupportedError``; the caller discards the pair.
-    """
-    nodes = surface.node_list()
-    for index, raw in enumerate(events):
-        try:
-            event = check_logged(raw, len(log), catalog, parsed=parsed)
-            transition = None if is_exempt(event, catalog) else plan(nodes, event, log.__getitem__)
-        except SessionFormatUnsupportedError:
-            raise
-        except SurfaceError as exc:
-            raise _SeedSurfaceError(
-                f"seed event {index}: {exc}", index=index, seq=len(log)
-            ) from exc
-        except (InvalidEventError, NotJSONError) as exc:
-            raise InvalidSeedError(f"seed event {index}: {exc}", index=index, seq=len(log)) from exc
-        log.append(event)
-        surface.apply(transition)
+    """``replay_checked`` that also appends each event to ``log`` (``state``'s log so far)."""
+    for step in replay_checked(events, state, catalog, parsed=parsed, lookup=log.__getitem__):
+        log.append(step.event)
 
 
 class Session:
@@ -229,14 +240,14 @@ class Session:
         self._max_event_bytes = max_event_bytes
         frozen_header = self._resolve_header(session_id, header, seed, inherited_event_count)
         log: list[SessionEvent] = []
-        surface = Surface()
+        state = Replay()
         if seed is not None:
             if not isinstance(seed, Iterable):
                 raise InvalidSeedError(
                     f"a seed must be a list of events, got {type(seed).__name__}", index=None
                 )
-            fold_checked(seed, log, surface, self._catalog)
-        self._adopt(frozen_header, log, surface, inherited_event_count)
+            fold_checked(seed, log, state, self._catalog)
+        self._adopt(frozen_header, log, state, inherited_event_count)
         # §7.1: the seed length; the end-of-seed marker appended next is the first live event.
         self.first_live_seq = len(self._log)
         if seed is not None:
@@ -249,7 +260,9 @@ class Session:
             return
         cut = bool(self._header["isSeeded"]) and self.inherited_event_count == len(log)
         data = snapshot_json({"inherited": True} if cut else {})
-        log.append(SessionEvent(END_SEED, len(log), self._clock(), data))
+        marker = SessionEvent(END_SEED, len(log), self._clock(), data)
+        log.append(marker)
+        self._state.advance(marker, None)  # off the surface: only the log length moves
 
     # -- construction ---------------------------------------------------------------------
 
@@ -290,7 +303,7 @@ class Session:
         self,
         header: FrozenDict,
         log: list[SessionEvent],
-        surface: Surface,
+        state: Replay,
         inherited_event_count: int,
     ) -> None:
         if inherited_event_count > len(log):
@@ -299,14 +312,14 @@ class Session:
             )
         self._header = header
         self._log = log
-        self._surface = surface
+        self._state = state  # the surface, with the stored position of each node
         self.inherited_event_count = inherited_event_count
         self._validators: list[Validator] = []
         self._observers: list[Observer] = []
         self._busy = False
         self._messages: list[Any] = []
         self._projected = 0  # surface nodes already projected into _messages
-        self._projected_generation = surface.replace_generation
+        self._projected_generation = state.replace_generation
         self._request_header: Any = None
         self._request_header_seq = -1
 
@@ -335,15 +348,16 @@ class Session:
 
     @property
     def surface(self) -> Surface:
-        return self._surface
+        return self._state.surface
 
     def messages(self) -> list[Any]:
         """The messages a model sees, in surface order (a new list of shared frozen objects)."""
-        nodes = self._surface.node_list()
-        if self._projected_generation != self._surface.replace_generation:
+        surface = self._state.surface
+        nodes = surface.node_list()
+        if self._projected_generation != surface.replace_generation:
             self._messages = []
             self._projected = 0
-            self._projected_generation = self._surface.replace_generation
+            self._projected_generation = surface.replace_generation
         if self._projected < len(nodes):
             log = self._log
             out = self._messages
@@ -463,7 +477,7 @@ class Session:
         now = self._clock()
         events: list[SessionEvent] = []
         transitions: list[Transition] = []
-        nodes: Sequence[int] = self._surface.node_list()
+        nodes: Sequence[int] = self._state.surface.node_list()
         staged: list[int] | None = None  # a private copy once the batch holds a replace
 
         def lookup(seq: int) -> SessionEvent:
@@ -514,8 +528,9 @@ class Session:
 
     def _commit(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
         self._log.extend(events)
-        for transition in transitions:
-            self._surface.apply(transition)
+        state = self._state
+        for event, transition in zip(events, transitions, strict=True):
+            state.advance(event, transition)
 
     def _notify(self, events: list[SessionEvent]) -> None:
         self._busy = True
@@ -554,25 +569,23 @@ class Session:
         clock: Clock,
         max_event_bytes: int | None,
         *,
-        surface: Surface | None = None,
+        state: Replay | None = None,
         seeded: bool = False,
     ) -> Session:
         """Build a session from a log this build already checked (fork, store).
 
-        ``surface`` is the log's fold when the caller has it; ``seeded`` adds the end-of-seed
+        ``state`` is the log's replay when the caller has it; ``seeded`` adds the end-of-seed
         marker as ``Session(seed=log)`` would.
         """
         session = cls.__new__(cls)
         session._catalog = catalog
         session._clock = clock
         session._max_event_bytes = max_event_bytes
-        if surface is None:
-            surface = Surface()
-            nodes = surface.node_list()
-            for event in log:
-                if not is_exempt(event, catalog):
-                    surface.apply(plan(nodes, event, log.__getitem__))
-        session._adopt(header, list(log), surface, inherited_event_count)
+        if state is None:
+            state = Replay()
+            for _ in replay(log, state, catalog, log.__getitem__):
+                pass
+        session._adopt(header, list(log), state, inherited_event_count)
         session.first_live_seq = len(session._log)
         if seeded:
             session._mark_end_of_seed()

@@ -7,7 +7,7 @@ returns, so the live view, the stored table and a replay cannot disagree.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeAlias
 
 from session_sql.catalog import DEFAULT_CATALOG, SURFACE_TYPES, Catalog
@@ -202,6 +202,132 @@ class Surface:
         return f"Surface(nodes={self.nodes!r}, replace_generation={self.replace_generation})"
 
 
+class Step(NamedTuple):
+    """One replayed event, what it did to the surface, and the stored position it touched.
+
+    ``position`` is the ``surface`` table ``pos`` of an append (``next_pos``) or of a replace
+    (the start row's, which the new seq keeps); None when the event leaves the surface alone.
+    """
+
+    event: SessionEvent
+    transition: Transition
+    position: int | None
+
+
+class Replay:
+    """A fold in progress: the surface, the stored position of each node, the log length.
+
+    Positions follow the ``surface`` table's sparse rule: an append takes ``next_pos`` and
+    bumps it; a replace keeps the start row's position for the new seq and drops the rest of
+    its range. So the stored table is a pure function of the log.
+
+    ``plan`` needs earlier events only for the tool/result replacement rule, and only events
+    still on the surface; with ``keep_surface_events`` the replay keeps exactly those, so a
+    caller streaming a log needs memory for its surface, never for the whole log.
+    """
+
+    __slots__ = ("_kept", "length", "next_pos", "positions", "surface")
+
+    def __init__(
+        self,
+        surface: Surface | None = None,
+        positions: Iterable[int] = (),
+        next_pos: int = 0,
+        length: int = 0,
+        *,
+        keep_surface_events: bool = False,
+    ) -> None:
+        self.surface = Surface() if surface is None else surface
+        self.positions: list[int] = list(positions)
+        self.next_pos = next_pos
+        self.length = length  # the next seq
+        self._kept: dict[int, SessionEvent] | None = {} if keep_surface_events else None
+
+    @property
+    def replace_generation(self) -> int:
+        return self.surface.replace_generation
+
+    def rows(self) -> list[tuple[int, int]]:
+        """The ``(pos, event_seq)`` rows of the surface table, in surface order."""
+        return list(zip(self.positions, self.surface.node_list(), strict=True))
+
+    def fold(
+        self,
+        event: SessionEvent,
+        catalog: Catalog,
+        lookup: Callable[[int], SessionEvent] | None = None,
+    ) -> Step:
+        """Plan ``event`` (the only call to ``plan`` in any replay) and apply it; raises first.
+
+        ``lookup`` finds earlier events; without it the kept surface events serve.
+        """
+        if lookup is None:
+            assert self._kept is not None, "a replay without lookup must keep surface events"
+            lookup = self._kept.__getitem__
+        transition = (
+            None if is_exempt(event, catalog) else plan(self.surface.node_list(), event, lookup)
+        )
+        return Step(event, transition, self.advance(event, transition))
+
+    def advance(self, event: SessionEvent, transition: Transition) -> int | None:
+        """Apply an already planned transition of ``event``; returns the position it touched."""
+        self.length = event.seq + 1
+        if transition is None:
+            return None
+        kept = self._kept
+        if type(transition) is AppendNode:
+            position = self.next_pos
+            self.positions.append(position)
+            self.next_pos += 1
+        else:
+            assert isinstance(transition, ReplaceNodes)
+            position = self.positions[transition.start_pos]
+            self.positions[transition.start_pos : transition.end_pos + 1] = [position]
+            if kept is not None:
+                for seq in transition.shadowed:
+                    del kept[seq]
+        if kept is not None:
+            kept[event.seq] = event
+        self.surface.apply(transition)
+        return position
+
+    def counters_after(self, transitions: Iterable[Transition]) -> tuple[int, int]:
+        """``(next_pos, replace_generation)`` once ``transitions`` are applied; changes nothing."""
+        next_pos, generation = self.next_pos, self.surface.replace_generation
+        for transition in transitions:
+            if type(transition) is AppendNode:
+                next_pos += 1
+            elif type(transition) is ReplaceNodes:
+                generation += 1
+        return next_pos, generation
+
+    def copy(self) -> Replay:
+        twin = Replay(self.surface.copy(), self.positions, self.next_pos, self.length)
+        twin._kept = None if self._kept is None else dict(self._kept)
+        return twin
+
+    def __repr__(self) -> str:
+        return (
+            f"Replay(nodes={self.surface.nodes!r}, positions={self.positions!r}, "
+            f"next_pos={self.next_pos}, length={self.length})"
+        )
+
+
+def replay(
+    events: Iterable[SessionEvent],
+    state: Replay,
+    catalog: Catalog,
+    lookup: Callable[[int], SessionEvent] | None = None,
+) -> Iterator[Step]:
+    """Fold checked events onto ``state`` one by one, yielding each ``Step`` as it is applied.
+
+    Every event is planned exactly once. A caller that checks events first (seeds, loads,
+    ``verify``) calls ``Replay.fold`` per event instead, around its own checks.
+    """
+    for event in events:
+        yield state.fold(event, catalog, lookup)
+
+
 class Replacement(NamedTuple):
     """One committed replace: the replacing ``seq``, its endpoints and what it shadowed."""
 
@@ -216,38 +342,43 @@ class SurfaceFold(NamedTuple):
     replacements: tuple[Replacement, ...]
 
 
-def fold_surface(
-    events: Iterable[SessionEvent | dict[str, Any]], *, catalog: Catalog | None = None
-) -> SurfaceFold:
-    """Replay a complete log from seq 0 and return its surface and replacement history."""
-    known = DEFAULT_CATALOG if catalog is None else catalog
-    log: list[SessionEvent] = []
-    surface = Surface()
-    replacements: list[Replacement] = []
+def _in_order(events: Iterable[SessionEvent | dict[str, Any]]) -> Iterator[SessionEvent]:
     for i, raw in enumerate(events):
         event = raw if isinstance(raw, SessionEvent) else SessionEvent.from_json(raw)
         if event.seq != i:
             raise InvalidEventError(f"seq {event.seq} at index {i}: seqs must run 0, 1, 2, ...")
-        log.append(event)
-        if is_exempt(event, known):
-            continue
-        transition = plan(surface.node_list(), event, log.__getitem__)
+        yield event
+
+
+def fold_surface(
+    events: Iterable[SessionEvent | dict[str, Any]], *, catalog: Catalog | None = None
+) -> SurfaceFold:
+    """Replay a complete log from seq 0 and return its surface and replacement history.
+
+    Streams: only the events on the surface are kept, so any iterable of events will do.
+    """
+    known = DEFAULT_CATALOG if catalog is None else catalog
+    state = Replay(keep_surface_events=True)
+    replacements: list[Replacement] = []
+    for event, transition, _ in replay(_in_order(events), state, known):
         if type(transition) is ReplaceNodes:
             op = event.surface_op
             assert isinstance(op, Replace)
             replacements.append(Replacement(event.seq, op.start, op.end, transition.shadowed))
-        surface.apply(transition)
-    return SurfaceFold(surface.nodes, tuple(replacements))
+    return SurfaceFold(state.surface.nodes, tuple(replacements))
 
 
 __all__ = [
     "AppendNode",
     "ReplaceNodes",
     "Replacement",
+    "Replay",
+    "Step",
     "Surface",
     "SurfaceFold",
     "Transition",
     "fold_surface",
     "is_exempt",
     "plan",
+    "replay",
 ]

@@ -109,6 +109,16 @@ class Statements:
             .where(sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos)
         )
+        self.events_page = (
+            select(*event_columns(tables))
+            .where(
+                e.c.session_id == bindparam("b_id"),
+                e.c.seq > bindparam("b_after"),
+                e.c.seq <= bindparam("b_to"),
+            )
+            .order_by(e.c.seq)
+            .limit(bindparam("b_limit"))
+        )
         self.events_after = (
             select(*event_columns(tables))
             .where(e.c.session_id == bindparam("b_id"), e.c.seq > bindparam("b_after"))

@@ -26,6 +26,7 @@ from session_sql.messages import project_data
 
 FOLLOW_BATCH = 500
 STREAM_BATCH = 1000
+MAX_SEQ = 2**63 - 1  # the largest BIGINT: no stored seq lies above it
 
 
 def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> None:
@@ -99,6 +100,24 @@ def stream_events(
         if len(rows) < STREAM_BATCH:
             return
         after = rows[-1].seq
+
+
+def event_rows_in(
+    conn: Connection, ctx: StoreContext, session_id: str, to_seq: int | None = None
+) -> Iterator[Any]:
+    """The event rows up to ``to_seq`` (inclusive; None: all), paged on ``conn``.
+
+    Inside a ``snapshot_tx`` every page sees the same log, and a page is all that is held: a
+    caller folding the rows as they come needs no memory for the log.
+    """
+    params = {"b_id": session_id, "b_after": -1, "b_to": MAX_SEQ if to_seq is None else to_seq}
+    while True:
+        rows = conn.execute(ctx.statements.events_page, {**params, "b_limit": STREAM_BATCH}).all()
+        yield from rows
+        if len(rows) < STREAM_BATCH:
+            return
+        params["b_after"] = rows[-1].seq
+        del rows  # release this page before fetching the next
 
 
 def follow(

@@ -7,14 +7,12 @@ Rows never leak: a row becomes a wire dict or an event here, and a row that cann
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Text, cast
 
 from session_sql._store.engine import dumps_json
 from session_sql._store.schema import SchemaTables
-from session_sql.catalog import Catalog
 from session_sql.errors import (
     CorruptSessionError,
     InvalidEventError,
@@ -31,14 +29,7 @@ from session_sql.events import (
 )
 from session_sql.jsonvalue import json_depth, loads_frozen
 from session_sql.session import check_json_size
-from session_sql.surface import (
-    AppendNode,
-    ReplaceNodes,
-    Surface,
-    Transition,
-    is_exempt,
-    plan,
-)
+from session_sql.surface import Replay
 
 
 def event_row(session_id: str, event: SessionEvent) -> dict[str, Any]:
@@ -150,43 +141,34 @@ def event_from_row(session_id: str, row: Any) -> SessionEvent:
     return SessionEvent(type_, seq, time, data, surface_op, sources, ignorable is True)
 
 
-class SurfaceRows(NamedTuple):
-    """The ``surface`` table content a log implies: ``(pos, event_seq)`` in surface order."""
+def stored_problems(
+    row: Any, state: Replay, table: list[tuple[int, int]] | None = None
+) -> list[str]:
+    """How the stored session row, and the ``surface`` rows when given, differ from a replay.
 
-    rows: list[tuple[int, int]]
-    next_pos: int
-    replace_generation: int
-
-
-def advance_positions(rows: list[tuple[int, int]], next_pos: int, transition: Transition) -> int:
-    """Apply a transition to positioned rows, exactly as the writer applies it to the table.
-
-    An append takes ``next_pos``; a replace keeps the start row's position for the new seq and
-    drops the rest of the range. Returns the new ``next_pos``.
+    ``row`` has ``head_seq``, ``surface_next_pos`` and ``replace_generation``; ``state`` is the
+    replay of the log; ``table`` is the surface table as ``(pos, event_seq)`` in ``pos`` order.
+    Empty when they match: the one "stored rows match the log" check, for ``verify``, for a
+    writer's load and for ``refresh``.
     """
-    if type(transition) is AppendNode:
-        rows.append((next_pos, transition.seq))
-        return next_pos + 1
-    if type(transition) is ReplaceNodes:
-        start_pos = rows[transition.start_pos][0]
-        rows[transition.start_pos : transition.end_pos + 1] = [(start_pos, transition.seq)]
-    return next_pos
+    problems: list[str] = []
+    if table is not None:
+        expected = state.rows()
+        if table != expected:
+            problems.append(_surface_diff(table, expected))
+    for column, want in (
+        ("head_seq", state.length - 1),
+        ("surface_next_pos", state.next_pos),
+        ("replace_generation", state.replace_generation),
+    ):
+        if getattr(row, column) != want:
+            problems.append(f"sessions.{column} is {getattr(row, column)}, the log implies {want}")
+    return problems
 
 
-def surface_rows(events: Iterable[SessionEvent], catalog: Catalog) -> SurfaceRows:
-    """Replay a checked log into the surface rows the store keeps for it."""
-    log: list[SessionEvent] = []
-    rows: list[tuple[int, int]] = []
-    nodes: list[int] = []
-    next_pos = generation = 0
-    for event in events:
-        log.append(event)
-        if is_exempt(event, catalog):
-            continue
-        transition = plan(nodes, event, log.__getitem__)
-        if transition is None:
-            continue
-        next_pos = advance_positions(rows, next_pos, transition)
-        if Surface.apply_to(nodes, transition):
-            generation += 1
-    return SurfaceRows(rows, next_pos, generation)
+def _surface_diff(table: list[tuple[int, int]], expected: list[tuple[int, int]]) -> str:
+    extra = sorted(set(table) - set(expected))
+    missing = sorted(set(expected) - set(table))
+    if not extra and not missing:
+        return "surface table rows are out of order"
+    return f"surface table differs from the fold: extra (pos, seq) {extra}, missing {missing}"

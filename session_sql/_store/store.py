@@ -27,10 +27,9 @@ from session_sql._store.engine import (
 from session_sql._store.gate import ensure_schema
 from session_sql._store.rows import (
     check_header_limits,
-    event_columns,
     event_from_row,
     event_row_json,
-    surface_rows,
+    stored_problems,
 )
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql._store.writer import StoredSession
@@ -55,8 +54,9 @@ from session_sql.session import (
     fold_checked,
     fork_seed,
     now_ms,
+    replay_checked,
 )
-from session_sql.surface import Surface
+from session_sql.surface import Replay, replay
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
@@ -93,11 +93,8 @@ class _Loaded(NamedTuple):
     header: FrozenDict
     log: list[SessionEvent]
     inherited_event_count: int
-    head_seq: int
-    surface_next_pos: int
-    replace_generation: int
     incarnation: str
-    surface: Surface
+    state: Replay
 
 
 class SessionStore:
@@ -180,8 +177,9 @@ class SessionStore:
             max_event_bytes=ctx.max_event_bytes,
         )
         log = list(session.events)
-        next_pos, incarnation = self._insert_session(session.header, log, 0)
-        handle = StoredSession._attach(ctx, session.header, log, 0, next_pos, incarnation)
+        state = session._state  # the seed's replay: the session is not used again
+        incarnation = self._insert_session(session.header, log, 0, state)
+        handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, state)
         handle.first_live_seq = session.first_live_seq
         return handle
 
@@ -197,9 +195,8 @@ class SessionStore:
             loaded.header,
             loaded.log,
             loaded.inherited_event_count,
-            loaded.surface_next_pos,
             loaded.incarnation,
-            loaded.surface,
+            loaded.state,
         )
         if resume and loaded.log and loaded.log[-1].type != END_SEED:
             # first_live_seq stays the stored length at open time (§8.4): the marker, like
@@ -220,10 +217,14 @@ class SessionStore:
             ctx.catalog,
             ctx.clock,
             ctx.max_event_bytes,
+            state=loaded.state,
         )
         log, header, inherited = fork_seed(parent, boundary, child_id, ctx.clock())
-        next_pos, incarnation = self._insert_session(header, log, inherited)
-        return StoredSession._attach(ctx, header, log, inherited, next_pos, incarnation)
+        state = Replay()
+        for _ in replay(log, state, ctx.catalog, log.__getitem__):
+            pass
+        incarnation = self._insert_session(header, log, inherited, state)
+        return StoredSession._attach(ctx, header, log, inherited, incarnation, state)
 
     def repair(self, session_id: str) -> list[SessionEvent]:
         """Close a turn left open by a crash (SPEC §7.4); returns the appended closers."""
@@ -244,14 +245,15 @@ class SessionStore:
         with JsonlReader(path) as source:
             header = source.header
             log: list[SessionEvent] = []
+            state = Replay()
             try:
-                fold_checked(source.values(), log, Surface(), self._ctx.catalog)
+                fold_checked(source.values(), log, state, self._ctx.catalog)
             except InvalidSeedError as exc:
                 line = (exc.index or 0) + 2
                 raise CorruptSessionError(
                     f"{path}: line {line}: {exc}", session_id=str(header["id"]), line=line
                 ) from exc
-        self._insert_session(header, log, inherited_count(header, log))
+        self._insert_session(header, log, inherited_count(header, log), state)
         return str(header["id"])
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
@@ -289,7 +291,7 @@ class SessionStore:
             ctx.catalog,
             ctx.clock,
             ctx.max_event_bytes,
-            surface=loaded.surface,
+            state=loaded.state,
             seeded=True,
         )
 
@@ -351,34 +353,37 @@ class SessionStore:
         return [SessionInfo.model_validate(row._asdict()) for row in rows]
 
     def verify(self, session_id: str) -> VerifyReport:
-        """Replay the log and compare its fold with the ``surface`` table and the session row."""
+        """Replay the log and compare its fold with the ``surface`` table and the session row.
+
+        The log is streamed in pages from one snapshot and folded as it comes: memory follows
+        the surface, not the length of the log.
+        """
         problems: list[str] = []
         ctx = self._ctx
-        row, rows, table = self._read_all(session_id, bounded=False)
-        log: list[SessionEvent] = []
-        try:
-            fold_checked(
-                (event_from_row(session_id, r) for r in rows),
-                log,
-                Surface(),
-                ctx.catalog,
-                parsed=True,
-            )
-        except SessionSQLError as exc:
-            problems.append(f"log: {exc}")
-        expected = surface_rows(log, ctx.catalog)
+        _lookup_id(session_id)
+        state = Replay(keep_surface_events=True)
+        marker: SessionEvent | None = None  # the event at seq inherited_event_count, if folded
+        count = 0
+        with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+            row = self._session_row(conn, session_id)
+            table = self._surface_table(conn, session_id)
+            rows = reader.event_rows_in(conn, ctx, session_id)  # all, past the head too
+
+            def events() -> Iterator[SessionEvent]:
+                nonlocal count
+                for r in rows:
+                    count += 1
+                    yield event_from_row(session_id, r)
+
+            try:
+                for step in replay_checked(events(), state, ctx.catalog, parsed=True):
+                    if step.event.seq == row.inherited_event_count:
+                        marker = step.event
+            except SessionSQLError as exc:
+                problems.append(f"log: {exc}")
+                count += sum(1 for _ in rows)  # the report still counts every stored event
         if not problems:
-            if table != expected.rows:
-                problems.append(_surface_diff(table, expected.rows))
-            for column, want in (
-                ("head_seq", len(log) - 1),
-                ("surface_next_pos", expected.next_pos),
-                ("replace_generation", expected.replace_generation),
-            ):
-                if getattr(row, column) != want:
-                    problems.append(
-                        f"sessions.{column} is {getattr(row, column)}, the log implies {want}"
-                    )
+            problems.extend(stored_problems(row, state, table))
         try:
             header = _frozen_header(session_id, row.header)
         except SessionSQLError as exc:
@@ -397,16 +402,16 @@ class SessionStore:
         inherited = row.inherited_event_count
         if inherited and not (
             header.get("isSeeded") is True
-            and inherited < len(log)
-            and log[inherited].type == END_SEED
-            and log[inherited].data == {"inherited": True}
+            and marker is not None
+            and marker.type == END_SEED
+            and marker.data == {"inherited": True}
         ):
             problems.append(
                 f"sessions.inherited_event_count is {inherited}, but seq {inherited} is not the "
                 "end of an inherited prefix"
             )
         return VerifyReport(
-            session_id=session_id, ok=not problems, events=len(rows), problems=tuple(problems)
+            session_id=session_id, ok=not problems, events=count, problems=tuple(problems)
         )
 
     # -- internals ------------------------------------------------------------------------
@@ -432,96 +437,72 @@ class SessionStore:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         return _frozen_header(session_id, row.header)
 
-    def _read_all(
-        self, session_id: str, *, bounded: bool = True
-    ) -> tuple[Any, Sequence[Any], list[tuple[int, int]]]:
-        """The session row, its log as wire dicts, and its surface rows, from one snapshot.
+    def _session_row(self, conn: Connection, session_id: str) -> Any:
+        """The session row (``header`` as JSON text); ``SessionNotFoundError`` when missing."""
+        s = self._ctx.tables.sessions
+        columns = [c for c in s.c if c.name != "header"]
+        row = conn.execute(select(*columns, _header_text(s)).where(s.c.id == session_id)).first()
+        if row is None:
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        return row
 
-        ``bounded`` reads events up to the row's head only (what a writer may build on);
-        ``verify`` reads them all, so rows past the head show up as a problem.
-        """
-        _lookup_id(session_id)
-        t = self._ctx.tables
-        with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
-            columns = [c for c in t.sessions.c if c.name != "header"]
-            row = conn.execute(
-                select(*columns, _header_text(t.sessions)).where(t.sessions.c.id == session_id)
-            ).first()
-            if row is None:
-                raise SessionNotFoundError(
-                    f"session {session_id!r} not found", session_id=session_id
-                )
-            e = t.events
-            rows = conn.execute(
-                select(*event_columns(t))
-                .where(e.c.session_id == session_id)
-                .where(e.c.seq <= row.head_seq if bounded else e.c.seq >= 0)
-                .order_by(e.c.seq)
-            ).all()
-            surface = [
-                (pos, seq)
-                for pos, seq in conn.execute(
-                    self._ctx.statements.surface_rows, {"b_id": session_id}
-                ).all()
-            ]
-        return row, rows, surface
+    def _surface_table(self, conn: Connection, session_id: str) -> list[tuple[int, int]]:
+        """The ``surface`` rows as ``(pos, event_seq)`` in ``pos`` order."""
+        query = self._ctx.statements.surface_rows
+        return [(pos, seq) for pos, seq in conn.execute(query, {"b_id": session_id}).all()]
 
     def _load(self, session_id: str, *, check_surface: bool = False) -> _Loaded:
         """Read and fully validate a stored session; ``check_surface`` also compares the table.
 
-        A writer (``check_surface``) reads past the head too: rows there can only come from an
+        Row, log and surface table come from one snapshot, and each event is planned once. A
+        writer (``check_surface``) reads past the head too: rows there can only come from an
         edit underneath, and appending on top of them would collide with them.
         """
-        row, rows, table = self._read_all(session_id, bounded=not check_surface)
-        header = _frozen_header(session_id, row.header)
+        _lookup_id(session_id)
+        ctx = self._ctx
         log: list[SessionEvent] = []
-        folded = Surface()
-        try:
-            fold_checked(
-                (event_from_row(session_id, r) for r in rows),
-                log,
-                folded,
-                self._ctx.catalog,
-                parsed=True,
-            )
-        except InvalidSeedError as exc:
-            raise CorruptSessionError(
-                f"session {session_id!r} seq {exc.seq}: stored event is invalid: {exc}",
-                session_id=session_id,
-                seq=exc.seq,
-            ) from exc
-        if check_surface:
-            expected = surface_rows(log, self._ctx.catalog)
-            if (
-                table != expected.rows
-                or row.head_seq != len(log) - 1
-                or row.surface_next_pos != expected.next_pos
-                or row.replace_generation != expected.replace_generation
-            ):
-                raise CorruptSessionError(
-                    f"session {session_id!r}: the surface table or session row disagrees with "
-                    "the log; run verify (refusing to write on top of it)",
-                    session_id=session_id,
+        state = Replay()
+        with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+            row = self._session_row(conn, session_id)
+            header = _frozen_header(session_id, row.header)
+            bound = None if check_surface else row.head_seq
+            rows = reader.event_rows_in(conn, ctx, session_id, bound)
+            try:
+                fold_checked(
+                    (event_from_row(session_id, r) for r in rows),
+                    log,
+                    state,
+                    ctx.catalog,
+                    parsed=True,
                 )
-        return _Loaded(
-            header,
-            log,
-            row.inherited_event_count,
-            row.head_seq,
-            row.surface_next_pos,
-            row.replace_generation,
-            row.incarnation,
-            folded,
-        )
+            except InvalidSeedError as exc:
+                raise CorruptSessionError(
+                    f"session {session_id!r} seq {exc.seq}: stored event is invalid: {exc}",
+                    session_id=session_id,
+                    seq=exc.seq,
+                ) from exc
+            table = self._surface_table(conn, session_id) if check_surface else None
+        if check_surface and stored_problems(row, state, table):
+            raise CorruptSessionError(
+                f"session {session_id!r}: the surface table or session row disagrees with "
+                "the log; run verify (refusing to write on top of it)",
+                session_id=session_id,
+            )
+        return _Loaded(header, log, row.inherited_event_count, row.incarnation, state)
 
     def _insert_session(
-        self, header: FrozenDict, log: list[SessionEvent], inherited_event_count: int
-    ) -> tuple[int, str]:
-        """Write a whole new session in one transaction; returns its next surface position
-        and its incarnation (new at every creation, so a recreated session differs)."""
+        self,
+        header: FrozenDict,
+        log: list[SessionEvent],
+        inherited_event_count: int,
+        state: Replay,
+    ) -> str:
+        """Write a whole new session in one transaction; returns its incarnation (new at every
+        creation, so a recreated session differs). ``state`` is the replay of ``log``: its
+        rows and counters are what gets stored."""
         ctx = self._ctx
         session_id = str(header["id"])
-        rows = surface_rows(log, ctx.catalog)
+        surface_rows = state.rows()
         check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
         event_rows = [event_row_json(session_id, e, ctx.max_event_bytes) for e in log]
         incarnation = uuid.uuid4().hex
@@ -533,14 +514,14 @@ class SessionStore:
             "inherited_event_count": inherited_event_count,
             "header": header,
             "head_seq": len(log) - 1,
-            "surface_next_pos": rows.next_pos,
-            "replace_generation": rows.replace_generation,
+            "surface_next_pos": state.next_pos,
+            "replace_generation": state.replace_generation,
             "updated_at": ctx.clock(),
             "incarnation": incarnation,
         }
         with translate_errors(session_id):
-            fastpath.insert_session(ctx, row, event_rows, rows.rows)
-        return rows.next_pos, incarnation
+            fastpath.insert_session(ctx, row, event_rows, surface_rows)
+        return incarnation
 
 
 def _seq_bound(seq: int) -> int:
@@ -578,14 +559,6 @@ def _frozen_header(session_id: str, raw: Any) -> FrozenDict:
         raise CorruptSessionError(
             f"session {session_id!r}: stored header is invalid: {exc}", session_id=session_id
         ) from exc
-
-
-def _surface_diff(table: list[tuple[int, int]], expected: list[tuple[int, int]]) -> str:
-    extra = sorted(set(table) - set(expected))
-    missing = sorted(set(expected) - set(table))
-    if not extra and not missing:
-        return "surface table rows are out of order"
-    return f"surface table differs from the fold: extra (pos, seq) {extra}, missing {missing}"
 
 
 def open_store(

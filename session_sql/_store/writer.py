@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from session_sql._store import fastpath
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, translate_errors
-from session_sql._store.rows import event_from_row
+from session_sql._store.rows import event_from_row, stored_problems
 from session_sql.errors import (
     ConcurrencyError,
     CorruptSessionError,
@@ -22,7 +22,7 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
 from session_sql.session import Session, fold_checked
-from session_sql.surface import AppendNode, ReplaceNodes, Surface, Transition, is_exempt
+from session_sql.surface import Replay, Transition
 
 
 class StoredSession(Session):
@@ -33,7 +33,6 @@ class StoredSession(Session):
     """
 
     _ctx: StoreContext
-    _next_pos: int
     _incarnation: str
 
     @classmethod
@@ -43,10 +42,10 @@ class StoredSession(Session):
         header: FrozenDict,
         log: list[SessionEvent],
         inherited_event_count: int,
-        next_pos: int,
         incarnation: str,
-        surface: Surface | None = None,
+        state: Replay,
     ) -> StoredSession:
+        """A handle on a stored log; ``state`` is its replay (the stored rows' positions)."""
         session = cls._from_checked(
             header,
             log,
@@ -54,11 +53,10 @@ class StoredSession(Session):
             ctx.catalog,
             ctx.clock,
             ctx.max_event_bytes,
-            surface=surface,
+            state=state,
         )
         assert isinstance(session, StoredSession)
         session._ctx = ctx
-        session._next_pos = next_pos
         session._incarnation = incarnation
         return session
 
@@ -68,16 +66,14 @@ class StoredSession(Session):
     def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
         ctx = self._ctx
         head = events[-1].seq
-        generation = self._surface.replace_generation + sum(
-            1 for t in transitions if type(t) is ReplaceNodes
-        )
-        next_pos = self._next_pos + sum(1 for t in transitions if type(t) is AppendNode)
+        state = self._state  # advanced by _commit, once the transaction has committed
+        next_pos, generation = state.counters_after(transitions)
         advance = {
             "b_id": self.id,
             "b_incarnation": self._incarnation,
             "b_expected_head": self.seq - 1,
-            "b_expected_pos": self._next_pos,
-            "b_expected_gen": self._surface.replace_generation,
+            "b_expected_pos": state.next_pos,
+            "b_expected_gen": state.replace_generation,
             "b_head": head,
             "b_pos": next_pos,
             "b_gen": generation,
@@ -85,12 +81,11 @@ class StoredSession(Session):
         }
         with translate_errors(self.id):
             moved = fastpath.append(
-                ctx, self.id, advance, events, transitions, self._next_pos, head
+                ctx, self.id, advance, events, transitions, state.next_pos, head
             )
         if not moved:
             with translate_errors(self.id), read_tx(ctx.engine) as conn:
                 self._raise_lost_race(conn)
-        self._next_pos = next_pos
 
     def _raise_lost_race(self, conn: Connection) -> None:
         row = conn.execute(self._ctx.statements.session_row, {"b_id": self.id}).first()
@@ -101,8 +96,8 @@ class StoredSession(Session):
         if row.head_seq == self.seq - 1:
             raise CorruptSessionError(
                 f"session {self.id!r}: the session row disagrees with the log (surface_next_pos "
-                f"{row.surface_next_pos} != {self._next_pos} or replace_generation "
-                f"{row.replace_generation} != {self._surface.replace_generation}); "
+                f"{row.surface_next_pos} != {self._state.next_pos} or replace_generation "
+                f"{row.replace_generation} != {self._state.replace_generation}); "
                 "run verify; refusing to append",
                 session_id=self.id,
             )
@@ -134,17 +129,13 @@ class StoredSession(Session):
             rows = conn.execute(
                 st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
             ).all()
-        if not rows and (row.head_seq, row.surface_next_pos, row.replace_generation) == (
-            self.seq - 1,
-            self._next_pos,
-            self._surface.replace_generation,
-        ):
+        if not rows and not stored_problems(row, self._state):
             return []  # otherwise the row moved without events: the check below refuses it
         log, base = self._log, len(self._log)
-        surface = self._surface.copy()
+        state = self._state.copy()
         try:
             fold_checked(
-                (event_from_row(self.id, r) for r in rows), log, surface, ctx.catalog, parsed=True
+                (event_from_row(self.id, r) for r in rows), log, state, ctx.catalog, parsed=True
             )
         except InvalidSeedError as exc:
             del log[base:]
@@ -156,15 +147,7 @@ class StoredSession(Session):
         except BaseException:
             del log[base:]
             raise
-        added = log[base:]
-        next_pos = self._next_pos + sum(
-            1 for e in added if e.surface_op == "append" and not is_exempt(e, ctx.catalog)
-        )
-        if (row.head_seq, row.surface_next_pos, row.replace_generation) != (
-            len(log) - 1,
-            next_pos,
-            surface.replace_generation,
-        ):
+        if stored_problems(row, state):
             del log[base:]
             raise CorruptSessionError(
                 f"session {self.id!r}: the session row (head_seq {row.head_seq}, "
@@ -172,6 +155,5 @@ class StoredSession(Session):
                 f"{row.replace_generation}) disagrees with its log; run verify",
                 session_id=self.id,
             )
-        self._surface = surface
-        self._next_pos = next_pos
-        return added
+        self._state = state
+        return log[base:]

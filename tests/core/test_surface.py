@@ -17,7 +17,9 @@ from session_sql import (
     fold_surface,
     thaw,
 )
-from session_sql.surface import Replacement, SurfaceFold
+from session_sql import surface as surface_module
+from session_sql.catalog import default_catalog
+from session_sql.surface import AppendNode, Replacement, ReplaceNodes, Replay, SurfaceFold, replay
 
 from .builders import (
     Target,
@@ -530,3 +532,53 @@ def test_fold_surface_refuses_an_invalid_transition() -> None:
     say(log, surface_op=Replace(0, 0))  # no sources: coverage missing
     with pytest.raises(SurfaceError):
         fold_surface(log.events)
+
+
+# -- replay ------------------------------------------------------------------------------------
+
+
+def test_replay_yields_each_event_with_its_transition_and_stored_position() -> None:
+    log = WireLog()
+    for text in "abcd":
+        say(log, text)  # 0..3 at positions 0..3
+    summarize(log, 1, 2, [1, 2])  # 4 keeps position 1
+    summarize(log, 0, 4, [0, 4])  # 5 keeps position 0
+    log.append("todo/write", {"items": []})  # 6: off the surface
+    say(log, "e")  # 7 takes the next position, 4: positions are sparse
+    events = [SessionEvent.from_json(e) for e in log.events]
+    state = Replay(keep_surface_events=True)
+    steps = list(replay(events, state, default_catalog()))
+    assert [step.event for step in steps] == events
+    assert [step.position for step in steps] == [0, 1, 2, 3, 1, 0, None, 4]
+    assert steps[4].transition == ReplaceNodes(1, 2, 4, (1, 2))
+    assert steps[6].transition is None
+    assert steps[7].transition == AppendNode(7)
+    assert state.rows() == [(0, 5), (3, 3), (4, 7)]
+    assert (state.next_pos, state.replace_generation, state.length) == (5, 2, 8)
+
+
+def test_replay_keeps_only_the_events_on_the_surface() -> None:
+    log = WireLog()
+    result = tool_turn(log)["tool/result"]
+    answer(log, "c1", "pruned", sources=[result], surface_op=Replace(result, result))
+    state = Replay(keep_surface_events=True)
+    for _ in replay(map(SessionEvent.from_json, log.events), state, default_catalog()):
+        assert sorted(state._kept) == sorted(state.surface.nodes)
+    assert state.surface.nodes == fold_surface(log.events).nodes
+
+
+def test_fold_surface_plans_each_event_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    planned: list[int] = []
+    real_plan = surface_module.plan
+
+    def counting_plan(nodes: Any, event: SessionEvent, lookup: Any) -> Any:
+        planned.append(event.seq)
+        return real_plan(nodes, event, lookup)
+
+    monkeypatch.setattr(surface_module, "plan", counting_plan)
+    log = WireLog()
+    tool_turn(log)
+    summarize(log, 2, 5, [2, 5])
+    fold_surface(log.events)
+    Session(seed=log.events)
+    assert planned == list(range(log.seq)) * 2  # once per replay, not once per consumer

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -11,18 +13,29 @@ from sqlalchemy import delete, insert, update
 from session_sql import (
     ConcurrencyError,
     CorruptSessionError,
+    Replace,
     SessionFormatUnsupportedError,
     SessionStore,
     StoredSession,
     VerifyReport,
 )
+from session_sql import session as session_module
+from session_sql import surface as surface_module
+from session_sql._store import reader
+from session_sql._store import rows as rows_module
+from session_sql._store import store as store_module
+from session_sql._store import writer as writer_module
+from session_sql.surface import Replay, replay
 
 from .store_builders import (
+    answer,
     dump_tables,
     execute,
+    recorded,
     refused,
     say,
     summarize,
+    surface_table,
     tables,
     tool_turn,
     tool_turn_log,
@@ -223,3 +236,98 @@ def test_verify_writes_nothing(store, s1):
     before = dump_tables(store)
     assert store.verify("s1").ok
     assert dump_tables(store) == before  # verify writes nothing
+
+
+# -- one replay, streamed ----------------------------------------------------------------------
+
+
+def test_the_stored_surface_table_is_the_replay_of_the_log(store, s1):
+    answer(s1, "c1", "pruned", sources=[7], surface_op=Replace(7, 7))  # 15 keeps 7's position
+    say(s1, "after")
+    state = Replay(keep_surface_events=True)
+    steps = list(replay(store.events("s1"), state, store.catalog))
+    assert surface_table(store, "s1") == state.rows() == [(0, 13), (2, 15), (3, 10), (4, 16)]
+    assert [step.position for step in steps[13:]] == [0, None, 2, 4]
+
+
+def test_load_open_verify_and_fork_plan_each_event_once(store, s1, monkeypatch):
+    planned: list[int] = []
+    real_plan = surface_module.plan
+
+    def counting_plan(nodes: Any, event: Any, lookup: Any) -> Any:
+        planned.append(event.seq)
+        return real_plan(nodes, event, lookup)
+
+    # Wherever a module holds ``plan``: a replay cannot escape the count by importing it.
+    for module in (surface_module, session_module, rows_module, store_module, writer_module):
+        if hasattr(module, "plan"):
+            monkeypatch.setattr(module, "plan", counting_plan)
+    every = list(range(s1.seq))
+    for read in (store.load_session, store.open_session, store.verify):
+        planned.clear()
+        read("s1")
+        assert planned == every, read.__name__
+    planned.clear()
+    child = store.fork_session("s1", boundary=6, child_id="fork")
+    assert planned == every + list(range(child.seq))  # the parent's log, then the child's
+
+
+def _event_pages(rec: Any) -> list[Any]:
+    """The parameters of each query on the ``events`` table."""
+    events = re.compile(r'\bFROM\s+("?\w+"?\.)?"?events"?\s', re.IGNORECASE)
+    return [p for s, p in zip(rec.queries, rec.parameters, strict=True) if events.search(s)]
+
+
+def _values(params: Any) -> list[Any]:
+    return list(params.values()) if isinstance(params, dict) else list(params)
+
+
+def test_verify_reads_the_log_in_pages(store, monkeypatch):
+    handle = store.create_session("long", seed=tool_turn_log(10))  # 131 events
+    monkeypatch.setattr(reader, "STREAM_BATCH", 16)
+    with recorded(store.engine) as rec:
+        report = store.verify("long")
+    assert report.ok and report.events == handle.seq
+    pages = _event_pages(rec)
+    # Every query on the log fetches one page at most: the log is never read whole.
+    assert len(pages) == handle.seq // 16 + 1
+    assert all(16 in _values(p) for p in pages), pages
+
+
+def test_verify_reports_do_not_depend_on_the_page_size(store, monkeypatch):
+    reports = {}
+    for name, edit, _ in EDITS:
+        healthy(store, f"s-{name}")
+        edit(store, f"s-{name}")
+        reports[name] = store.verify(f"s-{name}")
+    monkeypatch.setattr(reader, "STREAM_BATCH", 2)
+    for name, _, _ in EDITS:
+        assert store.verify(f"s-{name}") == reports[name], name
+    # A log problem stops the fold, not the count: every stored event is still counted.
+    assert reports["middle-event-deleted"].events == 14
+
+
+def test_verify_memory_follows_the_surface_not_the_log(store, monkeypatch):
+    monkeypatch.setattr(reader, "STREAM_BATCH", 50)
+    blob = "x" * 3000
+    seed = [
+        {"type": "x/blob", "seq": seq, "time": 1, "data": {"text": blob}, "ignorable": True}
+        for seq in range(3000)
+    ]
+    store.create_session("big", seed=seed)
+    store.create_session("warm", seed=tool_turn_log(1))
+    store.verify("warm")  # statement caches and connections, before measuring
+    store.load_session("warm")
+
+    def peak(read: Callable[[], Any]) -> int:
+        tracemalloc.start()
+        try:
+            assert read()
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    whole_log = peak(lambda: store.load_session("big"))  # holds every event: about 9 MB
+    assert whole_log > 3000 * len(blob)
+    streamed = peak(lambda: store.verify("big"))
+    assert streamed * 5 < whole_log, (streamed, whole_log)
