@@ -1,8 +1,9 @@
 """JSONL interchange (SPEC §1.4): line 1 the header, then one event per line.
 
-Reading streams: a file is never held in memory whole. A final line that is incomplete or does
-not parse is a torn tail (a writer died mid-line): it is dropped with a ``TornTailWarning``. A bad
-line followed by any valid line is corruption.
+Reading streams: a file is never held in memory whole. Only a final line without its newline
+that does not parse is a torn tail (a writer died mid-line): it is dropped with a
+``TornTailWarning``. Any newline-terminated line that does not parse is corruption
+(``CorruptSessionError`` with its line number); blank lines are skipped wherever they are.
 """
 
 from __future__ import annotations
@@ -84,37 +85,37 @@ class JsonlReader:
         self.close()
 
     def raw_events(self) -> Iterator[tuple[int, Any]]:
-        """Yield ``(line number, parsed JSON)`` for every event line, handling a torn tail."""
-        pending_error: tuple[int, Exception] | None = None
+        """Yield ``(line number, parsed JSON)`` for every event line, handling a torn tail.
+
+        Blank lines are skipped. A newline-terminated line that does not parse is corruption;
+        only a final line without its newline may be torn (dropped with a warning).
+        """
         line_no = 1
+        torn: tuple[int, Exception] | None = None
         try:
             for raw in self._fh:
                 line_no += 1
-                if pending_error is not None:
-                    bad_line, exc = pending_error
-                    raise CorruptSessionError(
-                        f"{self.path}: line {bad_line} is not a valid event line and is "
-                        f"followed by more lines: {exc}",
-                        line=bad_line,
-                    ) from exc
+                if not raw.strip():
+                    continue
                 try:
-                    if not raw.endswith(b"\n"):
-                        # Unterminated final line: keep it only when it is a whole JSON object.
-                        value = _loads(raw.decode("utf-8"))
-                        if not isinstance(value, dict):
-                            raise ValueError("unterminated final line")
-                    else:
-                        value = _loads(raw.decode("utf-8"))
+                    value = _loads(raw.decode("utf-8"))
+                    if not raw.endswith(b"\n") and not isinstance(value, dict):
+                        raise ValueError("unterminated final line is not an object")
                 except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                    pending_error = (line_no, exc)
+                    if raw.endswith(b"\n"):
+                        raise CorruptSessionError(
+                            f"{self.path}: line {line_no} is not a valid event line: {exc}",
+                            line=line_no,
+                        ) from exc
+                    torn = (line_no, exc)  # the last line: iteration ends here
                     continue
                 yield line_no, value
         finally:
             self._fh.close()
-        if pending_error is not None:
+        if torn is not None:
             self.dropped_tail = True
             warnings.warn(
-                f"{self.path}: dropped a torn final line {pending_error[0]} ({pending_error[1]})",
+                f"{self.path}: dropped a torn final line {torn[0]} (no newline; {torn[1]})",
                 TornTailWarning,
                 stacklevel=2,
             )

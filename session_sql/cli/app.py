@@ -399,8 +399,8 @@ def import_(
     """Import sessions from JSONL files.
 
     Each file is stored exactly as it is (export then import is lossless). A torn final line
-    is dropped with a warning; any other bad line fails that file, and the others still
-    import. Prints each new session id.
+    (the last, without its newline) is dropped with a warning; any other bad line fails that
+    file, and the others still import. Blank lines are skipped. Prints each new session id.
     """
     out = Out()
     imported: list[dict[str, Any]] = []

@@ -116,7 +116,7 @@ def lines_of(session: Session) -> list[str]:
         '{"type":"todo/wr',
         "{",
         "\xe9",  # not even complete UTF-8 once encoded and cut below
-        "garbage\n",  # unparsable final line
+        "garbage",  # unparsable final line without its newline
     ],
     ids=["mid-object", "mid-string", "brace", "cut-utf8", "garbage"],
 )
@@ -150,7 +150,28 @@ def test_the_reader_reports_a_dropped_tail(tmp_path: Path) -> None:
     assert reader.dropped_tail is True
 
 
-@pytest.mark.parametrize("bad", ["garbage\n", '{"type":\n', "\n", "[1, 2\n"])
+@pytest.mark.parametrize("bad", ["garbage\n", '{"type":\n', "[1, 2\n", "{\xe9\n"])
+def test_a_complete_bad_last_line_is_corruption_not_a_torn_tail(tmp_path: Path, bad: str) -> None:
+    lines = lines_of(a_session())
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join([*lines, bad]), encoding="utf-8")
+    with pytest.raises(CorruptSessionError, match=f"line {len(lines) + 1}") as info:
+        read_jsonl(path)
+    assert info.value.line == len(lines) + 1
+
+
+def test_blank_lines_are_skipped_anywhere(tmp_path: Path) -> None:
+    session = a_session()
+    lines = lines_of(session)
+    lines.insert(3, "\n")
+    lines.insert(6, "  \r\n")
+    path = tmp_path / "s.jsonl"
+    for tail in ("\n", "\n\n", "  "):
+        path.write_text("".join(lines) + tail, encoding="utf-8")
+        assert read_jsonl(path) == (session.header, list(session.events))
+
+
+@pytest.mark.parametrize("bad", ["garbage\n", '{"type":\n', "[1, 2\n"])
 def test_a_bad_line_followed_by_a_valid_line_is_corruption(tmp_path: Path, bad: str) -> None:
     lines = lines_of(a_session())
     lines.insert(5, bad)  # file line 6

@@ -115,13 +115,34 @@ def test_a_torn_tail_is_dropped_with_a_warning(store, tmp_path, kind):
     lines[-1] = {
         "half-a-line": last[: len(last) // 2],
         "missing-brace": last[:-2],
-        "garbage-line": "{not json\n",
+        "garbage-line": "{not json",
     }[kind]
     path = tmp_path / "torn.jsonl"
     path.write_text("".join(lines), encoding="utf-8")
     with pytest.warns(TornTailWarning, match=f"line {len(lines)}"):
         assert store.import_jsonl(path) == "s1"
     assert wires(store.events("s1")) == [json.loads(line) for line in lines[1:-1]]
+    assert store.verify("s1").ok
+
+
+@pytest.mark.parametrize("bad", ["{not json\n", '{"type":\n', "[1, 2\n"])
+def test_a_complete_bad_last_line_is_corruption_not_a_torn_tail(store, tmp_path, bad):
+    lines = [*_exported(store, tmp_path), bad]
+    path = tmp_path / "bad.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    with refused(store, CorruptSessionError, match=f"line {len(lines)}") as info:
+        store.import_jsonl(path)
+    assert info.value.line == len(lines)
+
+
+def test_blank_lines_are_skipped_on_import(store, tmp_path):
+    lines = _exported(store, tmp_path)
+    events = [json.loads(line) for line in lines[1:]]
+    padded = [*lines[:3], "\n", *lines[3:6], " \r\n", *lines[6:], "\n", "\n"]
+    path = tmp_path / "blank.jsonl"
+    path.write_text("".join(padded), encoding="utf-8")
+    assert store.import_jsonl(path) == "s1"
+    assert wires(store.events("s1")) == events
     assert store.verify("s1").ok
 
 
