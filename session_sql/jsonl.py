@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,12 +29,52 @@ def dumps_line(obj: Any) -> str:
     return dumps_compact(obj) + "\n"
 
 
+@contextmanager
+def published_file(target: PathLike) -> Iterator[IO[str]]:
+    """A text file that appears at ``target`` complete, or not at all.
+
+    It is written under a unique temporary name in the target's directory (so concurrent
+    writers of one path never share a file), fsynced, then renamed over ``target``: a reader
+    sees the old file or the whole new one. On an exception the temporary file is removed and
+    ``target`` is left as it was. The file is created readable by its owner only.
+    """
+    path = Path(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: not every platform can)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_jsonl(
     target: PathLike | IO[str], header: Any, events: Iterable[SessionEvent | dict[str, Any]]
 ) -> int:
-    """Write a session to ``target``; returns the number of events written."""
+    """Write a session to ``target``; returns the number of events written.
+
+    A path is written through :func:`published_file`: it holds the whole session or nothing.
+    """
     if isinstance(target, str | os.PathLike):
-        with open(target, "w", encoding="utf-8", newline="\n") as fh:
+        with published_file(target) as fh:
             return write_jsonl(fh, header, events)
     target.write(dumps_line(header))
     count = 0

@@ -120,6 +120,28 @@ def event_rows_in(
         del rows  # release this page before fetching the next
 
 
+def snapshot_events(
+    conn: Connection, ctx: StoreContext, session_id: str, head_seq: int
+) -> Iterator[SessionEvent]:
+    """Events ``0..head_seq`` in pages, all read on ``conn`` (one snapshot transaction).
+
+    Raises ``CorruptSessionError`` when a seq is missing: the log must be whole up to the head.
+    """
+    expected = 0
+    for row in event_rows_in(conn, ctx, session_id, head_seq):
+        if row.seq != expected:
+            break
+        yield event_from_row(session_id, row)
+        expected += 1
+    if expected <= head_seq:
+        raise CorruptSessionError(
+            f"session {session_id!r}: event seq {expected} is missing below the head "
+            f"{head_seq}; run verify",
+            session_id=session_id,
+            seq=expected,
+        )
+
+
 def follow(
     ctx: StoreContext, session_id: str, after_seq: int = -1, timeout: float | None = None
 ) -> Iterator[SessionEvent]:

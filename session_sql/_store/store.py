@@ -6,7 +6,6 @@ import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -43,7 +42,7 @@ from session_sql.errors import (
     StoreError,
 )
 from session_sql.events import SessionEvent, check_header, is_session_id
-from session_sql.jsonl import JsonlReader, inherited_count, write_jsonl
+from session_sql.jsonl import JsonlReader, inherited_count, published_file, write_jsonl
 from session_sql.jsonvalue import FrozenDict, loads_frozen
 from session_sql.repair import interrupted_turn_closers
 from session_sql.session import (
@@ -259,20 +258,30 @@ class SessionStore:
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
         """Write a session as JSONL (header line, then one event per line); returns #events.
 
-        A path is written through a temporary file and renamed, so a reader never sees half.
+        The header and every event are read in one snapshot transaction, page by page: the
+        export is one consistent state of the whole session, even while others append or
+        delete it. A path is written under a unique temporary name, fsynced and renamed, so
+        it holds a complete export or is left as it was (also when the export fails).
         """
-        header = self._header(session_id)
-        events = self.events(session_id)
-        if not isinstance(path, str | os.PathLike):
-            return write_jsonl(path, header, events)
-        target = Path(path)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        try:
-            count = write_jsonl(tmp, header, events)
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return count
+        if isinstance(path, str | os.PathLike):
+            with published_file(path) as fh:
+                return self._export(session_id, fh)
+        return self._export(session_id, path)
+
+    def _export(self, session_id: str, out: IO[str]) -> int:
+        _lookup_id(session_id)
+        s = self._ctx.tables.sessions
+        with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
+            row = conn.execute(
+                select(_header_text(s), s.c.head_seq).where(s.c.id == session_id)
+            ).first()
+            if row is None:
+                raise SessionNotFoundError(
+                    f"session {session_id!r} not found", session_id=session_id
+                )
+            header = _frozen_header(session_id, row.header)
+            events = reader.snapshot_events(conn, self._ctx, session_id, row.head_seq)
+            return write_jsonl(out, header, events)
 
     # -- reading --------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ renderings in ``cli_render``, the statistics SQL in ``cli_stats`` and the demo s
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from collections import deque
@@ -58,6 +57,7 @@ from session_sql.cli._support import (
     warn,
 )
 from session_sql.cli.demo import explore_queries, record_demo
+from session_sql.jsonl import published_file
 
 __all__ = ["app", "main"]
 
@@ -450,8 +450,9 @@ def export(
 ) -> None:
     """Export a session as JSONL.
 
-    The header line, then one event per line, to stdout or to a file. A file is written under
-    a temporary name and renamed, so a reader never sees half of it.
+    The header line, then one event per line, to stdout or to a file, read from one snapshot
+    of the session. A file is written under a unique temporary name, fsynced and renamed, so
+    it holds a whole export or is left as it was.
     """
     with cli_store(url, schema) as store, progress_bar() as progress:
         total = head_seq(store, session_id) + 2  # the header line, then every event
@@ -466,15 +467,11 @@ def export(
             writer = CountingWriter(sys.stdout, advance)
             store.export_jsonl(session_id, cast(IO[str], writer))
             return
-        tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            with published_file(output) as fh:
                 count = store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
-            os.replace(tmp, output)
         except OSError as exc:
             raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
     sys.stderr.write(f"exported {count} events of {session_id} to {output}\n")
 
 

@@ -4,27 +4,34 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import delete
 
 from session_sql import (
     CorruptSessionError,
     Replace,
     SessionExistsError,
     SessionFormatUnsupportedError,
+    SessionNotFoundError,
     SessionStore,
 )
+from session_sql._store import reader
 from session_sql.errors import TornTailWarning
 
 from .store_builders import (
     answer,
     dump_tables,
+    execute,
     refused,
     say,
     session_row,
     summarize,
     surface_table,
+    tables,
     tool_turn,
     tool_turn_log,
     wires,
@@ -189,3 +196,81 @@ def test_import_refusals(store, tmp_path):
     path.write_text(json.dumps(header) + "\n", encoding="utf-8")
     with refused(store, SessionFormatUnsupportedError, match="newer"):
         store.import_jsonl(path)
+
+
+# -- exports under concurrency ----------------------------------------------------------------
+
+
+def _long_session(store: SessionStore, session_id: str = "s1", events: int = 400) -> str:
+    """A session of ``events`` small events; returns its export."""
+    handle = store.create_session(session_id)
+    handle.append_many({"type": "todo/write", "data": {"n": n}} for n in range(events))
+    out = io.StringIO()
+    store.export_jsonl(session_id, out)
+    return out.getvalue()
+
+
+def test_concurrent_exports_to_one_path_publish_a_whole_export(store, tmp_path):
+    expected = _long_session(store)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    target = folder / "s1.jsonl"
+    errors: list[BaseException] = []
+
+    def export(barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            store.export_jsonl("s1", target)
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    for _ in range(5):
+        barrier = threading.Barrier(4)
+        threads = [threading.Thread(target=export, args=(barrier,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert target.read_text(encoding="utf-8") == expected
+    assert [p.name for p in folder.iterdir()] == ["s1.jsonl"]  # no temporary file left
+
+
+@pytest.mark.parametrize("to", ["stream", "path"])
+def test_an_export_is_one_snapshot_while_the_session_is_deleted(store, tmp_path, monkeypatch, to):
+    expected = _long_session(store, events=10)
+    monkeypatch.setattr(reader, "STREAM_BATCH", 3)  # several pages
+    real = reader.event_from_row
+    read = 0
+
+    def delete_after_the_first_page(session_id: str, row: Any) -> Any:
+        nonlocal read
+        read += 1
+        if read == 4:  # the first row of the second page
+            store.delete_session("s1")
+        return real(session_id, row)
+
+    monkeypatch.setattr(reader, "event_from_row", delete_after_the_first_page)
+    out = io.StringIO()
+    path = tmp_path / "s1.jsonl"
+    count = store.export_jsonl("s1", out if to == "stream" else path)
+    assert read > 4 and store.list_sessions() == []  # the delete committed mid-export
+    assert count == 10
+    assert (out.getvalue() if to == "stream" else path.read_text(encoding="utf-8")) == expected
+
+
+def test_a_failed_export_publishes_nothing(store, tmp_path):
+    _long_session(store, events=10)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path = folder / "s1.jsonl"
+    path.write_text("an older export\n", encoding="utf-8")
+    e = tables(store).events
+    execute(store, delete(e).where(e.c.session_id == "s1", e.c.seq == 5))  # a hand edit
+    with pytest.raises(CorruptSessionError, match="seq 5 is missing") as info:
+        store.export_jsonl("s1", path)
+    assert info.value.seq == 5
+    with pytest.raises(SessionNotFoundError):
+        store.export_jsonl("nope", folder / "nope.jsonl")
+    assert path.read_text(encoding="utf-8") == "an older export\n"
+    assert [p.name for p in folder.iterdir()] == ["s1.jsonl"]
