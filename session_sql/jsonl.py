@@ -187,7 +187,8 @@ def read_jsonl(path: PathLike) -> tuple[FrozenDict, list[SessionEvent]]:
 def inherited_count(header: Any, events: Iterable[SessionEvent]) -> int:
     """The inherited prefix of a seeded (forked) log: up to its ``{"inherited": true}`` marker.
 
-    The last such marker: a fork of a fork also inherits its parent's cut, earlier in the log.
+    The last such marker: a fork of a fork also inherits its parent's cut, earlier in the log,
+    and the inherited-marker rule (``rules.check_inherited_marker``) allows none after the cut.
     """
     if not header.get("isSeeded"):
         return 0

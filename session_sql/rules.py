@@ -116,6 +116,33 @@ def _end_seed(event: SessionEvent) -> None:
         )
 
 
+def is_inherited_marker(event: SessionEvent) -> bool:
+    """Whether ``event`` is a fork's cut: ``session/end-seed {"inherited": true}``."""
+    return event.type == "session/end-seed" and event.data == {"inherited": True}
+
+
+def check_inherited_marker(event: SessionEvent, seeded: bool, inherited_event_count: int) -> None:
+    """The inherited-marker rule: a fork's cut lies inside a seeded session's inherited prefix.
+
+    ``session/end-seed {"inherited": true}`` is written by a fork right after the prefix it
+    inherits (at seq ``inherited_event_count``); a fork of a fork inherits its parent's cut
+    too, earlier in the log. Anywhere else — in an unseeded session, or after the cut — it
+    would make the inherited prefix of an exported log ambiguous, so it is refused.
+    """
+    if is_inherited_marker(event) and (not seeded or event.seq > inherited_event_count):
+        where = (
+            f"after the inherited prefix (inherited_event_count {inherited_event_count})"
+            if seeded
+            else "in a session that is not seeded (isSeeded is false)"
+        )
+        raise InvalidEventError(
+            'inherited-marker rule: session/end-seed {"inherited": true} marks the end of a '
+            f"fork's inherited prefix and may not appear {where}, at seq {event.seq}; use "
+            "session/end-seed {}",
+            seq=event.seq,
+        )
+
+
 RULES: dict[str, Callable[[SessionEvent], None]] = {
     "user/message": _user_message,
     "assistant/message": _assistant_message,

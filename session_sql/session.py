@@ -34,7 +34,7 @@ from session_sql.events import (
 from session_sql.jsonvalue import FrozenDict, dumps_compact, snapshot_json
 from session_sql.messages import project
 from session_sql.repair import interrupted_turn_closers
-from session_sql.rules import check_data
+from session_sql.rules import check_data, check_inherited_marker
 from session_sql.surface import Replay, Step, Surface, Transition, is_exempt, plan, replay
 
 log = logging.getLogger("session_sql")
@@ -247,6 +247,14 @@ class Session:
                     f"a seed must be a list of events, got {type(seed).__name__}", index=None
                 )
             fold_checked(seed, log, state, self._catalog)
+            seeded = bool(frozen_header["isSeeded"])
+            for index, event in enumerate(log):
+                try:
+                    check_inherited_marker(event, seeded, inherited_event_count)
+                except InvalidEventError as exc:
+                    raise InvalidSeedError(
+                        f"seed event {index}: {exc}", index=index, seq=event.seq
+                    ) from exc
         self._adopt(frozen_header, log, state, inherited_event_count)
         # §7.1: the seed length; the end-of-seed marker appended next is the first live event.
         self.first_live_seq = len(self._log)
@@ -505,6 +513,9 @@ class Session:
                 transition: Transition = None
             else:
                 check_data(event)
+                check_inherited_marker(
+                    event, bool(self._header["isSeeded"]), self.inherited_event_count
+                )
                 if len(batch) > 1 and staged is None:
                     staged = list(nodes)
                     nodes = staged

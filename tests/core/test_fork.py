@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from session_sql import DEFAULT_CATALOG, ForkError, InvalidHeaderError, Session, check_invariants
+from session_sql import (
+    DEFAULT_CATALOG,
+    ForkError,
+    InvalidEventError,
+    InvalidHeaderError,
+    InvalidSeedError,
+    Session,
+    check_invariants,
+)
 
 from .builders import (
     Clock,
@@ -185,3 +193,54 @@ def test_a_bad_child_id_is_a_header_error() -> None:
     parent = closed_parent()
     with refused(parent, InvalidHeaderError):
         parent.fork(child_id="")
+
+
+# -- the inherited-marker rule: a cut lies inside a seeded session's inherited prefix ---------
+
+
+def test_an_inherited_marker_cannot_be_appended_after_the_cut() -> None:
+    child = closed_parent().fork(child_id="child")
+    say(child, "live")
+    for append in (
+        lambda: child.append(END_SEED, {"inherited": True}),
+        lambda: child.append_many([{"type": END_SEED, "data": {"inherited": True}}]),
+    ):
+        with refused(child, InvalidEventError, match="inherited-marker rule") as info:
+            append()
+        assert info.value.seq == child.seq
+    assert child.append(END_SEED, {}).data == {}  # a plain marker stays allowed
+
+
+def test_an_unseeded_session_cannot_hold_an_inherited_marker() -> None:
+    session = closed_parent()
+    with refused(session, InvalidEventError, match="not seeded"):
+        session.append(END_SEED, {"inherited": True})
+    seed = [e.to_json() for e in closed_parent().fork(child_id="c").events]
+    with pytest.raises(InvalidSeedError, match="inherited-marker rule") as info:
+        Session(seed=seed)
+    assert info.value.index == closed_parent().seq
+
+
+def test_a_seed_may_not_hold_a_marker_after_its_inherited_prefix() -> None:
+    child = closed_parent().fork(child_id="child")
+    cut = child.inherited_event_count
+    say(child, "live")
+    seed = [*(e.to_json() for e in child.events), _wire_marker(child.seq)]
+    with pytest.raises(InvalidSeedError, match="after the inherited prefix") as info:
+        Session(seed=seed, header=child.header, inherited_event_count=cut)
+    assert info.value.index == child.seq
+    # A fork of a fork keeps its parent's cut, inside its own inherited prefix.
+    grandchild = child.fork(child_id="grandchild")
+    again = Session(
+        seed=[e.to_json() for e in grandchild.events],
+        header=grandchild.header,
+        inherited_event_count=grandchild.inherited_event_count,
+    )
+    assert [e.seq for e in again.events if e.data == {"inherited": True}] == [
+        cut,
+        grandchild.inherited_event_count,
+    ]
+
+
+def _wire_marker(seq: int) -> dict[str, Any]:
+    return {"type": END_SEED, "seq": seq, "time": 0, "data": {"inherited": True}}

@@ -93,7 +93,7 @@ def test_reopening_a_seed_that_ends_with_the_marker_does_not_grow_it() -> None:
 
 def test_a_seed_ending_with_an_inherited_marker_gets_no_second_marker() -> None:
     seed = [*tool_turn_log(), wire(END_SEED, 13, {"inherited": True})]
-    session = Session(seed=seed)
+    session = Session(seed=seed, header=seeded_header(), inherited_event_count=13)
     assert session.seq == len(seed)
     assert session.events[-1].data == {"inherited": True}
 
