@@ -6,10 +6,23 @@ import os
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection, Text, and_, cast, delete, make_url, or_, select
+from sqlalchemy import (
+    Connection,
+    Text,
+    and_,
+    bindparam,
+    cast,
+    delete,
+    insert,
+    make_url,
+    or_,
+    select,
+    update,
+)
 
 from session_sql._store import fastpath, reader
 from session_sql._store.context import StoreContext
@@ -35,21 +48,26 @@ from session_sql._store.writer import StoredSession
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
     CorruptSessionError,
+    InvalidEventError,
     InvalidSeedError,
+    NotJSONError,
+    SessionExistsError,
     SessionFormatUnsupportedError,
     SessionNotFoundError,
     SessionSQLError,
     StoreError,
 )
 from session_sql.events import SessionEvent, check_header, is_session_id
-from session_sql.jsonl import JsonlReader, inherited_count, published_file, write_jsonl
+from session_sql.jsonl import JsonlReader, published_file, write_jsonl
 from session_sql.jsonvalue import FrozenDict, loads_frozen
 from session_sql.repair import interrupted_turn_closers
+from session_sql.rules import check_inherited_marker, is_inherited_marker
 from session_sql.session import (
     DEFAULT_MAX_EVENT_BYTES,
     END_SEED,
     Clock,
     Session,
+    check_logged,
     fold_checked,
     fork_seed,
     now_ms,
@@ -57,6 +75,7 @@ from session_sql.session import (
 )
 from session_sql.surface import Replay, replay
 
+IMPORT_BATCH = 1000
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
@@ -240,20 +259,48 @@ class SessionStore:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
 
     def import_jsonl(self, path: str | os.PathLike[str]) -> str:
-        """Store a JSONL session exactly as the file holds it (no marker added); returns its id."""
+        """Store a JSONL session exactly as the file holds it (no marker added); returns its id.
+
+        One streaming pass in one write transaction: each line is validated as it is read and
+        the events go in in batches, so memory follows the surface, not the file. A bad line
+        (``CorruptSessionError`` naming it) leaves nothing written.
+        """
+        ctx = self._ctx
+        s = ctx.tables.sessions
         with JsonlReader(path) as source:
             header = source.header
-            log: list[SessionEvent] = []
-            state = Replay()
-            try:
-                fold_checked(source.values(), log, state, self._ctx.catalog)
-            except InvalidSeedError as exc:
-                line = (exc.index or 0) + 2
-                raise CorruptSessionError(
-                    f"{path}: line {line}: {exc}", session_id=str(header["id"]), line=line
-                ) from exc
-        self._insert_session(header, log, inherited_count(header, log), state)
-        return str(header["id"])
+            session_id = str(header["id"])
+            check_header_limits(header, ctx.max_event_bytes)  # before the transaction
+            with translate_errors(session_id), write_tx(ctx.engine) as conn:
+                taken = conn.execute(select(s.c.id).where(s.c.id == session_id))
+                if taken.first() is not None:
+                    raise SessionExistsError(
+                        f"session {session_id!r} already exists", session_id=session_id
+                    )
+                # The row goes first (the events reference it); its counters are set at the end.
+                row = _session_row(header, 0, -1, 0, 0, ctx.clock(), uuid.uuid4().hex)
+                conn.execute(insert(s), row)
+                folded = _ImportFold(conn, ctx, session_id, bool(header["isSeeded"]))
+                for line, raw in source.raw_events():
+                    folded.add(raw, line, source.path)
+                folded.flush()
+                conn.execute(
+                    update(s)
+                    .where(s.c.id == session_id)
+                    .values(
+                        head_seq=folded.state.length - 1,
+                        surface_next_pos=folded.state.next_pos,
+                        replace_generation=folded.state.replace_generation,
+                        inherited_event_count=folded.inherited,
+                    )
+                )
+                if folded.state.length and ctx.channel is not None:
+                    # Wakes followers; delivered at commit, dropped on rollback.
+                    payload = f"{session_id}:{folded.state.length - 1}"
+                    conn.execute(
+                        ctx.statements.notify, {"b_channel": ctx.channel, "b_payload": payload}
+                    )
+        return session_id
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
         """Write a session as JSONL (header line, then one event per line); returns #events.
@@ -515,22 +562,101 @@ class SessionStore:
         check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
         event_rows = [event_row_json(session_id, e, ctx.max_event_bytes) for e in log]
         incarnation = uuid.uuid4().hex
-        row = {
-            "id": session_id,
-            "format_version": header["version"],
-            "created_at": header["createdAt"],
-            "parent_session": header.get("parentSession"),
-            "inherited_event_count": inherited_event_count,
-            "header": header,
-            "head_seq": len(log) - 1,
-            "surface_next_pos": state.next_pos,
-            "replace_generation": state.replace_generation,
-            "updated_at": ctx.clock(),
-            "incarnation": incarnation,
-        }
+        row = _session_row(
+            header,
+            inherited_event_count,
+            len(log) - 1,
+            state.next_pos,
+            state.replace_generation,
+            ctx.clock(),
+            incarnation,
+        )
         with translate_errors(session_id):
             fastpath.insert_session(ctx, row, event_rows, surface_rows)
         return incarnation
+
+
+def _session_row(
+    header: FrozenDict,
+    inherited_event_count: int,
+    head_seq: int,
+    surface_next_pos: int,
+    replace_generation: int,
+    updated_at: int,
+    incarnation: str,
+) -> dict[str, Any]:
+    """The ``sessions`` row of a new session."""
+    return {
+        "id": str(header["id"]),
+        "format_version": header["version"],
+        "created_at": header["createdAt"],
+        "parent_session": header.get("parentSession"),
+        "inherited_event_count": inherited_event_count,
+        "header": header,
+        "head_seq": head_seq,
+        "surface_next_pos": surface_next_pos,
+        "replace_generation": replace_generation,
+        "updated_at": updated_at,
+        "incarnation": incarnation,
+    }
+
+
+class _ImportFold:
+    """The checked fold of an import, writing as it goes (inside the caller's transaction).
+
+    The replay keeps what validation needs — the surface, its positions and the events on it —
+    and at most ``IMPORT_BATCH`` event rows wait to be written. The surface rows are written by
+    ``flush`` once the log is complete.
+    """
+
+    def __init__(self, conn: Connection, ctx: StoreContext, session_id: str, seeded: bool) -> None:
+        self.conn = conn
+        self.ctx = ctx
+        self.session_id = session_id
+        self.seeded = seeded
+        self.state = Replay(keep_surface_events=True)
+        self.inherited = 0
+        self.batch_rows: list[dict[str, Any]] = []
+        self.insert_events = insert(ctx.tables.events).values(
+            # The data is bound as the JSON text event_row_json checked, not serialised again.
+            data=cast(bindparam("data", type_=Text), ctx.tables.events.c.data.type)
+        )
+
+    def add(self, raw: Any, line: int, path: Path) -> None:
+        ctx = self.ctx
+        try:
+            event = check_logged(raw, self.state.length, ctx.catalog)
+            # The cut of a seeded log is its last inherited marker (jsonl.inherited_count).
+            check_inherited_marker(event, self.seeded, event.seq if self.seeded else 0)
+            self.state.fold(event, ctx.catalog)
+        except (InvalidEventError, NotJSONError) as exc:  # SurfaceError included
+            raise CorruptSessionError(
+                f"{path}: line {line}: {exc}", session_id=self.session_id, line=line
+            ) from exc
+        self.batch_rows.append(event_row_json(self.session_id, event, ctx.max_event_bytes))
+        if self.seeded and is_inherited_marker(event):
+            self.inherited = event.seq
+        if len(self.batch_rows) >= IMPORT_BATCH:
+            self._write_batch()
+
+    def flush(self) -> None:
+        """Write the pending events, then the surface rows."""
+        self._write_batch()
+        sf = self.ctx.tables.surface
+        rows = self.state.rows()
+        for i in range(0, len(rows), IMPORT_BATCH):
+            self.conn.execute(
+                insert(sf),
+                [
+                    {"session_id": self.session_id, "pos": pos, "event_seq": seq}
+                    for pos, seq in rows[i : i + IMPORT_BATCH]
+                ],
+            )
+
+    def _write_batch(self) -> None:
+        if self.batch_rows:
+            self.conn.execute(self.insert_events, self.batch_rows)
+        self.batch_rows.clear()
 
 
 def _seq_bound(seq: int) -> int:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import threading
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from sqlalchemy import delete
 
 from session_sql import (
     CorruptSessionError,
+    InvalidEventError,
     Replace,
     SessionExistsError,
     SessionFormatUnsupportedError,
@@ -34,6 +37,8 @@ from .store_builders import (
     tables,
     tool_turn,
     tool_turn_log,
+    user_message,
+    wire,
     wires,
 )
 
@@ -85,6 +90,34 @@ def test_a_fork_round_trips_with_its_inherited_prefix(store, other_store, tmp_pa
     same_session(store, other_store, "c")
     assert session_row(other_store, "c").parent_session == "p"
     assert other_store.load_session("c").inherited_event_count == 7
+
+
+def test_a_fork_with_live_events_round_trips_its_inherited_prefix(store, other_store, tmp_path):
+    store.create_session("p", seed=tool_turn_log())
+    child = store.fork_session("p", child_id="c")
+    cut = child.inherited_event_count
+    say(child, "live")
+    with refused(store, InvalidEventError, child, match="inherited-marker rule"):
+        child.append("session/end-seed", {"inherited": True})
+    child.append("session/end-seed", {})
+    grandchild = store.fork_session("c", child_id="g")
+    say(grandchild, "deeper")
+    for session_id in ("c", "g"):
+        store.export_jsonl(session_id, tmp_path / f"{session_id}.jsonl")
+        other_store.import_jsonl(tmp_path / f"{session_id}.jsonl")
+        same_session(store, other_store, session_id)
+    assert session_row(other_store, "c").inherited_event_count == cut
+    assert session_row(other_store, "g").inherited_event_count == grandchild.inherited_event_count
+
+
+def test_an_inherited_marker_in_an_unseeded_file_is_corruption(store, tmp_path):
+    header = {"version": 0, "id": "s", "createdAt": 5, "isSeeded": False}
+    events = [*tool_turn_log(), wire("session/end-seed", 13, {"inherited": True})]
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in [header, *events]), encoding="utf-8")
+    with refused(store, CorruptSessionError, match="line 15: .*inherited-marker rule") as info:
+        store.import_jsonl(path)
+    assert info.value.line == 15
 
 
 def test_import_adds_no_marker(store, tmp_path):
@@ -274,3 +307,58 @@ def test_a_failed_export_publishes_nothing(store, tmp_path):
         store.export_jsonl("nope", folder / "nope.jsonl")
     assert path.read_text(encoding="utf-8") == "an older export\n"
     assert [p.name for p in folder.iterdir()] == ["s1.jsonl"]
+
+
+# -- imports stream in batches, in one transaction ---------------------------------------------
+
+
+def _jsonl_file(path: Path, session_id: str, events: int, *, bad_line: int | None = None) -> Path:
+    """A JSONL file of ``events`` events, half of them on the surface (``bad_line`` garbled)."""
+    header = {"version": 0, "id": session_id, "createdAt": 5, "isSeeded": False}
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(json.dumps(header) + "\n")
+        for seq in range(events):
+            if seq % 2:
+                event = wire("todo/write", seq, {"items": [{"text": "x" * 200, "n": seq}]})
+            else:
+                event = wire("user/message", seq, user_message("y" * 200), surface_op="append")
+            line = json.dumps(event) + "\n"
+            fh.write("{garbled\n" if seq + 2 == bad_line else line)
+    return path
+
+
+def test_a_prune_of_an_event_in_an_earlier_batch_round_trips(store, other_store, tmp_path):
+    handle = store.create_session("s1")
+    result = tool_turn(handle)["tool/result"]
+    handle.append_many({"type": "todo/write", "data": {"n": n}} for n in range(2100))
+    answer(handle, "c1", "[pruned]", surface_op=Replace(result, result), sources=[result])
+    store.export_jsonl("s1", tmp_path / "s1.jsonl")
+    other_store.import_jsonl(tmp_path / "s1.jsonl")
+    same_session(store, other_store, "s1")
+
+
+def test_a_bad_line_after_several_batches_leaves_nothing_written(store, tmp_path):
+    store.create_session("other")
+    path = _jsonl_file(tmp_path / "bad.jsonl", "big", 3500, bad_line=3400)
+    with refused(store, CorruptSessionError, match="line 3400") as info:
+        store.import_jsonl(path)
+    assert info.value.line == 3400
+    with pytest.raises(SessionNotFoundError):
+        store.events("big")
+
+
+def test_import_memory_does_not_grow_with_the_file(store, tmp_path):
+    peaks = []
+    for events in (1_000, 10_000):
+        path = _jsonl_file(tmp_path / f"m{events}.jsonl", f"m{events}", events)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            store.import_jsonl(path)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+        assert len(store.surface(f"m{events}")) == events // 2
+    # Held whole, ten times the events take about ten times the memory; streamed, the peak
+    # is the batch plus the surface's positions (ints).
+    assert peaks[1] < 3 * peaks[0], peaks
