@@ -33,6 +33,7 @@ from session_sql.errors import (
 )
 from session_sql.events import SESSION_FORMAT_VERSION, Replace, SessionEvent
 from session_sql.invariants import Violation, check_invariants, invariant_validator
+from session_sql.jsonl import jsonl_file_name
 from session_sql.jsonvalue import snapshot_json, thaw
 from session_sql.repair import interrupted_turn_closers
 from session_sql.session import EventsView, Session
@@ -105,6 +106,7 @@ __all__ = [
     "fold_surface",
     "interrupted_turn_closers",
     "invariant_validator",
+    "jsonl_file_name",
     "open_store",
     "snapshot_json",
     "thaw",

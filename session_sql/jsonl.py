@@ -8,6 +8,7 @@ that does not parse is a torn tail (a writer died mid-line): it is dropped with 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -22,6 +23,33 @@ from session_sql.events import SessionEvent, check_header
 from session_sql.jsonvalue import FrozenDict, dumps_compact
 
 PathLike = str | os.PathLike[str]
+
+
+_SAFE_NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789._-")
+_MAX_NAME_BYTES = 255  # the file-name limit of common file systems
+
+
+def jsonl_file_name(session_id: str) -> str:
+    """The file name ``<encoded id>.jsonl`` under which a session's export can be stored safely.
+
+    Every byte of the id's UTF-8 outside ``[a-z0-9._-]`` is percent-encoded (``%2F`` for
+    ``/``, ``%41`` for ``A``, ``%E2%98%83`` for ``☃``), and so is a leading dot: the name never
+    contains a path separator, is never ``.``, ``..`` or hidden, and distinct ids give
+    distinct names even on a case-insensitive file system. Percent-decoding the stem gives the
+    id back, except for a name too long for a file system (over 255 bytes), which is cut and
+    made unique with a hash of the id after a ``~`` (a character no encoded name contains).
+    """
+    encoded = "".join(
+        chr(byte) if byte in _SAFE_NAME_BYTES else f"%{byte:02X}"
+        for byte in session_id.encode("utf-8")
+    )
+    if encoded.startswith("."):
+        encoded = "%2E" + encoded[1:]
+    name = f"{encoded}.jsonl"
+    if len(name) > _MAX_NAME_BYTES:
+        digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32]
+        name = f"{encoded[:180]}~{digest}.jsonl"
+    return name
 
 
 def dumps_line(obj: Any) -> str:

@@ -57,7 +57,7 @@ from session_sql.cli._support import (
     warn,
 )
 from session_sql.cli.demo import explore_queries, record_demo
-from session_sql.jsonl import published_file
+from session_sql.jsonl import jsonl_file_name, published_file
 
 __all__ = ["app", "main"]
 
@@ -433,18 +433,34 @@ def import_(
 
 @app.command(
     epilog=_example(
-        "session-sql export 3f2a9c -o 3f2a9c.jsonl",
         "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
+        "session-sql export --all --dir backup/",
     )
 )
 def export(
-    session_id: SessionArg,
+    session_id: Annotated[
+        str | None,
+        typer.Argument(metavar="ID", help="The session id (or use --all).", show_default=False),
+    ] = None,
     output: Annotated[
         Path | None,
         typer.Option(
             "--output", "-o", dir_okay=False, metavar="FILE", help="Write here instead of stdout."
         ),
     ] = None,
+    folder: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir",
+            "-d",
+            file_okay=False,
+            metavar="DIR",
+            help="Write into DIR, under a file name derived from the id (see above).",
+        ),
+    ] = None,
+    all_sessions: Annotated[
+        bool, typer.Option("--all", help="Export every session (needs --dir).")
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
 ) -> None:
@@ -453,9 +469,38 @@ def export(
     The header line, then one event per line, to stdout or to a file, read from one snapshot
     of the session. A file is written under a unique temporary name, fsynced and renamed, so
     it holds a whole export or is left as it was.
+
+    With --dir the file is DIR/NAME.jsonl, NAME being the id with every character outside
+    a-z 0-9 . _ - (and a leading dot) percent-encoded, as session_sql.jsonl_file_name does:
+    an id such as 'a/b' or '..' never names a file outside DIR, and distinct ids never share
+    a file.
     """
-    with cli_store(url, schema) as store, progress_bar() as progress:
-        total = head_seq(store, session_id) + 2  # the header line, then every event
+    if (session_id is None) == (not all_sessions):
+        raise CliError("give a session id or --all (not both)", code=2)
+    if output is not None and folder is not None:
+        raise CliError("give --output or --dir, not both", code=2)
+    if all_sessions and folder is None:
+        raise CliError("--all needs --dir", code=2)
+    with cli_store(url, schema) as store:
+        if session_id is not None:
+            target = output if folder is None else folder / jsonl_file_name(session_id)
+            _export_one(store, session_id, target, strict=True)
+            return
+        assert folder is not None
+        for sid in _all_ids(store):
+            _export_one(store, sid, folder / jsonl_file_name(sid), strict=False)
+
+
+def _export_one(store: SessionStore, session_id: str, target: Path | None, *, strict: bool) -> None:
+    """Export one session to ``target`` (stdout when None); ``strict``: a missing one fails."""
+    with progress_bar() as progress:
+        try:
+            total = head_seq(store, session_id) + 2  # the header line, then every event
+        except SessionNotFoundError:
+            if strict:
+                raise
+            warn(f"session {session_id!r} was deleted before its export")
+            return
         task = progress.add_task(
             f"exporting {session_id}", total=total, visible=total >= PROGRESS_MIN_EVENTS
         )
@@ -463,16 +508,21 @@ def export(
         def advance(lines: int) -> None:
             progress.advance(task, lines)
 
-        if output is None:
+        if target is None:
             writer = CountingWriter(sys.stdout, advance)
             store.export_jsonl(session_id, cast(IO[str], writer))
             return
         try:
-            with published_file(output) as fh:
+            with published_file(target) as fh:
                 count = store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
+        except SessionNotFoundError:
+            if strict:
+                raise
+            warn(f"session {session_id!r} was deleted before its export")
+            return
         except OSError as exc:
-            raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
-    sys.stderr.write(f"exported {count} events of {session_id} to {output}\n")
+            raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    sys.stderr.write(f"exported {count} events of {session_id} to {target}\n")
 
 
 @app.command(epilog=_example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))

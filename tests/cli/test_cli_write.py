@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy import delete, update
 
-from session_sql import thaw
+from session_sql import jsonl_file_name, thaw
 from session_sql._store.schema import tables_for
 
 SECTIONS = [
@@ -328,3 +328,37 @@ def test_verify_all_draws_a_progress_bar_on_a_terminal(cli, demo, monkeypatch):
     assert out.code == 0
     assert "verifying" in out.stderr
     assert f"{demo.session_id}" in out.stdout
+
+
+HOSTILE_IDS = ["a/b", "..", "../x", ".hidden", "☃ snow", "Ab", "ab"]
+
+
+def test_export_into_a_folder_derives_safe_file_names(cli, store, tmp_path):
+    for session_id in HOSTILE_IDS:
+        store.create_session(session_id).append("todo/write", {"items": [{"text": session_id}]})
+    folder = tmp_path / "backup"
+    folder.mkdir()
+    one = cli("export", "../x", "--dir", str(folder))
+    assert one.code == 0, one.stderr
+    assert [p.name for p in folder.iterdir()] == [jsonl_file_name("../x")]
+    every = cli("export", "--all", "--dir", str(folder))
+    assert every.code == 0, every.stderr
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        jsonl_file_name(i) for i in HOSTILE_IDS
+    )
+    assert [p.name for p in tmp_path.iterdir() if "sessions" not in p.name] == ["backup"]
+    for session_id in HOSTILE_IDS:
+        expected = io.StringIO()
+        store.export_jsonl(session_id, expected)
+        text = (folder / jsonl_file_name(session_id)).read_text(encoding="utf-8")
+        assert text == expected.getvalue()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--all"], ["x", "--all", "--dir", "d"], ["x", "-o", "f", "--dir", "d"], []],
+    ids=["all-without-dir", "id-and-all", "output-and-dir", "nothing"],
+)
+def test_export_usage_errors(cli, args):
+    out = cli("export", *args)
+    assert out.code == 2, out.stderr

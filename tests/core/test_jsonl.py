@@ -6,6 +6,7 @@ import io
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -17,7 +18,7 @@ from session_sql import (
     fold_surface,
 )
 from session_sql.errors import TornTailWarning
-from session_sql.jsonl import JsonlReader, read_jsonl, write_jsonl
+from session_sql.jsonl import JsonlReader, jsonl_file_name, read_jsonl, write_jsonl
 from session_sql.jsonvalue import json_equal
 
 from .builders import new_session, summarize, tool_turn
@@ -224,3 +225,31 @@ def test_events_read_are_frozen(tmp_path: Path) -> None:
     assert all(isinstance(e, SessionEvent) for e in events)
     with pytest.raises(TypeError):
         events[2].data["id"] = "x"
+
+
+# -- file names for exports ------------------------------------------------------------------
+
+HOSTILE_IDS = ["a/b", "..", "../x", ".hidden", ".", "a\\b", "☃ snow", "Ab", "ab", "%2F", "/"]
+
+
+def test_a_file_name_is_safe_and_gives_the_id_back(tmp_path: Path) -> None:
+    names = {}
+    for session_id in [*HOSTILE_IDS, "3f2a9c", "x" * 128]:
+        name = jsonl_file_name(session_id)
+        assert name.endswith(".jsonl") and not name.startswith(".")
+        assert "/" not in name and "\\" not in name
+        assert unquote(name.removesuffix(".jsonl")) == session_id
+        assert (tmp_path / name).resolve().parent == tmp_path.resolve()
+        (tmp_path / name).write_text(session_id, encoding="utf-8")
+        names[name.casefold()] = session_id
+    assert len(names) == len(HOSTILE_IDS) + 2  # distinct even on a case-insensitive disk
+    assert jsonl_file_name("3f2a9c") == "3f2a9c.jsonl"  # generated ids are kept as they are
+
+
+def test_a_file_name_too_long_for_a_disk_is_cut_and_made_unique(tmp_path: Path) -> None:
+    long_ids = ["☃" * 128, "☃" * 127 + "x"]
+    names = [jsonl_file_name(i) for i in long_ids]
+    assert len(set(names)) == 2
+    for name in names:
+        assert len(name.encode()) <= 255 and "~" in name
+        (tmp_path / name).write_text("ok", encoding="utf-8")

@@ -84,3 +84,27 @@ def test_roles_block_gives_writers_and_read_only_analysts(postgres_admin):
                 if exists:
                     conn.execute(f'DROP OWNED BY "{unique}"')
                     conn.execute(f'DROP ROLE "{unique}"')
+
+
+HOSTILE_IDS = ["a/b", "..", "../x", ".hidden", "☃ snow", "Ab", "ab"]
+MOVE_BLOCK = re.compile(r"```python\n(from pathlib import Path\n.*?jsonl_file_name.*?)```", re.S)
+
+
+def test_the_move_recipe_keeps_every_file_inside_its_folder(tmp_path, monkeypatch):
+    block = MOVE_BLOCK.search(OPERATIONS_MD.read_text(encoding="utf-8"))
+    assert block, "docs/operations.md lost its export/import recipe (using jsonl_file_name)"
+    monkeypatch.chdir(tmp_path)
+    with open_store("sqlite:///sessions.db") as old:
+        for session_id in HOSTILE_IDS:
+            old.create_session(session_id).append(
+                "user/message", _user_message("u", session_id), surface_op="append"
+            )
+    exec(compile(block.group(1), "operations.md[move recipe]", "exec"), {"__name__": "recipe"})
+    assert len(list((tmp_path / "export").iterdir())) == len(HOSTILE_IDS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "export",
+        *sorted(p.name for p in tmp_path.glob("sessions*.db*")),
+    ]
+    with open_store("sqlite:///sessions-new.db") as new:
+        assert sorted(i.id for i in new.list_sessions()) == sorted(HOSTILE_IDS)
+        assert new.messages("../x")[0]["content"][0]["text"] == "../x"
