@@ -292,7 +292,7 @@ def envelopes(draw: Any) -> list[Any]:
                 ]
             )
         )
-        if how == "drop":
+        if how == "drop" and wire:  # an earlier mutation may have emptied it
             wire.pop(draw(st.sampled_from(sorted(wire))), None)
         elif how == "extra":
             wire[draw(st.sampled_from(["extra", "Seq", "surface_op", ""]))] = draw(json_values())
