@@ -210,18 +210,3 @@ def read_jsonl(path: PathLike) -> tuple[FrozenDict, list[SessionEvent]]:
     """Read a whole JSONL session: ``(header, events)``."""
     reader = JsonlReader(path)
     return reader.header, list(reader.events())
-
-
-def inherited_count(header: Any, events: Iterable[SessionEvent]) -> int:
-    """The inherited prefix of a seeded (forked) log: up to its ``{"inherited": true}`` marker.
-
-    The last such marker: a fork of a fork also inherits its parent's cut, earlier in the log,
-    and the inherited-marker rule (``rules.check_inherited_marker``) allows none after the cut.
-    """
-    if not header.get("isSeeded"):
-        return 0
-    count = 0
-    for event in events:
-        if event.type == "session/end-seed" and event.data == {"inherited": True}:
-            count = event.seq
-    return count

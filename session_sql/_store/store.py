@@ -604,9 +604,10 @@ def _session_row(
 class _ImportFold:
     """The checked fold of an import, writing as it goes (inside the caller's transaction).
 
-    The replay keeps what validation needs — the surface, its positions and the events on it —
-    and at most ``IMPORT_BATCH`` event rows wait to be written. The surface rows are written by
-    ``flush`` once the log is complete.
+    The replay keeps what validation needs — the surface's seqs and positions — and at most
+    ``IMPORT_BATCH`` events wait to be written; the replacement rule looks an earlier event up
+    in the batch or in the transaction. The surface rows are written by ``flush`` once the log
+    is complete.
     """
 
     def __init__(self, conn: Connection, ctx: StoreContext, session_id: str, seeded: bool) -> None:
@@ -614,8 +615,9 @@ class _ImportFold:
         self.ctx = ctx
         self.session_id = session_id
         self.seeded = seeded
-        self.state = Replay(keep_surface_events=True)
+        self.state = Replay()
         self.inherited = 0
+        self.batch: list[SessionEvent] = []
         self.batch_rows: list[dict[str, Any]] = []
         self.insert_events = insert(ctx.tables.events).values(
             # The data is bound as the JSON text event_row_json checked, not serialised again.
@@ -626,14 +628,16 @@ class _ImportFold:
         ctx = self.ctx
         try:
             event = check_logged(raw, self.state.length, ctx.catalog)
-            # The cut of a seeded log is its last inherited marker (jsonl.inherited_count).
+            # The cut of a seeded log is its last inherited marker: a fork of a fork also
+            # inherits its parent's, earlier; the rule allows none after the cut.
             check_inherited_marker(event, self.seeded, event.seq if self.seeded else 0)
-            self.state.fold(event, ctx.catalog)
+            self.state.fold(event, ctx.catalog, self._lookup)
         except (InvalidEventError, NotJSONError) as exc:  # SurfaceError included
             raise CorruptSessionError(
                 f"{path}: line {line}: {exc}", session_id=self.session_id, line=line
             ) from exc
         self.batch_rows.append(event_row_json(self.session_id, event, ctx.max_event_bytes))
+        self.batch.append(event)
         if self.seeded and is_inherited_marker(event):
             self.inherited = event.seq
         if len(self.batch_rows) >= IMPORT_BATCH:
@@ -656,7 +660,19 @@ class _ImportFold:
     def _write_batch(self) -> None:
         if self.batch_rows:
             self.conn.execute(self.insert_events, self.batch_rows)
+        self.batch.clear()
         self.batch_rows.clear()
+
+    def _lookup(self, seq: int) -> SessionEvent:
+        """An earlier event: from the pending batch, else as written in this transaction."""
+        first = self.state.length - len(self.batch)
+        if seq >= first:
+            return self.batch[seq - first]
+        row = self.conn.execute(
+            self.ctx.statements.events_page,
+            {"b_id": self.session_id, "b_after": seq - 1, "b_to": seq, "b_limit": 1},
+        ).one()
+        return event_from_row(self.session_id, row)
 
 
 def _seq_bound(seq: int) -> int:

@@ -362,3 +362,24 @@ def test_import_memory_does_not_grow_with_the_file(store, tmp_path):
     # Held whole, ten times the events take about ten times the memory; streamed, the peak
     # is the batch plus the surface's positions (ints).
     assert peaks[1] < 3 * peaks[0], peaks
+
+
+def test_import_prunes_a_tool_result_written_in_an_earlier_batch(store, tmp_path, monkeypatch):
+    """The replacement rule looks the pruned result up in the import's own transaction."""
+    from session_sql._store import store as store_module
+
+    monkeypatch.setattr(store_module, "IMPORT_BATCH", 4)
+    source = store.create_session("src")
+    seqs = tool_turn(source)
+    result = seqs["tool/result"]
+    for i in range(10):  # push the result out of the pending batch
+        say(source, f"filler {i}")
+    answer(source, "c1", "[pruned]", surface_op=Replace(result, result), sources=[result])
+    path = tmp_path / "src.jsonl"
+    store.export_jsonl("src", path)
+    text = path.read_text().replace('"id":"src"', '"id":"copy"', 1)
+    path.write_text(text)
+    assert store.import_jsonl(path) == "copy"
+    assert wires(store.events("copy")) == wires(store.events("src"))
+    assert store.surface("copy") == store.surface("src")
+    assert store.verify("copy").ok
