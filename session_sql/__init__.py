@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 from session_sql.catalog import DEFAULT_CATALOG, Catalog
 from session_sql.errors import (
     ConcurrencyError,
+    ConfigurationError,
     CorruptSessionError,
     ForkError,
+    InvalidArgumentError,
     InvalidEventError,
     InvalidHeaderError,
     InvalidSeedError,
@@ -41,15 +43,19 @@ from session_sql.surface import Surface, SurfaceFold, fold_surface
 
 if TYPE_CHECKING:
     from session_sql._store.schema import SCHEMA_VERSION
+    from session_sql._store.stats import ModelTokens, StoreStats, ToolStats
     from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
     from session_sql._store.writer import StoredSession
 
 # Store names, imported lazily (they pull in SQLAlchemy and psycopg): name -> module.
 _LAZY = {
     "SCHEMA_VERSION": "session_sql._store.schema",
+    "ModelTokens": "session_sql._store.stats",
     "SessionInfo": "session_sql._store.store",
     "SessionStore": "session_sql._store.store",
+    "StoreStats": "session_sql._store.stats",
     "StoredSession": "session_sql._store.writer",
+    "ToolStats": "session_sql._store.stats",
     "VerifyReport": "session_sql._store.store",
     "open_store": "session_sql._store.store",
 }
@@ -71,13 +77,16 @@ def __dir__() -> list[str]:
 __all__ = [
     "Catalog",
     "ConcurrencyError",
+    "ConfigurationError",
     "CorruptSessionError",
     "DEFAULT_CATALOG",
     "EventsView",
     "ForkError",
+    "InvalidArgumentError",
     "InvalidEventError",
     "InvalidHeaderError",
     "InvalidSeedError",
+    "ModelTokens",
     "NotJSONError",
     "ReadOnlyError",
     "ReentrantAppendError",
@@ -95,10 +104,12 @@ __all__ = [
     "SessionSQLError",
     "SessionStore",
     "StoreError",
+    "StoreStats",
     "StoredSession",
     "Surface",
     "SurfaceError",
     "SurfaceFold",
+    "ToolStats",
     "TornTailWarning",
     "VerifyReport",
     "Violation",

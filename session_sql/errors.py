@@ -19,6 +19,8 @@ also inherits the nearest built-in so ``except ValueError`` keeps working::
     ├── SessionExistsError                (ValueError)
     ├── ForkError                         (ValueError)  bad fork boundary (.code)
     ├── ReadOnlyError                     (TypeError)   a write through the ORM read models
+    ├── ConfigurationError                (ValueError)  bad URL or store option (.option)
+    ├── InvalidArgumentError              (ValueError)  bad argument to a call (.argument)
     └── StoreError                        (RuntimeError) the database failed or is unusable
 
 Errors keep their structured fields as attributes; ``args`` holds only the message, so every
@@ -139,8 +141,25 @@ class ReadOnlyError(SessionSQLError, TypeError):
     entity: str | None = None
 
 
+class ConfigurationError(SessionSQLError, ValueError):
+    """A database URL or a store option is unusable; ``option`` names it (``url``, ...)."""
+
+    option: str | None = None
+
+
+class InvalidArgumentError(SessionSQLError, ValueError):
+    """An argument of a store call has the wrong type or range; ``argument`` names it."""
+
+    argument: str | None = None
+
+
 class StoreError(SessionSQLError, RuntimeError):
-    """The database failed, is unreachable, read-only, locked, or not a database at all."""
+    """The database failed, is unreachable, read-only, locked, or not a database at all.
+
+    ``path`` names the database when there is no store there to open (``create=False``).
+    """
+
+    path: str | None = None
 
 
 class TornTailWarning(UserWarning):

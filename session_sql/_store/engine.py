@@ -37,6 +37,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 from session_sql._store.schema import NAMING_CONVENTION
 from session_sql.errors import (
     ConcurrencyError,
+    ConfigurationError,
     SessionExistsError,
     SessionSQLError,
     StoreError,
@@ -87,16 +88,50 @@ _PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
 
 
 def _normalise_url(url: str | URL) -> URL:
-    parsed = make_url(url)
+    """``url`` parsed, with the driver session_sql uses; ``ConfigurationError`` with a hint."""
+    if isinstance(url, URL):
+        parsed = url
+    elif not isinstance(url, str):
+        raise ConfigurationError(
+            f"database URL must be a string, not {type(url).__name__}: use {_SUPPORTED}",
+            option="url",
+        )
+    else:
+        try:
+            parsed = make_url(url)
+        except (exc.ArgumentError, ValueError) as error:
+            raise ConfigurationError(
+                f"invalid database URL {url!r}: {_url_hint(url)}", option="url"
+            ) from error
     driver = parsed.drivername
     if driver in _PG_DRIVERS:
         return parsed.set(drivername="postgresql+psycopg")
     if driver in _SQLITE_DRIVERS:
         return parsed.set(drivername="sqlite+pysqlite")
-    raise ValueError(
-        f"unsupported database URL scheme {driver!r}: use sqlite:///path or "
-        "postgresql://... (psycopg 3)"
+    raise ConfigurationError(
+        f"unsupported database URL scheme {driver!r}: use {_SUPPORTED}", option="url"
     )
+
+
+_SUPPORTED: Final = (
+    "sqlite:///relative/path.db, sqlite:////absolute/path.db or postgresql://user@host/dbname "
+    "(also postgres:// and postgresql+psycopg://, psycopg 3)"
+)
+
+
+def _url_hint(url: str) -> str:
+    if url and "://" not in url and ":" not in url.split("/", 1)[0]:
+        # A bare file path: relative stays relative, "/abs" gives "sqlite:////abs".
+        return f"did you mean sqlite:///{url}?"
+    return f"use {_SUPPORTED}"
+
+
+def _int_option(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name} must be an int >= {minimum}, not {value!r}", option=name)
+    if value < minimum:
+        raise ConfigurationError(f"{name} must be >= {minimum}, got {value}", option=name)
+    return value
 
 
 def is_sqlite(engine: Engine | Connection) -> bool:
@@ -107,13 +142,15 @@ def is_sqlite(engine: Engine | Connection) -> bool:
 def sqlite_pragmas(synchronous: str = "FULL") -> tuple[str, ...]:
     """The pragmas every SQLite connection runs first, in order, for the given options.
 
-    Foreign keys and ``synchronous`` (``FULL`` or ``NORMAL``, any case); ``ValueError`` for
-    another mode. WAL is a property of the file, switched once by :func:`enable_wal`. The
+    Foreign keys and ``synchronous`` (``FULL`` or ``NORMAL``, any case); ``ConfigurationError``
+    for another mode. WAL is a property of the file, switched once by :func:`enable_wal`. The
     engine's connect hook runs them, and so does ``session-sql bench``'s raw-driver baseline.
     """
     mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
     if mode not in _SYNCHRONOUS_MODES:
-        raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        raise ConfigurationError(
+            f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}", option="synchronous"
+        )
     return (
         "PRAGMA foreign_keys = ON",
         f"PRAGMA synchronous = {mode}",
@@ -133,21 +170,30 @@ def make_engine(
 
     ``postgresql://`` and ``postgres://`` use psycopg 3. ``synchronous`` (``FULL`` or
     ``NORMAL``) and ``busy_timeout_ms`` apply to SQLite only, ``lock_timeout_ms`` (PostgreSQL's
-    ``lock_timeout``; 0 waits forever) to PostgreSQL only; ``kw`` goes to
-    ``sqlalchemy.create_engine``. Raises ``ValueError`` for another scheme or a bad option.
+    ``lock_timeout``; 0 waits forever) to PostgreSQL only; all are checked on both. ``kw`` goes
+    to ``sqlalchemy.create_engine``. Raises ``ConfigurationError`` for another scheme, a bad
+    option, or a keyword ``create_engine`` refuses.
     """
     parsed = _normalise_url(url)
+    given = ", ".join(sorted(kw)) or "none"
     kw.setdefault("json_serializer", dumps_json)
     kw.setdefault("json_deserializer", json.loads)
-    for name, value in (("busy_timeout_ms", busy_timeout_ms), ("lock_timeout_ms", lock_timeout_ms)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an int, not {value!r}")
-        if value < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-    if parsed.drivername.startswith("sqlite"):
-        pragmas = sqlite_pragmas(synchronous)
-        return _sqlite_engine(parsed, pragmas, busy_timeout_ms, pool_size, kw)
-    return _postgresql_engine(parsed, lock_timeout_ms, pool_size, kw)
+    _int_option("busy_timeout_ms", busy_timeout_ms, 0)
+    _int_option("lock_timeout_ms", lock_timeout_ms, 0)
+    _int_option("pool_size", pool_size, 1)
+    # Checked on both backends (it applies to SQLite only), so a URL switch never turns a
+    # bad setting into an error.
+    pragmas = sqlite_pragmas(synchronous)
+    try:
+        if parsed.drivername.startswith("sqlite"):
+            return _sqlite_engine(parsed, pragmas, busy_timeout_ms, pool_size, kw)
+        return _postgresql_engine(parsed, lock_timeout_ms, pool_size, kw)
+    except (TypeError, exc.ArgumentError) as error:
+        # create_engine refuses an unknown keyword, or a value of the wrong kind.
+        raise ConfigurationError(
+            f"a store option is invalid (create_engine keywords given: {given}): {error}",
+            option="engine_options",
+        ) from error
 
 
 def _sqlite_engine(
@@ -368,6 +414,10 @@ def translate_errors(
         raise _translate_driver_error(error, session_id, database) from error
     except (exc.TimeoutError, exc.DisconnectionError) as error:
         raise StoreError(f"database connection unavailable: {error}") from error
+    except exc.SQLAlchemyError as error:
+        # Anything else SQLAlchemy raises (a statement it cannot run, a closed result) must
+        # not reach the caller as a SQLAlchemy type either.
+        raise StoreError(f"database error: {error}", session_id=session_id) from error
 
 
 def _translate_driver_error(

@@ -7,7 +7,7 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
@@ -17,12 +17,14 @@ from sqlalchemy import (
     bindparam,
     cast,
     delete,
+    event,
     insert,
     make_url,
     or_,
     select,
     update,
 )
+from sqlalchemy.engine import URL
 
 from session_sql._store import fastpath, reader
 from session_sql._store.context import StoreContext
@@ -44,10 +46,13 @@ from session_sql._store.rows import (
     stored_problems,
 )
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
+from session_sql._store.stats import StoreStats, collect_stats
 from session_sql._store.writer import StoredSession
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
+    ConfigurationError,
     CorruptSessionError,
+    InvalidArgumentError,
     InvalidEventError,
     InvalidSeedError,
     NotJSONError,
@@ -129,18 +134,33 @@ class SessionStore:
         create: bool = True,
         **engine_options: Any,
     ) -> None:
-        if not create:
-            _require_sqlite_file(url)
+        _check_options(schema, catalog, clock, max_event_bytes)
         engine = make_engine(url, **engine_options)
+        target = None if is_sqlite(engine) else schema
+        file = engine.url.database if target is None else None
         try:
-            target = None if is_sqlite(engine) else schema
+            if not create:
+                _require_sqlite_file(engine.url)
             ensure_schema(engine, target, create=create)
             with translate_errors(database=database_label(engine)):
                 enable_wal(engine)
+        except (TypeError, ValueError) as exc:
+            engine.dispose()
+            if isinstance(exc, SessionSQLError) or not engine_options:
+                raise
+            # A create_engine keyword of the wrong kind shows up only at the first connect.
+            raise ConfigurationError(
+                f"a store option is invalid ({', '.join(sorted(engine_options))}): {exc}",
+                option="engine_options",
+            ) from exc
         except BaseException:
             engine.dispose()
             raise
         self.url = url
+        self.display_url: str = make_url(url).render_as_string(hide_password=True)
+        """The URL as given, without its password: safe to print."""
+        self.database_file: str | None = None if file in (None, "", ":memory:") else file
+        """The SQLite database file (``None`` in memory and on PostgreSQL)."""
         self.backend = engine.dialect.name
         self.schema = target
         self._ctx = StoreContext(
@@ -163,8 +183,16 @@ class SessionStore:
         return self._ctx.catalog
 
     def close(self) -> None:
-        """Release every pooled connection."""
-        self._ctx.engine.dispose()
+        """Release every pooled connection; afterwards every call raises ``StoreError``.
+
+        The store's handles and unfinished ``events``/``follow`` iterators fail the same way
+        at their next database access. Closing twice is harmless.
+        """
+        engine = self._ctx.engine
+        if not event.contains(engine, "do_connect", _refuse_closed):
+            # Without this the engine would quietly open a new pool on its next use.
+            event.listen(engine, "do_connect", _refuse_closed)
+        engine.dispose()
 
     def __enter__(self) -> SessionStore:
         return self
@@ -363,16 +391,19 @@ class SessionStore:
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
     ) -> Iterator[SessionEvent]:
         """Stream a session's events in seq order (``to_seq`` exclusive), bounded memory."""
+        start = _seq_bound("from_seq", from_seq)
+        bound = None if to_seq is None else _seq_bound("to_seq", to_seq)
         self._header(session_id)  # fail now, not at the first next()
-        bound = None if to_seq is None else _seq_bound(to_seq)
-        return reader.stream_events(self._ctx, session_id, _seq_bound(from_seq), bound)
+        return reader.stream_events(self._ctx, session_id, start, bound)
 
     def follow(
         self, session_id: str, *, after_seq: int = -1, timeout: float | None = None
     ) -> Iterator[SessionEvent]:
         """Yield events as other processes commit them (see ``reader.follow``)."""
+        after = _seq_bound("after_seq", after_seq)
+        wait = _timeout_arg(timeout)
         self._header(session_id)
-        return reader.follow(self._ctx, session_id, _seq_bound(after_seq), timeout)
+        return reader.follow(self._ctx, session_id, after, wait)
 
     def list_sessions(
         self,
@@ -382,31 +413,100 @@ class SessionStore:
         parent: str | None = None,
         created_after: int | None = None,
         created_before: int | None = None,
+        order: Literal["updated", "created"] = "updated",
     ) -> list[SessionInfo]:
-        """Sessions newest-updated first (ties by id), paged by ``after`` (an info or an id)."""
+        """Sessions newest-updated first (ties by id), paged by ``after`` (an info or an id).
+
+        ``order="created"`` lists oldest-created first (ties by id) instead: an order no write
+        changes, for complete scans (see ``iter_sessions``). ``limit`` must be >= 0; a limit
+        beyond what any table holds is clamped.
+        """
+        limit = min(_int_arg("limit", limit, minimum=0), _MAX_BOUND)
+        if order not in ("updated", "created"):
+            raise InvalidArgumentError(
+                f"order must be 'updated' or 'created', got {order!r}", argument="order"
+            )
+        if after is not None and not isinstance(after, SessionInfo | str):
+            raise InvalidArgumentError(
+                f"after must be a SessionInfo, a session id or None, not {after!r}",
+                argument="after",
+            )
+        for name, bound in (("created_after", created_after), ("created_before", created_before)):
+            if bound is not None:
+                _int_arg(name, bound)
         s = self._ctx.tables.sessions
+        key = s.c.updated_at if order == "updated" else s.c.created_at
         query = select(
             s.c.id, s.c.created_at, s.c.updated_at, s.c.head_seq, s.c.parent_session
-        ).order_by(s.c.updated_at.desc(), s.c.id.desc())
+        ).order_by(*((key.desc(), s.c.id.desc()) if order == "updated" else (key, s.c.id)))
         if parent is not None:
             if not is_session_id(parent):
                 return []  # no session can have it as its parent
             query = query.where(s.c.parent_session == parent)
         if created_after is not None:
-            query = query.where(s.c.created_at >= created_after)
+            query = query.where(s.c.created_at >= _clamp(created_after))
         if created_before is not None:
-            query = query.where(s.c.created_at < created_before)
+            query = query.where(s.c.created_at < _clamp(created_before))
         with translate_errors(), read_tx(self._ctx.engine) as conn:
             if after is not None:
                 cursor = after if isinstance(after, SessionInfo) else self._info(conn, after)
-                query = query.where(
-                    or_(
-                        s.c.updated_at < cursor.updated_at,
-                        and_(s.c.updated_at == cursor.updated_at, s.c.id < cursor.id),
+                if order == "updated":
+                    query = query.where(
+                        or_(
+                            s.c.updated_at < cursor.updated_at,
+                            and_(s.c.updated_at == cursor.updated_at, s.c.id < cursor.id),
+                        )
                     )
-                )
+                else:
+                    query = query.where(
+                        or_(
+                            s.c.created_at > cursor.created_at,
+                            and_(s.c.created_at == cursor.created_at, s.c.id > cursor.id),
+                        )
+                    )
             rows = conn.execute(query.limit(limit)).all()
         return [SessionInfo.model_validate(row._asdict()) for row in rows]
+
+    def iter_sessions(
+        self, *, parent: str | None = None, page_size: int = 500
+    ) -> Iterator[SessionInfo]:
+        """Every session, oldest-created first (ties by id), read a page at a time.
+
+        For complete scans (verify every session, copy a store): the order is one that appends
+        never change, so a session that exists for the whole scan is yielded exactly once, even
+        while other processes write. Each page is its own read; memory stays bounded.
+        """
+        _int_arg("page_size", page_size, minimum=1)
+        return self._iter_sessions(parent, min(page_size, 100_000))
+
+    def _iter_sessions(self, parent: str | None, page_size: int) -> Iterator[SessionInfo]:
+        after: SessionInfo | None = None
+        while True:
+            page = self.list_sessions(limit=page_size, after=after, parent=parent, order="created")
+            yield from page
+            if len(page) < page_size:
+                return
+            after = page[-1]
+
+    def head_seq(self, session_id: str) -> int:
+        """The last seq of a session (-1 when its log is empty), from its row."""
+        _lookup_id(session_id)
+        s = self._ctx.tables.sessions
+        with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
+            head = conn.execute(select(s.c.head_seq).where(s.c.id == session_id)).scalar()
+        if head is None:
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        return int(head)
+
+    def stats(self, session_id: str | None = None) -> StoreStats:
+        """Aggregates over the whole store, or one session, computed by SQL.
+
+        Events a fork inherited are counted once, in the session that wrote them.
+        """
+        if session_id is not None:
+            _lookup_id(session_id)
+        with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
+            return collect_stats(conn, self._ctx.tables, session_id)
 
     def verify(self, session_id: str) -> VerifyReport:
         """Replay the log and compare its fold with the ``surface`` table and the session row.
@@ -675,9 +775,73 @@ class _ImportFold:
         return event_from_row(self.session_id, row)
 
 
-def _seq_bound(seq: int) -> int:
-    """A seq bound clamped to what a BIGINT holds (beyond it, no seq can exist anyway)."""
-    return max(-1, min(seq, 2**62))
+def _refuse_closed(*_args: Any) -> None:
+    raise StoreError("the store is closed; open a new one with open_store()")
+
+
+def _check_options(schema: object, catalog: object, clock: object, max_event_bytes: object) -> None:
+    """Refuse an unusable store option with ``ConfigurationError`` naming it."""
+    if not isinstance(schema, str) or _SCHEMA_NAME.match(schema) is None:
+        raise ConfigurationError(
+            "schema must be a plain identifier (letters, digits, '_', at most 63 characters, "
+            f"not starting with a digit), got {schema!r}",
+            option="schema",
+        )
+    if catalog is not None and not isinstance(catalog, Catalog):
+        raise ConfigurationError(
+            f"catalog must be a Catalog (e.g. DEFAULT_CATALOG.extend(...)), not {catalog!r}",
+            option="catalog",
+        )
+    if clock is not None and not callable(clock):
+        raise ConfigurationError(
+            f"clock must be a callable returning epoch milliseconds, not {clock!r}",
+            option="clock",
+        )
+    if max_event_bytes is not None and (
+        isinstance(max_event_bytes, bool)
+        or not isinstance(max_event_bytes, int)
+        or max_event_bytes < 1
+    ):
+        raise ConfigurationError(
+            f"max_event_bytes must be an int >= 1 or None (no limit), not {max_event_bytes!r}",
+            option="max_event_bytes",
+        )
+
+
+_MAX_BOUND = 2**62
+"""Beyond this no seq or row count can exist, and every driver binds it as a BIGINT."""
+
+
+def _int_arg(name: str, value: object, *, minimum: int | None = None) -> int:
+    """An int argument (not a bool), at least ``minimum``; ``InvalidArgumentError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(
+            f"{name} must be an int, not {type(value).__name__} {value!r}", argument=name
+        )
+    if minimum is not None and value < minimum:
+        raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}", argument=name)
+    return value
+
+
+def _clamp(value: int) -> int:
+    return max(-_MAX_BOUND, min(value, _MAX_BOUND))
+
+
+def _seq_bound(name: str, seq: object) -> int:
+    """A seq bound, clamped to what a BIGINT holds (beyond it, no seq can exist anyway)."""
+    return max(-1, min(_int_arg(name, seq), _MAX_BOUND))
+
+
+def _timeout_arg(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise InvalidArgumentError(
+            f"timeout must be a number of seconds or None, not {timeout!r}", argument="timeout"
+        )
+    if not timeout >= 0:  # also refuses NaN
+        raise InvalidArgumentError(f"timeout must be >= 0, got {timeout}", argument="timeout")
+    return float(timeout)
 
 
 def _lookup_id(session_id: Any) -> str:
@@ -728,16 +892,13 @@ def open_store(
     ``StoreError``; default 5000, 0 waits forever), ``pool_size``, ``max_event_bytes``
     (default 16 MiB; None for no limit), ``clock``, and any ``sqlalchemy.create_engine``
     keyword. A database with other tables and no session_sql tables is refused
-    (``SchemaVersionError``), never written to.
+    (``SchemaVersionError``), never written to. A URL or
+    option that cannot work raises ``ConfigurationError`` saying what would.
     """
-    if _SCHEMA_NAME.match(schema) is None:
-        raise ValueError(
-            f"schema must be a plain identifier (letters, digits, '_', at most 63), got {schema!r}"
-        )
     return SessionStore(url, schema=schema, catalog=catalog, **options)
 
 
-def _require_sqlite_file(url: str) -> None:
+def _require_sqlite_file(url: URL) -> None:
     """With ``create=False``, a missing SQLite file is an error; connecting would create it."""
     parsed = make_url(url)
     if not parsed.drivername.startswith("sqlite"):
@@ -746,6 +907,7 @@ def _require_sqlite_file(url: str) -> None:
     path = database.removeprefix("file:") if parsed.query.get("uri") else database
     if path in ("", ":memory:") or not Path(path).exists():
         raise StoreError(
-            f"no store at {database or ':memory:'}: the file does not exist; create one with "
-            "`session-sql init` or open_store(..., create=True)"
+            f"no store at {database or ':memory:'}: the file does not exist "
+            "(open_store(..., create=True) creates one)",
+            path=database or ":memory:",
         )

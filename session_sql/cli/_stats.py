@@ -1,229 +1,44 @@
-"""``session-sql stats``: aggregate SQL over the store's tables (SQLAlchemy Core, bound values).
-
-Events a fork inherited from its parent (``seq < sessions.inherited_event_count``) are copies;
-every query here skips them, so each event a process really wrote is counted once, in the
-session that wrote it.
-"""
+"""``session-sql stats``: how the store's aggregates (``SessionStore.stats``) are printed."""
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from session_sql import StoreStats
 
-from sqlalchemy import ColumnElement, Select, and_, case, false, func, select
-
-from session_sql import SessionNotFoundError, SessionStore
-from session_sql._store.schema import SchemaTables, tables_for
-
-__all__ = ["Stats", "collect_stats", "head_seq"]
-
-APPEND_OP = json.dumps("append")  # how ``events.surface_op`` stores "append"
+__all__ = ["headline", "tables"]
 
 
-@dataclass
-class ToolStats:
-    tool: str
-    calls: int
-    errors: int
+def headline(stats: StoreStats) -> str:
+    scope = f"session {stats.session_id}" if stats.session_id else "all sessions"
+    return f"{scope}: {stats.sessions} sessions ({stats.forks} forks), {stats.events} events"
 
 
-@dataclass
-class ModelTokens:
-    model: str
-    messages: int
-    input_tokens: int
-    output_tokens: int
-
-
-@dataclass
-class Stats:
-    """What ``collect_stats`` found (``asdict`` gives the ``--json`` shape)."""
-
-    sessions: int
-    forks: int
-    events: int
-    events_by_type: dict[str, int]
-    tools: list[ToolStats]
-    tokens: list[ModelTokens]
-    replacements: dict[str, int]
-    """Replacing events by type: ``tool/result`` are prunings, the others summaries."""
-    shadowed_events: int
-    """How many events the replacements cite (``sourceEventSeqs``) in all."""
-    session_id: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def headline(self) -> str:
-        scope = f"session {self.session_id}" if self.session_id else "all sessions"
-        return f"{scope}: {self.sessions} sessions ({self.forks} forks), {self.events} events"
-
-    def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
-        """``(title, headers, rows)`` of each table ``session-sql stats`` prints."""
-        return [
-            (
-                "Events by type",
-                ["TYPE", "EVENTS"],
-                [[t, str(n)] for t, n in self.events_by_type.items()],
-            ),
-            (
-                "Tool calls",
-                ["TOOL", "CALLS", "ERRORS", "ERROR RATE"],
-                [
-                    [t.tool, str(t.calls), str(t.errors), f"{t.errors / t.calls:.0%}"]
-                    for t in self.tools
-                ],
-            ),
-            (
-                "Tokens (assistant/message usage)",
-                ["MODEL", "MESSAGES", "INPUT", "OUTPUT"],
-                [
-                    [m.model, str(m.messages), f"{m.input_tokens:,}", f"{m.output_tokens:,}"]
-                    for m in self.tokens
-                ],
-            ),
-            (
-                "Replacements",
-                ["REPLACING TYPE", "COUNT"],
-                [[t, str(n)] for t, n in self.replacements.items()],
-            ),
-        ]
-
-
-def _own_events(t: SchemaTables, session_id: str | None) -> Any:
-    """Events joined to their session row, skipping inherited copies; optionally one session."""
-    e, s = t.events, t.sessions
-    condition = and_(e.c.session_id == s.c.id, e.c.seq >= s.c.inherited_event_count)
-    if session_id is not None:
-        condition = and_(condition, e.c.session_id == session_id)
-    return e.join(s, condition)
-
-
-def _where_session(query: Select[Any], column: Any, session_id: str | None) -> Select[Any]:
-    return query if session_id is None else query.where(column == session_id)
-
-
-def collect_stats(store: SessionStore, session_id: str | None = None) -> Stats:
-    """Aggregate the whole store, or one session (``SessionNotFoundError`` when missing)."""
-    t = tables_for(store.schema)
-    e, s = t.events, t.sessions
-    own = _own_events(t, session_id)
-
-    # Tool calls, left-joined to the result appended for them (a pruning replacement is a
-    # second tool/result for the same call, so only appended results count).
-    call, result = e.alias("c"), e.alias("r")
-    call_id = call.c.data["callId"].as_string()
-    result_call_id = result.c.data[("message", "source", "callId")].as_string()
-    is_error: ColumnElement[Any] = func.coalesce(
-        result.c.data[("message", "content", 0, "isError")].as_boolean(), false()
-    )
-    calls_joined = call.join(
-        s, and_(call.c.session_id == s.c.id, call.c.seq >= s.c.inherited_event_count)
-    ).outerjoin(
-        result,
-        and_(
-            result.c.session_id == call.c.session_id,
-            result.c.type == "tool/result",
-            result.c.surface_op == APPEND_OP,
-            result_call_id == call_id,
+def tables(stats: StoreStats) -> list[tuple[str, list[str], list[list[str]]]]:
+    """``(title, headers, rows)`` of each table ``session-sql stats`` prints."""
+    return [
+        (
+            "Events by type",
+            ["TYPE", "EVENTS"],
+            [[t, str(n)] for t, n in stats.events_by_type.items()],
         ),
-    )
-    tool_name = call.c.data["name"].as_string()
-    tools_query = _where_session(
-        select(
-            tool_name.label("tool"),
-            func.count(call.c.seq).label("calls"),
-            func.sum(case((is_error, 1), else_=0)).label("errors"),
-        )
-        .select_from(calls_joined)
-        .where(call.c.type == "tool/call")
-        .group_by(tool_name)
-        .order_by(func.count(call.c.seq).desc(), tool_name),
-        call.c.session_id,
-        session_id,
-    )
-
-    model = e.c.data[("message", "source", "model")].as_string()
-    tokens_query = (
-        select(
-            model.label("model"),
-            func.count().label("messages"),
-            func.sum(e.c.data[("usage", "inputTokens")].as_integer()).label("input_tokens"),
-            func.sum(e.c.data[("usage", "outputTokens")].as_integer()).label("output_tokens"),
-        )
-        .select_from(own)
-        .where(e.c.type == "assistant/message")
-        .group_by(model)
-        .order_by(model)
-    )
-    by_type_query = (
-        select(e.c.type, func.count().label("n"))
-        .select_from(own)
-        .group_by(e.c.type)
-        .order_by(func.count().desc(), e.c.type)
-    )
-    replaces_query = (
-        select(e.c.type, e.c.source_event_seqs)
-        .select_from(own)
-        .where(e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
-    )
-    sessions_query = _where_session(
-        select(
-            func.count().label("sessions"),
-            func.count(s.c.parent_session).label("forks"),
-            func.coalesce(func.sum(s.c.head_seq + 1 - s.c.inherited_event_count), 0).label(
-                "events"
-            ),
+        (
+            "Tool calls",
+            ["TOOL", "CALLS", "ERRORS", "ERROR RATE"],
+            [
+                [t.tool, str(t.calls), str(t.errors), f"{t.errors / t.calls:.0%}"]
+                for t in stats.tools
+            ],
         ),
-        s.c.id,
-        session_id,
-    )
-
-    with store.engine.connect() as conn:
-        totals = conn.execute(sessions_query).one()
-        if session_id is not None and totals.sessions == 0:
-            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
-        by_type = {row.type: int(row.n) for row in conn.execute(by_type_query)}
-        tools = [
-            ToolStats(str(row.tool), int(row.calls), int(row.errors or 0))
-            for row in conn.execute(tools_query)
-        ]
-        tokens = [
-            ModelTokens(
-                str(row.model),
-                int(row.messages),
-                int(row.input_tokens or 0),
-                int(row.output_tokens or 0),
-            )
-            for row in conn.execute(tokens_query)
-        ]
-        replacements: Counter[str] = Counter()
-        shadowed = 0
-        for row in conn.execute(replaces_query):
-            replacements[row.type] += 1
-            shadowed += len(json.loads(row.source_event_seqs or "[]"))
-    return Stats(
-        sessions=int(totals.sessions),
-        forks=int(totals.forks),
-        events=int(totals.events),
-        events_by_type=by_type,
-        tools=tools,
-        tokens=tokens,
-        replacements=dict(sorted(replacements.items())),
-        shadowed_events=shadowed,
-        session_id=session_id,
-        notes=["events a fork inherited are counted once, in the session that wrote them"],
-    )
-
-
-def head_seq(store: SessionStore, session_id: str) -> int:
-    """The last seq of a session (-1 when its log is empty), from its row."""
-    s = tables_for(store.schema).sessions
-    with store.engine.connect() as conn:
-        head = conn.execute(select(s.c.head_seq).where(s.c.id == session_id)).scalar()
-    if head is None:
-        raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
-    return int(head)
+        (
+            "Tokens (assistant/message usage)",
+            ["MODEL", "MESSAGES", "INPUT", "OUTPUT"],
+            [
+                [m.model, str(m.messages), f"{m.input_tokens:,}", f"{m.output_tokens:,}"]
+                for m in stats.tokens
+            ],
+        ),
+        (
+            "Replacements",
+            ["REPLACING TYPE", "COUNT"],
+            [[t, str(n)] for t, n in stats.replacements.items()],
+        ),
+    ]

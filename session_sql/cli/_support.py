@@ -17,7 +17,6 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import typer
@@ -33,11 +32,16 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 from typer.core import TyperGroup
 
-from session_sql import SessionSQLError, SessionStore, open_store, thaw
+from session_sql import (
+    ConfigurationError,
+    SessionSQLError,
+    SessionStore,
+    StoreError,
+    open_store,
+    thaw,
+)
 
 __all__ = [
     "PROG",
@@ -49,10 +53,8 @@ __all__ = [
     "cli_store",
     "error_line",
     "isatty",
-    "label",
     "one_line",
     "progress_bar",
-    "sqlite_path",
     "warn",
 ]
 
@@ -283,22 +285,6 @@ class CountingWriter(io.TextIOBase):
 # Opening the store
 
 
-def label(url: str) -> str:
-    """``url`` as it may be shown: without its password."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
-        return url
-
-
-def sqlite_path(url: str) -> Path | None:
-    """The database file of an ``sqlite:///`` URL (``None`` for other URLs and ``:memory:``)."""
-    parsed = make_url(url)
-    if not parsed.drivername.startswith("sqlite") or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database or "")
-
-
 @contextmanager
 def cli_store(url: str, schema: str, *, create: bool = False) -> Iterator[SessionStore]:
     """Open the store; unless ``create``, a missing or empty store is an error, never created.
@@ -306,20 +292,18 @@ def cli_store(url: str, schema: str, *, create: bool = False) -> Iterator[Sessio
     A URL or schema name the library refuses is a usage error (exit code 2).
     """
     try:
-        path = sqlite_path(url)
-    except ArgumentError as exc:
-        raise CliError(f"invalid --url {url!r}: {exc}", code=2) from exc
-    if not create and path is not None and not path.exists():
-        raise CliError(
-            f"no store at {path} (create one with '{PROG} init' or '{PROG} demo', "
-            "or pass --url / SESSION_SQL_URL)"
-        )
-    try:
         store = open_store(url, schema=schema, create=create)
-    except SessionSQLError:
-        raise
-    except (ArgumentError, ValueError) as exc:
+    except ConfigurationError as exc:
+        if exc.option == "url":
+            raise CliError(f"invalid --url {url!r}: {exc}", code=2) from exc
         raise CliError(f"invalid --url or --schema: {exc}", code=2) from exc
+    except StoreError as exc:
+        if exc.path is None:
+            raise
+        raise CliError(
+            f"no store at {exc.path} (create one with '{PROG} init' or '{PROG} demo', "
+            "or pass --url / SESSION_SQL_URL)"
+        ) from exc
     try:
         yield store
     finally:

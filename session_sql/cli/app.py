@@ -41,7 +41,7 @@ from session_sql.cli._render import (
     surface_lines,
     verify_line,
 )
-from session_sql.cli._stats import collect_stats, head_seq
+from session_sql.cli._stats import headline, tables
 from session_sql.cli._support import (
     PROG,
     CliError,
@@ -51,9 +51,7 @@ from session_sql.cli._support import (
     State,
     cli_store,
     error_line,
-    label,
     progress_bar,
-    sqlite_path,
     warn,
 )
 from session_sql.cli.demo import explore_queries, record_demo
@@ -169,12 +167,13 @@ def demo(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) ->
         messages = store.messages(run.session_id)
         fold = fold_surface(events, catalog=store.catalog)
         reports = [store.verify(run.session_id), store.verify(run.fork_id)]
+        where, database_file = store.display_url, store.database_file
         is_postgres = store.schema is not None
     if is_postgres:
-        shell = f'psql "{label(url).replace("+psycopg", "")}"'
+        shell = f'psql "{where.replace("+psycopg", "")}"'
         search_path: str | None = schema
     else:
-        shell, search_path = f"sqlite3 {sqlite_path(url)}", None
+        shell, search_path = f"sqlite3 {database_file}", None
     out.lines(
         demo_report(
             run,
@@ -183,7 +182,7 @@ def demo(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) ->
             messages=messages,
             fold=fold,
             reports=reports,
-            where=label(url),
+            where=where,
             shell=shell,
             search_path=search_path,
             queries=explore_queries(run.session_id),
@@ -199,7 +198,7 @@ def init(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) ->
     by the schema gate, which refuses a database written by another schema version.
     """
     with cli_store(url, schema, create=True) as store:
-        where = label(url) + (f" (schema {store.schema})" if store.schema else "")
+        where = store.display_url + (f" (schema {store.schema})" if store.schema else "")
     Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
 
 
@@ -360,7 +359,7 @@ def tail(
         sys.stdout.flush()
 
     with cli_store(url, schema) as store:
-        head = head_seq(store, session_id)
+        head = store.head_seq(session_id)
         last = head
         recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
         for event in deque(recent, lines):
@@ -487,7 +486,7 @@ def export(
             _export_one(store, session_id, target, strict=True)
             return
         assert folder is not None
-        for sid in _all_ids(store):
+        for sid in (info.id for info in store.iter_sessions()):
             _export_one(store, sid, folder / jsonl_file_name(sid), strict=False)
 
 
@@ -495,7 +494,7 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
     """Export one session to ``target`` (stdout when None); ``strict``: a missing one fails."""
     with progress_bar() as progress:
         try:
-            total = head_seq(store, session_id) + 2  # the header line, then every event
+            total = store.head_seq(session_id) + 2  # the header line, then every event
         except SessionNotFoundError:
             if strict:
                 raise
@@ -552,7 +551,9 @@ def verify(
     out = Out()
     reports: list[VerifyReport] = []
     with cli_store(url, schema) as store:
-        ids = [session_id] if session_id is not None else _all_ids(store)
+        ids = (
+            [session_id] if session_id is not None else [info.id for info in store.iter_sessions()]
+        )
         with progress_bar() as progress:
             task = progress.add_task("verifying", total=len(ids), visible=len(ids) > 1)
             for sid in ids:
@@ -567,15 +568,6 @@ def verify(
         out.line(f"{len(reports) - failed} ok, {failed} failed")
     if failed:
         raise typer.Exit(1)
-
-
-def _all_ids(store: SessionStore) -> list[str]:
-    ids: list[str] = []
-    page = store.list_sessions(limit=500)
-    while page:
-        ids.extend(info.id for info in page)
-        page = store.list_sessions(limit=500, after=page[-1])
-    return ids
 
 
 def _verify_one(
@@ -641,13 +633,13 @@ def stats(
     by SQL over the tables. A fork's inherited events count once, in its parent.
     """
     with cli_store(url, schema) as store:
-        result = collect_stats(store, session_id)
+        result = store.stats(session_id)
     out = Out()
     if as_json:
-        out.json(result.to_json())
+        out.json(result.model_dump())
         return
-    out.line(Text(result.headline(), style="bold"))
-    for title, headers, rows in result.tables():
+    out.line(Text(headline(result), style="bold"))
+    for title, headers, rows in tables(result):
         out.heading(title)
         out.table(headers, rows)
     out.line(f"events cited by replacements: {result.shadowed_events}")

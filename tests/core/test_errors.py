@@ -12,8 +12,10 @@ import pytest
 import session_sql
 from session_sql import (
     ConcurrencyError,
+    ConfigurationError,
     CorruptSessionError,
     ForkError,
+    InvalidArgumentError,
     InvalidEventError,
     InvalidHeaderError,
     InvalidSeedError,
@@ -52,6 +54,8 @@ HIERARCHY: list[tuple[type[Exception], type[Exception], type[Exception]]] = [
     (SessionExistsError, SessionSQLError, ValueError),
     (ForkError, SessionSQLError, ValueError),
     (ReadOnlyError, SessionSQLError, TypeError),
+    (ConfigurationError, SessionSQLError, ValueError),
+    (InvalidArgumentError, SessionSQLError, ValueError),
     (StoreError, SessionSQLError, RuntimeError),
 ]
 
@@ -94,6 +98,8 @@ FIELDS: list[tuple[type[Exception], dict[str, Any]]] = [
     (SessionExistsError, {"session_id": "s"}),
     (ForkError, {"code": "out_of_range"}),
     (ReadOnlyError, {"operation": "update", "entity": "Event"}),
+    (ConfigurationError, {"option": "pool_size"}),
+    (InvalidArgumentError, {"argument": "limit"}),
     (StoreError, {}),
 ]
 
@@ -185,6 +191,8 @@ ERROR_NAMES = {
     "SessionNotFoundError",
     "SessionExistsError",
     "ForkError",
+    "ConfigurationError",
+    "InvalidArgumentError",
 }
 
 

@@ -1,0 +1,196 @@
+"""The aggregates behind ``SessionStore.stats``: SQL over the tables, bound values only.
+
+Events a fork inherited from its parent (``seq < sessions.inherited_event_count``) are copies;
+every query here skips them, so each event a process really wrote is counted once, in the
+session that wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import ColumnElement, Connection, Select, and_, case, false, func, select
+
+from session_sql._store.schema import SchemaTables
+from session_sql.errors import CorruptSessionError, SessionNotFoundError
+
+__all__ = ["ModelTokens", "StoreStats", "ToolStats", "collect_stats"]
+
+APPEND_OP = json.dumps("append")  # how ``events.surface_op`` stores "append"
+
+
+class ToolStats(BaseModel):
+    """Calls of one tool (``tool/call`` events) and how many of their results were errors."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str
+    calls: int
+    errors: int
+
+
+class ModelTokens(BaseModel):
+    """Token usage of one model's ``assistant/message`` events."""
+
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    messages: int
+    input_tokens: int
+    output_tokens: int
+
+
+class StoreStats(BaseModel):
+    """What ``SessionStore.stats`` found (``model_dump()`` gives plain JSON data)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sessions: int
+    forks: int
+    events: int
+    events_by_type: dict[str, int]
+    tools: list[ToolStats]
+    tokens: list[ModelTokens]
+    replacements: dict[str, int]
+    """Replacing events by type: ``tool/result`` are prunings, the others summaries."""
+    shadowed_events: int
+    """How many events the replacements cite (``sourceEventSeqs``) in all."""
+    session_id: str | None = None
+    notes: list[str] = []
+
+
+def _cited(session_id: str | None, raw: str | None) -> int:
+    try:
+        seqs = json.loads(raw or "[]")
+    except ValueError as exc:
+        raise CorruptSessionError(
+            f"stored sourceEventSeqs is not JSON: {raw!r}", session_id=session_id
+        ) from exc
+    return len(seqs) if isinstance(seqs, list) else 0
+
+
+def _own_events(t: SchemaTables, session_id: str | None) -> Any:
+    """Events joined to their session row, skipping inherited copies; optionally one session."""
+    e, s = t.events, t.sessions
+    condition = and_(e.c.session_id == s.c.id, e.c.seq >= s.c.inherited_event_count)
+    if session_id is not None:
+        condition = and_(condition, e.c.session_id == session_id)
+    return e.join(s, condition)
+
+
+def _where_session(query: Select[Any], column: Any, session_id: str | None) -> Select[Any]:
+    return query if session_id is None else query.where(column == session_id)
+
+
+def collect_stats(conn: Connection, t: SchemaTables, session_id: str | None) -> StoreStats:
+    """Aggregate the whole store, or one session (``SessionNotFoundError`` when missing)."""
+    e, s = t.events, t.sessions
+    own = _own_events(t, session_id)
+
+    # Tool calls, left-joined to the result appended for them (a pruning replacement is a
+    # second tool/result for the same call, so only appended results count).
+    call, result = e.alias("c"), e.alias("r")
+    call_id = call.c.data["callId"].as_string()
+    result_call_id = result.c.data[("message", "source", "callId")].as_string()
+    is_error: ColumnElement[Any] = func.coalesce(
+        result.c.data[("message", "content", 0, "isError")].as_boolean(), false()
+    )
+    calls_joined = call.join(
+        s, and_(call.c.session_id == s.c.id, call.c.seq >= s.c.inherited_event_count)
+    ).outerjoin(
+        result,
+        and_(
+            result.c.session_id == call.c.session_id,
+            result.c.type == "tool/result",
+            result.c.surface_op == APPEND_OP,
+            result_call_id == call_id,
+        ),
+    )
+    tool_name = call.c.data["name"].as_string()
+    tools_query = _where_session(
+        select(
+            tool_name.label("tool"),
+            func.count(call.c.seq).label("calls"),
+            func.sum(case((is_error, 1), else_=0)).label("errors"),
+        )
+        .select_from(calls_joined)
+        .where(call.c.type == "tool/call")
+        .group_by(tool_name)
+        .order_by(func.count(call.c.seq).desc(), tool_name),
+        call.c.session_id,
+        session_id,
+    )
+
+    model = e.c.data[("message", "source", "model")].as_string()
+    tokens_query = (
+        select(
+            model.label("model"),
+            func.count().label("messages"),
+            func.sum(e.c.data[("usage", "inputTokens")].as_integer()).label("input_tokens"),
+            func.sum(e.c.data[("usage", "outputTokens")].as_integer()).label("output_tokens"),
+        )
+        .select_from(own)
+        .where(e.c.type == "assistant/message")
+        .group_by(model)
+        .order_by(model)
+    )
+    by_type_query = (
+        select(e.c.type, func.count().label("n"))
+        .select_from(own)
+        .group_by(e.c.type)
+        .order_by(func.count().desc(), e.c.type)
+    )
+    replaces_query = (
+        select(e.c.type, e.c.source_event_seqs)
+        .select_from(own)
+        .where(e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
+    )
+    sessions_query = _where_session(
+        select(
+            func.count().label("sessions"),
+            func.count(s.c.parent_session).label("forks"),
+            func.coalesce(func.sum(s.c.head_seq + 1 - s.c.inherited_event_count), 0).label(
+                "events"
+            ),
+        ),
+        s.c.id,
+        session_id,
+    )
+
+    totals = conn.execute(sessions_query).one()
+    if session_id is not None and totals.sessions == 0:
+        raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+    by_type = {row.type: int(row.n) for row in conn.execute(by_type_query)}
+    tools = [
+        ToolStats(tool=str(row.tool), calls=int(row.calls), errors=int(row.errors or 0))
+        for row in conn.execute(tools_query)
+    ]
+    tokens = [
+        ModelTokens(
+            model=str(row.model),
+            messages=int(row.messages),
+            input_tokens=int(row.input_tokens or 0),
+            output_tokens=int(row.output_tokens or 0),
+        )
+        for row in conn.execute(tokens_query)
+    ]
+    replacements: Counter[str] = Counter()
+    shadowed = 0
+    for row in conn.execute(replaces_query):
+        replacements[row.type] += 1
+        shadowed += _cited(session_id, row.source_event_seqs)
+    return StoreStats(
+        sessions=int(totals.sessions),
+        forks=int(totals.forks),
+        events=int(totals.events),
+        events_by_type=by_type,
+        tools=tools,
+        tokens=tokens,
+        replacements=dict(sorted(replacements.items())),
+        shadowed_events=shadowed,
+        session_id=session_id,
+        notes=["events a fork inherited are counted once, in the session that wrote them"],
+    )
