@@ -1,9 +1,10 @@
 """The ``session-sql`` command line: a thin client of the public API.
 
 Each command opens the store, calls the library and prints; the plumbing (exit codes, the
-terminal/pipe/JSON output policy, progress bars) is in ``cli_support``, the human-readable
-renderings in ``cli_render``, the statistics SQL in ``cli_stats`` and the demo session in
-``demo``. ``docs/cli.md`` is generated from this module's help texts by ``cli_docs``.
+terminal/pipe/JSON output policy, progress bars) is in ``_support``, the human-readable
+renderings in ``_render`` and ``_stats`` (the statistics themselves are
+``SessionStore.stats``), and the demo session in ``demo``. ``docs/cli.md`` is generated from
+this module's help texts by ``_docs``.
 """
 
 from __future__ import annotations

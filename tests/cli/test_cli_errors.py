@@ -58,6 +58,14 @@ def test_a_bad_url_is_a_usage_error(sqlite_cli, url):
     assert line.startswith(ONE_LINE + "invalid --url")
 
 
+def test_a_bare_path_as_url_suggests_the_sqlite_url(sqlite_cli):
+    out = sqlite_cli("ls", "--url", "sessions.db")
+    assert out.code == 2
+    [line] = out.error_lines
+    assert line.startswith(ONE_LINE + "invalid --url 'sessions.db'")
+    assert "did you mean sqlite:///sessions.db?" in line
+
+
 def test_a_bad_schema_name_is_a_usage_error(sqlite_cli):
     out = sqlite_cli("init", "--url", "postgresql://postgres@127.0.0.1:1/x", "--schema", "a-b; --")
     assert out.code == 2

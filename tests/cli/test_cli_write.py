@@ -362,3 +362,13 @@ def test_export_into_a_folder_derives_safe_file_names(cli, store, tmp_path):
 def test_export_usage_errors(cli, args):
     out = cli("export", *args)
     assert out.code == 2, out.stderr
+
+
+def test_verify_all_scans_in_creation_order(cli, store):
+    # The scan pages by creation, so a session written during it keeps its place (updated_at
+    # order would put "first" last-written, hence first, and could skip sessions).
+    for sid in ("first", "second", "third"):
+        store.create_session(sid)
+    store.open_session("first").append("session/title", {"title": "written last"})
+    report = json.loads(cli("verify", "--all", "--json").stdout)
+    assert [r["session_id"] for r in report] == ["first", "second", "third"]
