@@ -426,11 +426,6 @@ class SessionStore:
             raise InvalidArgumentError(
                 f"order must be 'updated' or 'created', got {order!r}", argument="order"
             )
-        if after is not None and not isinstance(after, SessionInfo | str):
-            raise InvalidArgumentError(
-                f"after must be a SessionInfo, a session id or None, not {after!r}",
-                argument="after",
-            )
         for name, bound in (("created_after", created_after), ("created_before", created_before)):
             if bound is not None:
                 _int_arg(name, bound)

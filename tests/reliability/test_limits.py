@@ -204,7 +204,10 @@ def test_a_lookup_of_an_id_no_session_can_have_is_not_found(store, bad_id):
         "delete_session": lambda: store.delete_session(bad_id),
         "fork_session": lambda: store.fork_session(bad_id),
         "export_jsonl": lambda: store.export_jsonl(bad_id, "/dev/null"),
+        "head_seq": lambda: store.head_seq(bad_id),
     }
+    if bad_id is not None:  # stats(None) is the whole store
+        lookups["stats"] = lambda: store.stats(bad_id)
     if bad_id is not None:  # after=None and parent=None filter nothing
         lookups["list_sessions(after=)"] = lambda: store.list_sessions(after=bad_id)
         assert store.list_sessions(parent=bad_id) == []

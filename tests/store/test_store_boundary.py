@@ -175,8 +175,6 @@ def test_a_huge_limit_is_clamped_on_both_backends(three, limit):
 @pytest.mark.parametrize(
     ("argument", "value"),
     [
-        ("after", 3),
-        ("after", ["s1"]),
         ("created_after", "1000"),
         ("created_before", 1.5),
         ("created_before", True),
@@ -187,6 +185,14 @@ def test_list_sessions_refuses_other_bad_arguments(three, argument, value):
     with pytest.raises(InvalidArgumentError) as info:
         three.list_sessions(**{argument: value})
     assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("after", [3, ["s1"], "no-such-session"])
+def test_an_after_cursor_no_session_has_is_not_found(three, after):
+    with pytest.raises(SessionNotFoundError):
+        three.list_sessions(after=after)
+    with pytest.raises(SessionNotFoundError):
+        three.list_sessions(after=after, order="created")
 
 
 def test_huge_created_bounds_are_clamped(three):
