@@ -71,8 +71,8 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
             _refuse_foreign(insp, tables, label)
         if not create:
             raise StoreError(
-                f"no store at {label}: it has no session_sql tables "
-                "(open_store(..., create=True) creates one)",
+                f"no store at {label}: it has no session_sql tables; create one with "
+                "`session-sql init` or open_store(..., create=True)",
                 path=label,
             )
         # Looked empty: re-check under the init lock, since another process may be first.

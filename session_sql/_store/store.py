@@ -902,7 +902,7 @@ def _require_sqlite_file(url: URL) -> None:
     path = database.removeprefix("file:") if parsed.query.get("uri") else database
     if path in ("", ":memory:") or not Path(path).exists():
         raise StoreError(
-            f"no store at {database or ':memory:'}: the file does not exist "
-            "(open_store(..., create=True) creates one)",
+            f"no store at {database or ':memory:'}: the file does not exist; create one with "
+            "`session-sql init` or open_store(..., create=True)",
             path=database or ":memory:",
         )

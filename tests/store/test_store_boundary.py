@@ -119,7 +119,7 @@ def test_create_false_refuses_a_missing_sqlite_file(tmp_path):
     path = tmp_path / "missing.db"
     with pytest.raises(StoreError) as info:
         open_store(f"sqlite:///{path}", create=False)
-    assert str(info.value) == f"no store at {path}"
+    assert str(info.value).startswith(f"no store at {path}")
     assert info.value.path == str(path)
     assert not path.exists()
     open_store(f"sqlite:///{path}").close()
