@@ -64,9 +64,16 @@ def published_file(target: PathLike) -> Iterator[IO[str]]:
     It is written under a unique temporary name in the target's directory (so concurrent
     writers of one path never share a file), fsynced, then renamed over ``target``: a reader
     sees the old file or the whole new one. On an exception the temporary file is removed and
-    ``target`` is left as it was. The file is created readable by its owner only.
+    ``target`` is left as it was. The file is created readable by its owner only. A target
+    that exists and is not a regular file (a device, a FIFO) is written in place.
     """
     path = Path(target)
+    if path.exists() and not path.is_file():
+        # A device or a FIFO (/dev/null, a pipe to another program) is written in place:
+        # renaming over it would replace the device with a regular file.
+        with path.open("w", encoding="utf-8", newline="\n") as fh:
+            yield fh
+        return
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:

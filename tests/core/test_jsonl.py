@@ -253,3 +253,37 @@ def test_a_file_name_too_long_for_a_disk_is_cut_and_made_unique(tmp_path: Path) 
     for name in names:
         assert len(name.encode()) <= 255 and "~" in name
         (tmp_path / name).write_text("ok", encoding="utf-8")
+
+
+def test_a_fifo_target_is_written_in_place_not_replaced(tmp_path: Path) -> None:
+    """Renaming over a FIFO or a device (``/dev/null``) would replace it with a regular file."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
+    reader.start()
+    session = new_session()
+    tool_turn(session)
+    count = write_jsonl(fifo, session.header, session.events)
+    reader.join(timeout=10)
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert count == len(session.events)
+    assert received and received[0].count("\n") == count + 1
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file left
+
+
+def test_import_session_sql_loads_neither_sqlalchemy_nor_psycopg() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, session_sql\n"
+        "s = session_sql.Session()\n"
+        "print(sorted(m for m in ('sqlalchemy', 'psycopg', 'pydantic') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
