@@ -256,15 +256,7 @@ class SessionStore:
         """Fork a stored session (SPEC §7.5); the child is written in one transaction."""
         loaded = self._load(parent_id)
         ctx = self._ctx
-        parent = Session._from_checked(
-            loaded.header,
-            loaded.log,
-            loaded.inherited_event_count,
-            ctx.catalog,
-            ctx.clock,
-            ctx.max_event_bytes,
-            state=loaded.state,
-        )
+        parent = self._detached(loaded, seeded=False)
         log, header, inherited = fork_seed(parent, boundary, child_id, ctx.clock())
         state = Replay()
         for _ in replay(log, state, ctx.catalog, log.__getitem__):
@@ -366,18 +358,7 @@ class SessionStore:
         Equal to ``Session(seed=<stored log>, header=<stored header>)``, marker included; the
         log is validated once, while it is read.
         """
-        loaded = self._load(session_id)
-        ctx = self._ctx
-        return Session._from_checked(
-            loaded.header,
-            loaded.log,
-            loaded.inherited_event_count,
-            ctx.catalog,
-            ctx.clock,
-            ctx.max_event_bytes,
-            state=loaded.state,
-            seeded=True,
-        )
+        return self._detached(self._load(session_id), seeded=True)
 
     def messages(self, session_id: str) -> list[Any]:
         """The messages a model sees, from the ``surface`` side table (never replays)."""
@@ -601,6 +582,20 @@ class SessionStore:
         """The ``surface`` rows as ``(pos, event_seq)`` in ``pos`` order."""
         query = self._ctx.statements.surface_rows
         return [(pos, seq) for pos, seq in conn.execute(query, {"b_id": session_id}).all()]
+
+    def _detached(self, loaded: _Loaded, *, seeded: bool) -> Session:
+        """An in-memory session over a loaded log (``seeded``: add the end-of-seed marker)."""
+        ctx = self._ctx
+        return Session._from_checked(
+            loaded.header,
+            loaded.log,
+            loaded.inherited_event_count,
+            ctx.catalog,
+            ctx.clock,
+            ctx.max_event_bytes,
+            state=loaded.state,
+            seeded=seeded,
+        )
 
     def _load(self, session_id: str, *, check_surface: bool = False) -> _Loaded:
         """Read and fully validate a stored session; ``check_surface`` also compares the table.
