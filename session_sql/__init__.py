@@ -42,6 +42,11 @@ from session_sql.session import EventsView, Session
 from session_sql.surface import Surface, SurfaceFold, fold_surface
 
 if TYPE_CHECKING:
+    from session_sql._store.async_store import (
+        AsyncSessionStore,
+        AsyncStoredSession,
+        open_async_store,
+    )
     from session_sql._store.schema import SCHEMA_VERSION
     from session_sql._store.stats import ModelTokens, StoreStats, ToolStats
     from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
@@ -49,6 +54,8 @@ if TYPE_CHECKING:
 
 # Store names, imported lazily (they pull in SQLAlchemy and psycopg): name -> module.
 _LAZY = {
+    "AsyncSessionStore": "session_sql._store.async_store",
+    "AsyncStoredSession": "session_sql._store.async_store",
     "SCHEMA_VERSION": "session_sql._store.schema",
     "ModelTokens": "session_sql._store.stats",
     "SessionInfo": "session_sql._store.store",
@@ -57,6 +64,7 @@ _LAZY = {
     "StoredSession": "session_sql._store.writer",
     "ToolStats": "session_sql._store.stats",
     "VerifyReport": "session_sql._store.store",
+    "open_async_store": "session_sql._store.async_store",
     "open_store": "session_sql._store.store",
 }
 
@@ -75,6 +83,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AsyncSessionStore",
+    "AsyncStoredSession",
     "Catalog",
     "ConcurrencyError",
     "ConfigurationError",
@@ -118,6 +128,7 @@ __all__ = [
     "interrupted_turn_closers",
     "invariant_validator",
     "jsonl_file_name",
+    "open_async_store",
     "open_store",
     "snapshot_json",
     "thaw",

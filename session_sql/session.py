@@ -429,6 +429,14 @@ class Session:
 
     def append_many(self, items: Iterable[Mapping[str, Any]]) -> list[SessionEvent]:
         """Append several events atomically: all commit or none does."""
+        batch = self._batch_items(items)
+        if not batch:
+            return []
+        return self._append_batch(batch)
+
+    @staticmethod
+    def _batch_items(items: Iterable[Mapping[str, Any]]) -> list[_Item]:
+        """``append_many``'s items as pipeline items; refuses anything but append's names."""
         if not isinstance(items, Iterable) or isinstance(items, str | bytes | Mapping):
             raise InvalidEventError(f"append_many takes a list of dicts, got {items!r}")
         batch: list[_Item] = []
@@ -451,9 +459,7 @@ class Session:
                     None,
                 )
             )
-        if not batch:
-            return []
-        return self._append_batch(batch)
+        return batch
 
     def _append_events(self, events: Iterable[SessionEvent]) -> list[SessionEvent]:
         """Append prepared events (closers) through the whole pipeline, keeping their times."""
@@ -463,6 +469,21 @@ class Session:
         return self._append_batch(batch) if batch else []
 
     def _append_batch(self, batch: list[_Item]) -> list[SessionEvent]:
+        events, transitions = self._begin_append(batch)
+        try:
+            self._persist(events, transitions)
+            self._commit(events, transitions)
+        finally:
+            self._busy = False
+        self._notify(events)
+        return events
+
+    def _begin_append(self, batch: list[_Item]) -> tuple[list[SessionEvent], list[Transition]]:
+        """The reentrancy check, then ``_prepare``; on return the busy flag is held.
+
+        The caller persists, commits and clears the flag (in a ``finally``), then notifies:
+        ``_append_batch`` here, and the async handle, which awaits the persist step.
+        """
         if self._busy:
             raise ReentrantAppendError(
                 f"append on session {self.id!r} while it is validating or notifying; "
@@ -470,13 +491,10 @@ class Session:
             )
         self._busy = True
         try:
-            events, transitions = self._prepare(batch)
-            self._persist(events, transitions)
-            self._commit(events, transitions)
-        finally:
+            return self._prepare(batch)
+        except BaseException:
             self._busy = False
-        self._notify(events)
-        return events
+            raise
 
     def _prepare(self, batch: list[_Item]) -> tuple[list[SessionEvent], list[Transition]]:
         """Steps 1–3: snapshot, rules, plan, validators. Nothing changes here."""

@@ -32,7 +32,9 @@ import psycopg
 from sqlalchemy import BigInteger, Connection, Engine, bindparam, event, exc, func, make_url, select
 from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.engine import URL
-from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
+from sqlalchemy.util import await_
 
 from session_sql._store.schema import NAMING_CONVENTION
 from session_sql.errors import (
@@ -55,6 +57,7 @@ __all__ = [
     "is_sqlite",
     "lock_schema_init",
     "make_engine",
+    "pipeline",
     "read_tx",
     "sqlite_pragmas",
     "snapshot_tx",
@@ -164,6 +167,7 @@ def make_engine(
     busy_timeout_ms: int = 5000,
     lock_timeout_ms: int = 5000,
     pool_size: int = 5,
+    async_driver: bool = False,
     **kw: Any,
 ) -> Engine:
     """Create an engine for a ``sqlite:///path`` or ``postgresql://`` URL.
@@ -173,6 +177,11 @@ def make_engine(
     ``lock_timeout``; 0 waits forever) to PostgreSQL only; all are checked on both. ``kw`` goes
     to ``sqlalchemy.create_engine``. Raises ``ConfigurationError`` for another scheme, a bad
     option, or a keyword ``create_engine`` refuses.
+
+    ``async_driver`` (PostgreSQL; the async store's engine): the sync face of an asyncio
+    engine on psycopg's async connections. The store's ordinary code runs on it unchanged
+    inside ``sqlalchemy.util.greenlet_spawn``, every I/O step being awaited on the event loop.
+    SQLite ignores it: the async store runs SQLite in worker threads.
     """
     parsed = _normalise_url(url)
     given = ", ".join(sorted(kw)) or "none"
@@ -187,7 +196,7 @@ def make_engine(
     try:
         if parsed.drivername.startswith("sqlite"):
             return _sqlite_engine(parsed, pragmas, busy_timeout_ms, pool_size, kw)
-        return _postgresql_engine(parsed, lock_timeout_ms, pool_size, kw)
+        return _postgresql_engine(parsed, lock_timeout_ms, pool_size, kw, async_driver=async_driver)
     except (TypeError, exc.ArgumentError) as error:
         # create_engine refuses an unknown keyword, or a value of the wrong kind.
         raise ConfigurationError(
@@ -301,16 +310,24 @@ def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
 
 
 def _postgresql_engine(
-    url: URL, lock_timeout_ms: int, pool_size: int, kw: dict[str, Any]
+    url: URL,
+    lock_timeout_ms: int,
+    pool_size: int,
+    kw: dict[str, Any],
+    *,
+    async_driver: bool = False,
 ) -> Engine:
     connect_args = dict(kw.pop("connect_args", {}))
     if "connect_timeout" not in url.query:
         # libpq waits forever for an unreachable host by default.
         connect_args.setdefault("connect_timeout", 10)
-    kw.setdefault("poolclass", QueuePool)
+    kw.setdefault("poolclass", AsyncAdaptedQueuePool if async_driver else QueuePool)
     kw.setdefault("pool_size", pool_size)
     kw.setdefault("pool_pre_ping", True)
-    engine = _sa_create_engine(url, connect_args=connect_args, **kw)
+    if async_driver:
+        engine = create_async_engine(url, connect_args=connect_args, **kw).sync_engine
+    else:
+        engine = _sa_create_engine(url, connect_args=connect_args, **kw)
 
     def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
         # Set per connection (not via connect_args), so that a ``creator`` gets it as well.
@@ -325,6 +342,29 @@ def _postgresql_engine(
 
     event.listen(engine, "connect", on_connect)
     return engine
+
+
+@contextmanager
+def pipeline(driver_connection: Any) -> Iterator[None]:
+    """psycopg's pipeline mode on a pooled connection, sync or async (one round trip).
+
+    On an async engine's connection (inside ``greenlet_spawn``) the async pipeline is entered
+    and left through ``await_``, so the statements in the block queue exactly as they do on a
+    sync connection, and the sync happens on the event loop.
+    """
+    if not isinstance(driver_connection, psycopg.AsyncConnection):
+        with driver_connection.pipeline():
+            yield
+        return
+    manager = driver_connection.pipeline()
+    await_(manager.__aenter__())
+    try:
+        yield
+    except BaseException as error:
+        if not await_(manager.__aexit__(type(error), error, error.__traceback__)):
+            raise
+    else:
+        await_(manager.__aexit__(None, None, None))
 
 
 def target_schema(engine: Engine | Connection, schema: str | None) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import insert, select
 
 from session_sql._store.context import StoreContext
-from session_sql._store.engine import begin_raw_write, write_tx
+from session_sql._store.engine import begin_raw_write, pipeline, write_tx
 from session_sql._store.rows import event_row_json
 from session_sql.errors import CorruptSessionError, SessionExistsError
 from session_sql.events import SessionEvent
@@ -82,7 +82,9 @@ def append(
     ops = _surface_ops(ctx, session_id, transitions, next_pos)
     raw = ctx.engine.raw_connection()
     try:
-        dbapi = raw.driver_connection
+        # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);
+        # the driver's own connection only for the pipeline.
+        dbapi = raw.dbapi_connection
         assert dbapi is not None
         cur = raw.cursor()
         head_cur = raw.cursor()
@@ -90,7 +92,7 @@ def append(
         node_checks: list[tuple[Any, int]] = []
         begin_raw_write(ctx.engine, cur)
         try:
-            with nullcontext() if ctx.sqlite else dbapi.pipeline():
+            with nullcontext() if ctx.sqlite else pipeline(raw.driver_connection):
                 head_cur.execute(c.advance.sql, c.advance.bind(advance))
                 if ctx.sqlite and head_cur.rowcount != 1:
                     dbapi.rollback()

@@ -142,6 +142,20 @@ def snapshot_events(
         )
 
 
+def check_session(ctx: StoreContext, session_id: str) -> None:
+    """Raise ``SessionNotFoundError`` unless the session exists (one read transaction)."""
+    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        require_session(conn, ctx, session_id)
+
+
+def events_after(ctx: StoreContext, session_id: str, after_seq: int) -> list[SessionEvent]:
+    """One page (at most ``FOLLOW_BATCH``) of the events committed after ``after_seq``."""
+    params = {"b_id": session_id, "b_after": after_seq, "b_limit": FOLLOW_BATCH}
+    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        rows = conn.execute(ctx.statements.events_after, params).all()
+    return [event_from_row(session_id, row) for row in rows]
+
+
 def follow(
     ctx: StoreContext, session_id: str, after_seq: int = -1, timeout: float | None = None
 ) -> Iterator[SessionEvent]:
@@ -150,22 +164,16 @@ def follow(
     PostgreSQL wakes the follower with LISTEN/NOTIFY; SQLite polls with a short backoff. Returns
     after ``timeout`` seconds without a new event (``None``: never). Takes no write lock.
     """
-    q = ctx.statements
-    with translate_errors(session_id), read_tx(ctx.engine) as conn:
-        require_session(conn, ctx, session_id)
+    check_session(ctx, session_id)
     listener = _Listener(ctx) if ctx.channel is not None else None
     try:
         last = after_seq
         idle_since = _time.monotonic()
         backoff = 0.002
         while True:
-            with translate_errors(session_id), read_tx(ctx.engine) as conn:
-                rows = conn.execute(
-                    q.events_after, {"b_id": session_id, "b_after": last, "b_limit": FOLLOW_BATCH}
-                ).all()
-            if rows:
-                for row in rows:
-                    event = event_from_row(session_id, row)
+            events = events_after(ctx, session_id, last)
+            if events:
+                for event in events:
                     last = event.seq
                     yield event
                 idle_since = _time.monotonic()

@@ -7,6 +7,9 @@ Transitions to the ``surface`` side table. Memory changes only after the transac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from sqlalchemy import Connection
 
 from session_sql._store import fastpath
@@ -116,6 +119,11 @@ class StoredSession(Session):
 
     def refresh(self) -> list[SessionEvent]:
         """Load (and fully validate) what other writers appended; returns the new events."""
+        row, rows = self._read_new()
+        return self._fold_new(row, rows)
+
+    def _read_new(self) -> tuple[Any, Sequence[Any]]:
+        """``refresh``'s I/O: the session row and the event rows past this handle's log."""
         ctx = self._ctx
         st = ctx.statements
         with translate_errors(self.id), read_tx(ctx.engine) as conn:
@@ -129,6 +137,11 @@ class StoredSession(Session):
             rows = conn.execute(
                 st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
             ).all()
+        return row, rows
+
+    def _fold_new(self, row: Any, rows: Sequence[Any]) -> list[SessionEvent]:
+        """``refresh``'s checks (no I/O): fold the new rows, or change nothing and raise."""
+        ctx = self._ctx
         if not rows and not stored_problems(row, self._state):
             return []  # otherwise the row moved without events: the check below refuses it
         log, base = self._log, len(self._log)

@@ -1,0 +1,427 @@
+"""The async API (SPEC §11.3): ``open_async_store``, ``AsyncSessionStore``, ``AsyncStoredSession``.
+
+There is no second store here. An ``AsyncSessionStore`` drives an ordinary ``SessionStore``,
+and each call runs the sync store's very code off the event loop's I/O:
+
+* SQLite: in a worker thread of a pool sized like the connection pool.
+* PostgreSQL: on the event loop, inside ``sqlalchemy.util.greenlet_spawn``, on an engine built
+  on psycopg's async connections (``make_engine(..., async_driver=True)``): every statement,
+  commit and pipeline sync is awaited, while the SQL and the logic are the sync store's own.
+  This is ``AsyncConnection.run_sync`` at the grain of a whole public method, so each method
+  keeps its one transaction, and no method had to be split for the async API.
+
+The append pipeline is ``Session``'s: ``_begin_append`` (reentrancy flag, snapshot, rules,
+plan, validators) on the loop, the persist step awaited, then ``_commit`` and ``_notify``.
+Every call runs to completion even when its task is cancelled: the cancellation is raised
+after the call has finished, so a cancelled append either committed (and the handle shows
+it) or wrote nothing, never half, and the handle stays usable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import itertools
+import os
+import time
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, TypeVar
+
+from psycopg import sql
+from sqlalchemy.util import greenlet_spawn
+
+from session_sql._store import reader
+from session_sql._store.engine import translate_errors
+from session_sql._store.schema import DEFAULT_SCHEMA
+from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
+from session_sql._store.writer import StoredSession
+from session_sql.catalog import Catalog
+from session_sql.events import SessionEvent, SurfaceOp
+from session_sql.session import Session
+
+T = TypeVar("T")
+
+_POLL_START = 0.002
+_POLL_MAX = 0.05
+
+
+async def _settle(future: asyncio.Future[Any]) -> bool:
+    """Wait until ``future`` is done, whatever happens to the waiting task.
+
+    Returns whether the waiting task was cancelled meanwhile; the caller re-raises the
+    cancellation once it has applied the outcome. ``asyncio.wait`` never cancels ``future``.
+    """
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
+
+
+class _Runner:
+    """Where the sync store's code runs: worker threads (SQLite) or a greenlet (PostgreSQL)."""
+
+    def __init__(self, *, threads: int | None) -> None:
+        self._pool = (
+            None
+            if threads is None
+            else concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="session_sql")
+        )
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        """Start ``fn(*args)``; its future runs on even if the caller is cancelled."""
+        if self._pool is None:
+            return asyncio.ensure_future(greenlet_spawn(fn, *args))
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(self._pool, functools.partial(fn, *args))
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` run to completion; a cancellation is raised after it has finished."""
+        future = self.submit(fn, *args)
+        if await _settle(future):
+            raise asyncio.CancelledError
+        return future.result()
+
+    def shutdown(self) -> None:
+        """Stop the worker threads (idle by now: every call ran to completion)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+
+
+class AsyncStoredSession(StoredSession):
+    """A write handle whose ``append``, ``append_many`` and ``refresh`` are coroutines.
+
+    The readers (``seq``, ``surface``, ``messages()``, ``events``, ``first_live_seq``, ...)
+    and ``add_validator``/``subscribe`` are ``StoredSession``'s, synchronous (no I/O).
+    Appends and refreshes on one handle run one at a time, in call order.
+    """
+
+    _runner: _Runner
+    _lock: asyncio.Lock
+
+    @classmethod
+    def _adopt_handle(cls, handle: StoredSession, runner: _Runner) -> AsyncStoredSession:
+        """The async face of a handle the sync store just built (which is then discarded)."""
+        session = cls.__new__(cls)
+        session.__dict__.update(handle.__dict__)
+        session._runner = runner
+        session._lock = asyncio.Lock()
+        return session
+
+    async def append(  # type: ignore[override]
+        self,
+        type: str,
+        data: Any = None,
+        *,
+        surface_op: SurfaceOp | Mapping[str, Any] | None = None,
+        source_event_seqs: Sequence[int] | None = None,
+        ignorable: bool = False,
+    ) -> SessionEvent:
+        """Validate, commit and publish one event (SPEC §7.2)."""
+        item = (type, data, surface_op, source_event_seqs, ignorable, None)
+        return (await self._append_async([item]))[0]
+
+    async def append_many(  # type: ignore[override]
+        self, items: Iterable[Mapping[str, Any]]
+    ) -> list[SessionEvent]:
+        """Append several events atomically: all commit or none does."""
+        return await self._append_async(Session._batch_items(items))
+
+    async def refresh(self) -> list[SessionEvent]:  # type: ignore[override]
+        """Load (and fully validate) what other writers appended; returns the new events."""
+        async with self._lock:
+            row, rows = await self._runner.call(self._read_new)
+            return self._fold_new(row, rows)
+
+    async def _append_async(self, batch: list[Any]) -> list[SessionEvent]:
+        if not batch:
+            return []
+        async with self._lock:
+            events, transitions = self._begin_append(batch)
+            try:
+                persisted = self._runner.submit(self._persist, events, transitions)
+                cancelled = await _settle(persisted)
+                persisted.result()  # the persist step's error, with nothing changed
+                self._commit(events, transitions)
+            finally:
+                self._busy = False
+            self._notify(events)
+        if cancelled:
+            raise asyncio.CancelledError
+        return events
+
+
+class AsyncSessionStore:
+    """``SessionStore`` for asyncio: the same methods, as coroutines; see ``open_async_store``.
+
+    Awaiting it, or entering it with ``async with``, opens it (once).
+    """
+
+    def __init__(
+        self, url: str, *, schema: str, catalog: Catalog | None, options: dict[str, Any]
+    ) -> None:
+        self.url = url
+        self._opening = functools.partial(
+            open_store,
+            url,
+            schema=schema,
+            catalog=catalog,
+            async_driver=not url.startswith("sqlite"),
+            **options,
+        )
+        threads = max(1, int(options.get("pool_size", 5)))
+        self._runner = _Runner(threads=threads if url.startswith("sqlite") else None)
+        self._opened: SessionStore | None = None
+
+    async def _open(self) -> AsyncSessionStore:
+        if self._opened is None:
+            try:
+                self._opened = await self._runner.call(self._opening)
+            except BaseException:
+                self._runner.shutdown()
+                raise
+        return self
+
+    def __await__(self) -> Generator[Any, None, AsyncSessionStore]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncSessionStore:
+        return await self._open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def _store(self) -> SessionStore:
+        if self._opened is None:
+            raise RuntimeError("the async store is not open: await it or use 'async with'")
+        return self._opened
+
+    @property
+    def backend(self) -> str:
+        return self._store.backend
+
+    @property
+    def schema(self) -> str | None:
+        return self._store.schema
+
+    @property
+    def catalog(self) -> Catalog:
+        return self._store.catalog
+
+    async def close(self) -> None:
+        """Release every pooled connection (and the worker threads)."""
+        if self._opened is not None:
+            await self._runner.call(self._opened.close)
+        self._runner.shutdown()
+
+    def __repr__(self) -> str:
+        return f"AsyncSessionStore({self.url!r})"
+
+    async def _handle(self, fn: Callable[..., StoredSession], *args: Any) -> AsyncStoredSession:
+        handle = await self._runner.call(fn, *args)
+        return AsyncStoredSession._adopt_handle(handle, self._runner)
+
+    # -- writing --------------------------------------------------------------------------
+
+    async def create_session(
+        self,
+        session_id: str | None = None,
+        *,
+        header: Mapping[str, Any] | None = None,
+        seed: Sequence[SessionEvent | Mapping[str, Any]] | None = None,
+    ) -> AsyncStoredSession:
+        """Create a session (with its seed and end-of-seed marker) in one transaction."""
+        create = functools.partial(self._store.create_session, header=header, seed=seed)
+        return await self._handle(create, session_id)
+
+    async def open_session(self, session_id: str, *, resume: bool = False) -> AsyncStoredSession:
+        """A write handle on a stored session. Writes nothing unless ``resume=True``."""
+        return await self._handle(
+            functools.partial(self._store.open_session, resume=resume), session_id
+        )
+
+    async def fork_session(
+        self, parent_id: str, *, boundary: int | None = None, child_id: str | None = None
+    ) -> AsyncStoredSession:
+        """Fork a stored session (SPEC §7.5); the child is written in one transaction."""
+        fork = functools.partial(self._store.fork_session, boundary=boundary, child_id=child_id)
+        return await self._handle(fork, parent_id)
+
+    async def repair(self, session_id: str) -> list[SessionEvent]:
+        """Close a turn left open by a crash (SPEC §7.4); returns the appended closers."""
+        return await self._runner.call(self._store.repair, session_id)
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session with its events and surface rows."""
+        await self._runner.call(self._store.delete_session, session_id)
+
+    async def import_jsonl(self, path: str | os.PathLike[str]) -> str:
+        """Store a JSONL session exactly as the file holds it; returns its id."""
+        return await self._runner.call(self._store.import_jsonl, path)
+
+    async def export_jsonl(self, session_id: str, path: Any) -> int:
+        """Write a session as JSONL; returns the number of events."""
+        return await self._runner.call(self._store.export_jsonl, session_id, path)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def load_session(self, session_id: str) -> Session:
+        """A detached, fully validated in-memory replay of a stored session."""
+        return await self._runner.call(self._store.load_session, session_id)
+
+    async def messages(self, session_id: str) -> list[Any]:
+        """The messages a model sees, from the ``surface`` side table (never replays)."""
+        return await self._runner.call(self._store.messages, session_id)
+
+    async def surface(self, session_id: str) -> tuple[int, ...]:
+        """The surface's event seqs in order, from the side table."""
+        return await self._runner.call(self._store.surface, session_id)
+
+    async def events(
+        self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
+    ) -> AsyncIterator[SessionEvent]:
+        """An async iterator over a session's events in seq order, fetched page by page.
+
+        Raises ``SessionNotFoundError`` here, not at the first step.
+        """
+        pages = await self._runner.call(
+            functools.partial(self._store.events, from_seq=from_seq, to_seq=to_seq), session_id
+        )
+        return self._paged(pages)
+
+    async def _paged(self, pages: Iterator[SessionEvent]) -> AsyncIterator[SessionEvent]:
+        def page() -> list[SessionEvent]:
+            return list(itertools.islice(pages, reader.STREAM_BATCH))
+
+        while True:
+            events = await self._runner.call(page)
+            for event in events:
+                yield event
+            if len(events) < reader.STREAM_BATCH:
+                return
+
+    async def list_sessions(
+        self,
+        *,
+        limit: int = 100,
+        after: SessionInfo | str | None = None,
+        parent: str | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+    ) -> list[SessionInfo]:
+        """Sessions newest-updated first (ties by id), paged by ``after``."""
+        listing = functools.partial(
+            self._store.list_sessions,
+            limit=limit,
+            after=after,
+            parent=parent,
+            created_after=created_after,
+            created_before=created_before,
+        )
+        return await self._runner.call(listing)
+
+    async def verify(self, session_id: str) -> VerifyReport:
+        """Replay the log and compare its fold with the ``surface`` table and the session row."""
+        return await self._runner.call(self._store.verify, session_id)
+
+    async def follow(
+        self, session_id: str, *, after_seq: int = -1, timeout: float | None = None
+    ) -> AsyncIterator[SessionEvent]:
+        """Yield events as other writers commit them, in seq order, each once (an async
+        iterator; ``SessionNotFoundError`` comes at its first step).
+
+        PostgreSQL waits with LISTEN on psycopg's async connection; SQLite polls in the worker
+        threads with an ``asyncio.sleep`` backoff. Returns after ``timeout`` seconds without
+        a new event (``None``: never).
+        """
+        ctx = self._store._ctx
+        last = max(-1, min(after_seq, 2**62))
+        await self._runner.call(reader.check_session, ctx, session_id)
+        listener = None if ctx.channel is None else await _AsyncListener.open(self, ctx)
+        try:
+            idle_since = time.monotonic()
+            backoff = _POLL_START
+            while True:
+                events = await self._runner.call(reader.events_after, ctx, session_id, last)
+                if events:
+                    for event in events:
+                        last = event.seq
+                        yield event
+                    idle_since = time.monotonic()
+                    backoff = _POLL_START
+                    continue
+                remaining = None if timeout is None else timeout - (time.monotonic() - idle_since)
+                if remaining is not None and remaining <= 0:
+                    return
+                if listener is not None:
+                    await listener.wait(1.0 if remaining is None else min(remaining, 1.0))
+                else:
+                    await asyncio.sleep(backoff if remaining is None else min(backoff, remaining))
+                    backoff = min(backoff * 2, _POLL_MAX)
+        finally:
+            if listener is not None:
+                await listener.close()
+
+
+class _AsyncListener:
+    """A LISTENing psycopg ``AsyncConnection``, taken from the store's async engine and
+    detached from its pool (so it connects exactly as the store does)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, store: AsyncSessionStore, ctx: Any) -> _AsyncListener:
+        def checkout() -> Any:
+            with translate_errors():
+                raw = ctx.engine.raw_connection()
+                conn = raw.driver_connection
+                raw.detach()  # it is ours now: closing it will not return it to the pool
+                return conn
+
+        conn = await store._runner.call(checkout)
+        try:
+            with translate_errors():
+                await conn.rollback()  # out of whatever the pool's ping began
+                await conn.set_autocommit(True)
+                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(conn)
+
+    async def wait(self, seconds: float) -> None:
+        """Return on the first notification, or after ``seconds``."""
+        with translate_errors():
+            async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                pass
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+
+def open_async_store(
+    url: str = "sqlite:///sessions.db",
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    catalog: Catalog | None = None,
+    **options: Any,
+) -> AsyncSessionStore:
+    """A store for asyncio, opened (initialised when empty) when awaited or entered.
+
+    ``async with open_async_store(url) as store:`` or ``store = await open_async_store(url)``
+    (then ``await store.close()``). The options are ``open_store``'s, with its errors.
+    """
+    return AsyncSessionStore(url, schema=schema, catalog=catalog, options=options)
