@@ -42,6 +42,9 @@ from .store_builders import (
     wires,
 )
 
+# The same tests drive the async API (tests/store/async_facade.py).
+BOTH_APIS = True
+
 
 def rich_session(store: SessionStore, session_id: str = "s1") -> None:
     """A session with replaces, a pruned tool result, an unknown ignorable event and floats."""

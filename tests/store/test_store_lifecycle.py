@@ -41,6 +41,9 @@ from .store_builders import (
     wires,
 )
 
+# The same tests drive the async API (tests/store/async_facade.py).
+BOTH_APIS = True
+
 
 def assert_verified(store: SessionStore, *session_ids: str) -> None:
     for sid in session_ids:

@@ -41,6 +41,9 @@ from .store_builders import (
     tool_turn_log,
 )
 
+# The same tests drive the async API (tests/store/async_facade.py).
+BOTH_APIS = True
+
 
 def healthy(store: SessionStore, sid: str = "s1") -> StoredSession:
     """A closed tool turn (seqs 0–12; surface 2, 5, 7, 10), a summary of 2..5 (13), a todo (14).

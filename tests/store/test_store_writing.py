@@ -46,6 +46,11 @@ from .store_builders import (
     wires,
 )
 
+# The same tests drive the async API (tests/store/async_facade.py).
+BOTH_APIS = True
+# An observer is synchronous: on the async API it cannot call the store and wait.
+SYNC_ONLY = {"test_observers_run_after_the_commit_and_cannot_undo_it"}
+
 
 def assert_consistent(store: SessionStore, handle: Session) -> None:
     """The handle, the side table, the session row and a fresh replay all agree."""
