@@ -34,7 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from psycopg import sql
 from sqlalchemy.util import greenlet_spawn
@@ -271,7 +271,7 @@ class AsyncSessionStore:
         """Store a JSONL session exactly as the file holds it; returns its id."""
         return await self._runner.call(self._store.import_jsonl, path)
 
-    async def export_jsonl(self, session_id: str, path: Any) -> int:
+    async def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
         """Write a session as JSONL; returns the number of events."""
         return await self._runner.call(self._store.export_jsonl, session_id, path)
 
