@@ -1,0 +1,403 @@
+"""The async API on its own terms (SPEC §11.3): the loop never waits on I/O, concurrency,
+cancellation, lazy streams. The store contract itself runs on the async API through
+``async_facade`` (``BOTH_APIS`` in the contract modules)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import event
+
+from session_sql import (
+    AsyncSessionStore,
+    AsyncStoredSession,
+    ConcurrencyError,
+    ReentrantAppendError,
+    SessionNotFoundError,
+    SessionStore,
+    StoredSession,
+    open_async_store,
+)
+from session_sql._store import reader
+
+from .store_builders import user_message
+
+T = TypeVar("T")
+
+
+def run(backend: Any, body: Callable[[AsyncSessionStore], Awaitable[T]], **options: Any) -> T:
+    """Run ``body(store)`` on a fresh event loop with an async store on ``backend``."""
+
+    async def main() -> T:
+        async with open_async_store(backend.url, schema=backend.schema, **options) as store:
+            return await body(store)
+
+    return asyncio.run(main())
+
+
+async def say(handle: AsyncStoredSession, text: str = "hi") -> int:
+    event = await handle.append("user/message", user_message(text), surface_op="append")
+    return event.seq
+
+
+async def stored_seqs(store: AsyncSessionStore, session_id: str) -> list[int]:
+    return [e.seq async for e in await store.events(session_id)]
+
+
+# -- the API ----------------------------------------------------------------------------------
+
+
+def test_every_store_method_is_there_with_the_same_parameters() -> None:
+    public = {
+        name: fn
+        for name, fn in inspect.getmembers(SessionStore, inspect.isfunction)
+        if not name.startswith("_")
+    }
+    for name, fn in public.items():
+        twin = getattr(AsyncSessionStore, name)
+        assert list(inspect.signature(twin).parameters.values()) == list(
+            inspect.signature(fn).parameters.values()
+        ), name
+        if name == "follow":
+            assert inspect.isasyncgenfunction(twin)
+        else:
+            assert inspect.iscoroutinefunction(twin), name
+    for name in ("append", "append_many", "refresh"):
+        assert inspect.iscoroutinefunction(getattr(AsyncStoredSession, name))
+        assert list(inspect.signature(getattr(AsyncStoredSession, name)).parameters) == list(
+            inspect.signature(getattr(StoredSession, name)).parameters
+        )
+
+
+def test_opening_refuses_what_open_store_refuses(tmp_path) -> None:
+    async def bad_schema() -> None:
+        async with open_async_store(f"sqlite:///{tmp_path / 'a.db'}", schema="no-dash"):
+            pass
+
+    with pytest.raises(ValueError, match="schema"):
+        asyncio.run(bad_schema())
+
+    async def bad_option() -> None:
+        await open_async_store(f"sqlite:///{tmp_path / 'a.db'}", synchronous="SOMETIMES")
+
+    with pytest.raises(ValueError, match="synchronous"):
+        asyncio.run(bad_option())
+
+
+def test_handles_read_synchronously_and_append_as_coroutines(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        handle = await store.create_session("s1", seed=[])
+        assert isinstance(handle, AsyncStoredSession)
+        assert handle.first_live_seq == 0
+        assert await say(handle) == 1
+        assert len(handle.messages()) == 1
+        assert handle.surface.nodes == (1,) == tuple(await store.surface("s1"))
+        other = await store.open_session("s1")
+        await other.append_many([{"type": "todo/write", "data": {}}] * 2)
+        with pytest.raises(ConcurrencyError):
+            await say(handle)
+        assert [e.seq for e in await handle.refresh()] == [2, 3]
+        assert await say(handle) == 4
+        assert (await store.verify("s1")).ok
+
+    run(backend, body)
+
+
+def test_appends_on_one_handle_run_one_at_a_time(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        handle = await store.create_session("s1")
+        seqs = await asyncio.gather(*(say(handle, str(i)) for i in range(10)))
+        assert sorted(seqs) == list(range(10))
+        assert await stored_seqs(store, "s1") == list(range(10))
+
+    run(backend, body)
+
+
+def test_an_observer_cannot_append_to_the_session_it_observes(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        handle = await store.create_session("s1")
+        errors: list[BaseException] = []
+
+        def observer(session: Any, event: Any) -> None:
+            try:
+                session._begin_append([("todo/write", {}, None, None, False, None)])
+            except ReentrantAppendError as exc:
+                errors.append(exc)
+
+        handle.subscribe(observer)
+        await say(handle)
+        assert len(errors) == 1
+        assert await say(handle) == 1  # the flag was released
+
+    run(backend, body)
+
+
+def test_events_is_a_lazy_paged_stream(backend, monkeypatch) -> None:
+    monkeypatch.setattr(reader, "STREAM_BATCH", 10)
+
+    async def body(store: AsyncSessionStore) -> None:
+        seed = [{"type": "todo/write", "seq": i, "time": i, "data": {"i": i}} for i in range(34)]
+        await store.create_session("big", seed=seed)
+        fetched: list[int] = []
+        engine = store._store.engine
+
+        def on_execute(*args: Any) -> None:
+            fetched.append(1)
+
+        event.listen(engine, "before_cursor_execute", on_execute)
+        try:
+            stream = await store.events("big")
+            assert isinstance(stream, AsyncIterator)
+            first = await anext(stream)
+            after_first = len(fetched)
+            rest = [e.seq async for e in stream]
+        finally:
+            event.remove(engine, "before_cursor_execute", on_execute)
+        assert first.seq == 0 and rest == list(range(1, 35))
+        assert len(fetched) > after_first  # later pages were fetched as the stream advanced
+        with pytest.raises(SessionNotFoundError):
+            await store.events("nope")  # refused when awaited, not at the first step
+
+    run(backend, body)
+
+
+def test_follow_yields_what_other_tasks_commit_in_order(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        writer = await store.create_session("s1")
+        await say(writer, "before")
+
+        async def write() -> None:
+            for i in range(5):
+                await say(writer, str(i))
+                await asyncio.sleep(0.01)
+
+        task = asyncio.create_task(write())
+        seen = []
+        async for e in store.follow("s1", timeout=2.0):
+            seen.append(e.seq)
+            if e.seq == 5:
+                break
+        await task
+        assert seen == [0, 1, 2, 3, 4, 5]
+        assert [e.seq async for e in store.follow("s1", after_seq=3, timeout=0)] == [4, 5]
+        with pytest.raises(SessionNotFoundError):
+            async for _ in store.follow("nope", timeout=0):
+                pass
+
+    run(backend, body)
+
+
+# -- the loop never waits on I/O --------------------------------------------------------------
+
+_LATENCY = 0.25  # seconds of simulated I/O at each pool checkout
+_SLOW = 0.1  # asyncio's slow-callback threshold for the test
+
+
+def _slow_io(store: AsyncSessionStore) -> None:
+    """Make every connection checkout take ``_LATENCY`` of I/O, where the store does its I/O:
+    a sleep in the worker thread (SQLite), a ``pg_sleep`` awaited through the async driver
+    (PostgreSQL). Were any of it run on the loop, a callback would take that long."""
+    sqlite = store.backend == "sqlite"
+
+    def on_checkout(dbapi_connection: Any, *args: Any) -> None:
+        if sqlite:
+            time.sleep(_LATENCY)
+        else:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"SELECT pg_sleep({_LATENCY})")
+            cursor.close()
+            dbapi_connection.rollback()  # leave it idle, as the pool handed it over
+
+    event.listen(store._store.engine, "checkout", on_checkout)
+
+
+def test_no_step_blocks_the_loop_on_io(backend, caplog) -> None:
+    async def body(store: AsyncSessionStore) -> int:
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = _SLOW
+        _slow_io(store)
+        writer = await store.create_session("s1")
+        ticks = 0
+
+        async def ticker() -> None:  # proves the loop kept running during the I/O
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        await say(writer)
+        await writer.append_many([{"type": "todo/write", "data": {}}] * 3)
+        reader_handle = await store.open_session("s1")
+        await say(writer)
+        await reader_handle.refresh()
+        await store.messages("s1")
+        await store.surface("s1")
+        await store.load_session("s1")
+        assert (await store.verify("s1")).ok
+        assert [e.seq async for e in store.follow("s1", after_seq=3, timeout=0.05)] == [4]
+        tick.cancel()
+        return ticks
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        ticks = run(backend, body)
+    slow = [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert slow == []
+    assert ticks >= 20  # at least 10 x 0.25 s of I/O went by with the loop free
+
+
+# -- concurrency ------------------------------------------------------------------------------
+
+
+def test_fifty_tasks_append_to_fifty_sessions(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        handles = [await store.create_session(f"s{i}") for i in range(50)]
+
+        async def work(handle: AsyncStoredSession) -> None:
+            for j in range(4):
+                await say(handle, str(j))
+
+        await asyncio.gather(*(work(h) for h in handles))
+        for h in handles:
+            assert await stored_seqs(store, h.id) == [0, 1, 2, 3] == [e.seq for e in h.events]
+            assert (await store.verify(h.id)).ok
+
+    run(backend, body)
+
+
+def test_eight_tasks_on_one_session_refresh_and_retry(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        await store.create_session("s1")
+        handles = [await store.open_session("s1") for _ in range(8)]
+        conflicts = 0
+
+        async def work(handle: AsyncStoredSession, k: int) -> list[int]:
+            nonlocal conflicts
+            mine = []
+            for j in range(5):
+                while True:
+                    try:
+                        mine.append(await say(handle, f"{k}.{j}"))
+                        break
+                    except ConcurrencyError:
+                        conflicts += 1
+                        await handle.refresh()
+            return mine
+
+        results = await asyncio.gather(*(work(h, k) for k, h in enumerate(handles)))
+        committed = sorted(s for r in results for s in r)
+        assert committed == list(range(40))  # no gaps, no duplicates
+        assert await stored_seqs(store, "s1") == list(range(40))
+        texts = [m["content"][0]["text"] for m in await store.messages("s1")]
+        assert sorted(texts) == sorted(f"{k}.{j}" for k in range(8) for j in range(5))
+        assert conflicts > 0
+        assert (await store.verify("s1")).ok
+
+    run(backend, body)
+
+
+# -- cancellation -----------------------------------------------------------------------------
+
+
+def test_a_cancelled_append_committed_or_not_never_half(backend) -> None:
+    """Cancel an append after k loop iterations, for every k until it finishes on its own;
+    each time the handle must equal a fresh load and keep appending."""
+
+    async def body(store: AsyncSessionStore) -> set[tuple[bool, bool]]:
+        handle = await store.create_session("s1")
+        outcomes: set[tuple[bool, bool]] = set()
+        for k in range(400):
+            before = handle.seq
+            task = asyncio.create_task(
+                handle.append_many(
+                    [
+                        {
+                            "type": "user/message",
+                            "data": user_message(str(k)),
+                            "surface_op": "append",
+                        },
+                        {"type": "todo/write", "data": {"k": k}},
+                    ]
+                )
+            )
+            for _ in range(k):
+                await asyncio.sleep(0)
+            finished = task.done()
+            task.cancel()
+            try:
+                await task
+                cancelled = False
+            except asyncio.CancelledError:
+                cancelled = True
+            committed = handle.seq == before + 2
+            assert committed or handle.seq == before
+            outcomes.add((cancelled, committed))
+            fresh = await store.load_session("s1")
+            assert list(handle.events) == list(fresh.events)[: handle.seq]
+            assert handle.surface.nodes == tuple(await store.surface("s1"))
+            assert handle.messages() == await store.messages("s1")
+            if finished:
+                break
+        await say(handle, "after")
+        assert (await store.verify("s1")).ok
+        return outcomes
+
+    outcomes = run(backend, body)
+    # Cancelled before it started, cancelled while its transaction ran (and it committed),
+    # and finished before the cancel: every case was exercised.
+    assert {(True, False), (True, True), (False, True)} <= outcomes
+
+
+def test_a_cancelled_refresh_leaves_the_handle_usable(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        handle = await store.create_session("s1")
+        other = await store.open_session("s1")
+        await say(other)
+        for k in range(50):
+            task = asyncio.create_task(handle.refresh())
+            for _ in range(k):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert handle.seq in (0, 1)
+            if handle.seq == 1:
+                break
+        await handle.refresh()
+        assert handle.seq == 1
+        assert await say(handle) == 1
+        assert (await store.verify("s1")).ok
+
+    run(backend, body)
+
+
+def test_worker_threads_and_greenlets_do_the_io(backend) -> None:
+    """SQLite statements run off the loop's thread; PostgreSQL's connections are async."""
+
+    async def body(store: AsyncSessionStore) -> set[str]:
+        loop_thread = threading.current_thread()
+        kinds: set[str] = set()
+
+        def on_execute(conn: Any, *args: Any) -> None:
+            if store.backend == "sqlite":
+                kinds.add("loop" if threading.current_thread() is loop_thread else "worker")
+            else:
+                kinds.add(type(conn.connection.driver_connection).__name__)
+
+        event.listen(store._store.engine, "before_cursor_execute", on_execute)
+        handle = await store.create_session("s1")
+        await say(handle)
+        await store.messages("s1")
+        return kinds
+
+    kinds = run(backend, body)
+    assert kinds == ({"worker"} if backend.name == "sqlite" else {"AsyncConnection"})
