@@ -37,7 +37,7 @@ from collections.abc import (
 from typing import IO, Any, TypeVar
 
 from psycopg import sql
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.util import await_, greenlet_spawn
 
 from session_sql._store import reader
 from session_sql._store.engine import translate_errors
@@ -46,6 +46,7 @@ from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, op
 from session_sql._store.writer import StoredSession
 from session_sql.catalog import Catalog
 from session_sql.events import SessionEvent, SurfaceOp
+from session_sql.jsonl import JsonlReader, published_file
 from session_sql.session import Session
 
 T = TypeVar("T")
@@ -73,6 +74,7 @@ class _Runner:
     """Where the sync store's code runs: worker threads (SQLite) or a greenlet (PostgreSQL)."""
 
     def __init__(self, *, threads: int | None) -> None:
+        self.threaded = threads is not None
         self._pool = (
             None
             if threads is None
@@ -97,6 +99,42 @@ class _Runner:
         """Stop the worker threads (idle by now: every call ran to completion)."""
         if self._pool is not None:
             self._pool.shutdown(wait=False)
+
+
+class _OffloadedFile:
+    """A file used from a greenlet on the loop (PostgreSQL's import and export) whose reads and
+    writes run in a worker thread, a chunk at a time: the loop never waits on the disk."""
+
+    CHUNK = 1 << 18
+
+    def __init__(self, fh: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._fh = fh
+        self._loop = loop
+        self._pending: list[str] = []
+        self._size = 0
+
+    def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await_(self._loop.run_in_executor(None, fn, *args))
+
+    def write(self, text: str) -> int:
+        self._pending.append(text)
+        self._size += len(text)
+        if self._size >= self.CHUNK:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = "".join(self._pending)
+            self._pending, self._size = [], 0
+            self._in_thread(self._fh.write, data)
+
+    def __iter__(self) -> Iterator[Any]:
+        while lines := self._in_thread(self._fh.readlines, self.CHUNK):
+            yield from lines
+
+    def close(self) -> None:
+        self._in_thread(self._fh.close)
 
 
 class AsyncStoredSession(StoredSession):
@@ -269,11 +307,35 @@ class AsyncSessionStore:
 
     async def import_jsonl(self, path: str | os.PathLike[str]) -> str:
         """Store a JSONL session exactly as the file holds it; returns its id."""
-        return await self._runner.call(self._store.import_jsonl, path)
+        if self._runner.threaded:
+            return await self._runner.call(self._store.import_jsonl, path)
+        loop = asyncio.get_running_loop()
+        source = await loop.run_in_executor(None, JsonlReader, path)  # opens, reads the header
+        source._fh = _OffloadedFile(source._fh, loop)  # type: ignore[assignment]
+        return await self._runner.call(self._store._import, source)
 
     async def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
-        """Write a session as JSONL; returns the number of events."""
-        return await self._runner.call(self._store.export_jsonl, session_id, path)
+        """Write a session as JSONL; returns the number of events. A path is published whole
+        or not at all, as by ``SessionStore.export_jsonl``."""
+        if self._runner.threaded or not isinstance(path, str | os.PathLike):
+            return await self._runner.call(self._store.export_jsonl, session_id, path)
+        loop = asyncio.get_running_loop()
+        publishing = published_file(path)
+        fh = await loop.run_in_executor(None, publishing.__enter__)
+        out = _OffloadedFile(fh, loop)
+
+        def export() -> int:
+            count = self._store._export(session_id, out)  # type: ignore[arg-type]
+            out.flush()
+            return count
+
+        try:
+            count = await self._runner.call(export)
+        except BaseException as exc:
+            await loop.run_in_executor(None, publishing.__exit__, type(exc), exc, exc.__traceback__)
+            raise
+        await loop.run_in_executor(None, publishing.__exit__, None, None, None)
+        return count
 
     # -- reading --------------------------------------------------------------------------
 

@@ -285,9 +285,14 @@ class SessionStore:
         the events go in in batches, so memory follows the surface, not the file. A bad line
         (``CorruptSessionError`` naming it) leaves nothing written.
         """
+        with JsonlReader(path) as source:
+            return self._import(source)
+
+    def _import(self, source: JsonlReader) -> str:
+        """``import_jsonl`` from an open reader (the async store hands it one)."""
         ctx = self._ctx
         s = ctx.tables.sessions
-        with JsonlReader(path) as source:
+        with source:
             header = source.header
             session_id = str(header["id"])
             check_header_limits(header, ctx.max_event_bytes)  # before the transaction

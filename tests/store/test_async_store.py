@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -401,3 +402,32 @@ def test_worker_threads_and_greenlets_do_the_io(backend) -> None:
 
     kinds = run(backend, body)
     assert kinds == ({"worker"} if backend.name == "sqlite" else {"AsyncConnection"})
+
+
+def test_import_and_export_files_are_read_and_written_off_the_loop(
+    backend, tmp_path, caplog, monkeypatch
+):
+    """A slow disk (each fsync takes ``_LATENCY``) never stalls the loop."""
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(_LATENCY)
+        real_fsync(fd)
+
+    async def body(store: AsyncSessionStore) -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = _SLOW
+        handle = await store.create_session("s1")
+        await say(handle)
+        path = tmp_path / "s1.jsonl"
+        assert await store.export_jsonl("s1", path) == 1
+        await store.delete_session("s1")
+        assert await store.import_jsonl(path) == "s1"
+        assert await stored_seqs(store, "s1") == [0]
+        assert (await store.verify("s1")).ok
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        run(backend, body)
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
