@@ -32,7 +32,6 @@ import psycopg
 from sqlalchemy import BigInteger, Connection, Engine, bindparam, event, exc, func, make_url, select
 from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
 from sqlalchemy.util import await_
 
@@ -325,6 +324,10 @@ def _postgresql_engine(
     kw.setdefault("pool_size", pool_size)
     kw.setdefault("pool_pre_ping", True)
     if async_driver:
+        # Imported here: the asyncio extension pulls in sqlalchemy.orm, which a sync store
+        # never needs (importing session_sql must stay light).
+        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415 - see above
+
         engine = create_async_engine(url, connect_args=connect_args, **kw).sync_engine
     else:
         engine = _sa_create_engine(url, connect_args=connect_args, **kw)
