@@ -34,7 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Literal, TypeVar
 
 from psycopg import sql
 from sqlalchemy.util import await_, greenlet_spawn
@@ -42,9 +42,18 @@ from sqlalchemy.util import await_, greenlet_spawn
 from session_sql._store import reader
 from session_sql._store.engine import translate_errors
 from session_sql._store.schema import DEFAULT_SCHEMA
-from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
+from session_sql._store.stats import StoreStats
+from session_sql._store.store import (
+    SessionInfo,
+    SessionStore,
+    VerifyReport,
+    _seq_bound,
+    _timeout_arg,
+    open_store,
+)
 from session_sql._store.writer import StoredSession
 from session_sql.catalog import Catalog
+from session_sql.errors import StoreError
 from session_sql.events import SessionEvent, SurfaceOp
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.session import Session
@@ -75,6 +84,7 @@ class _Runner:
 
     def __init__(self, *, threads: int | None) -> None:
         self.threaded = threads is not None
+        self.closed = False
         self._pool = (
             None
             if threads is None
@@ -83,6 +93,8 @@ class _Runner:
 
     def submit(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Start ``fn(*args)``; its future runs on even if the caller is cancelled."""
+        if self.closed:
+            raise StoreError("the store is closed; open a new one with open_async_store()")
         if self._pool is None:
             return asyncio.ensure_future(greenlet_spawn(fn, *args))
         loop = asyncio.get_running_loop()
@@ -97,6 +109,7 @@ class _Runner:
 
     def shutdown(self) -> None:
         """Stop the worker threads (idle by now: every call ran to completion)."""
+        self.closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=False)
 
@@ -259,8 +272,8 @@ class AsyncSessionStore:
         return self._store.catalog
 
     async def close(self) -> None:
-        """Release every pooled connection (and the worker threads)."""
-        if self._opened is not None:
+        """Release every pooled connection (and the worker threads); again: nothing."""
+        if self._opened is not None and not self._runner.closed:
             await self._runner.call(self._opened.close)
         self._runner.shutdown()
 
@@ -361,17 +374,19 @@ class AsyncSessionStore:
         pages = await self._runner.call(
             functools.partial(self._store.events, from_seq=from_seq, to_seq=to_seq), session_id
         )
-        return self._paged(pages)
+        return self._paged(pages, reader.STREAM_BATCH)
 
-    async def _paged(self, pages: Iterator[SessionEvent]) -> AsyncIterator[SessionEvent]:
-        def page() -> list[SessionEvent]:
-            return list(itertools.islice(pages, reader.STREAM_BATCH))
+    async def _paged(self, items: Iterator[T], size: int) -> AsyncIterator[T]:
+        """A sync iterator that does I/O as it advances, pulled ``size`` items per call."""
+
+        def page() -> list[T]:
+            return list(itertools.islice(items, size))
 
         while True:
-            events = await self._runner.call(page)
-            for event in events:
-                yield event
-            if len(events) < reader.STREAM_BATCH:
+            batch = await self._runner.call(page)
+            for item in batch:
+                yield item
+            if len(batch) < size:
                 return
 
     async def list_sessions(
@@ -382,8 +397,10 @@ class AsyncSessionStore:
         parent: str | None = None,
         created_after: int | None = None,
         created_before: int | None = None,
+        order: Literal["updated", "created"] = "updated",
     ) -> list[SessionInfo]:
-        """Sessions newest-updated first (ties by id), paged by ``after``."""
+        """Sessions newest-updated first (ties by id), paged by ``after``; or oldest-created
+        first with ``order="created"``."""
         listing = functools.partial(
             self._store.list_sessions,
             limit=limit,
@@ -391,8 +408,25 @@ class AsyncSessionStore:
             parent=parent,
             created_after=created_after,
             created_before=created_before,
+            order=order,
         )
         return await self._runner.call(listing)
+
+    async def iter_sessions(
+        self, *, parent: str | None = None, page_size: int = 500
+    ) -> AsyncIterator[SessionInfo]:
+        """An async iterator over every session, oldest-created first, a page at a time (see
+        ``SessionStore.iter_sessions``); bad arguments are refused here."""
+        pages = self._store.iter_sessions(parent=parent, page_size=page_size)  # no I/O yet
+        return self._paged(pages, page_size)
+
+    async def head_seq(self, session_id: str) -> int:
+        """The last seq of a session (-1 when its log is empty), from its row."""
+        return await self._runner.call(self._store.head_seq, session_id)
+
+    async def stats(self, session_id: str | None = None) -> StoreStats:
+        """Aggregates over the whole store, or one session, computed by SQL."""
+        return await self._runner.call(self._store.stats, session_id)
 
     async def verify(self, session_id: str) -> VerifyReport:
         """Replay the log and compare its fold with the ``surface`` table and the session row."""
@@ -409,7 +443,8 @@ class AsyncSessionStore:
         a new event (``None``: never).
         """
         ctx = self._store._ctx
-        last = max(-1, min(after_seq, 2**62))
+        last = _seq_bound("after_seq", after_seq)
+        timeout = _timeout_arg(timeout)
         await self._runner.call(reader.check_session, ctx, session_id)
         listener = None if ctx.channel is None else await _AsyncListener.open(self, ctx)
         try:

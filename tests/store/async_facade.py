@@ -100,6 +100,12 @@ class SyncFacade:
 
         return iter(self._run(collect()))
 
+    def iter_sessions(self, **kwargs: Any) -> Iterator[Any]:
+        async def collect() -> list[Any]:
+            return [i async for i in await self.astore.iter_sessions(**kwargs)]
+
+        return iter(self._run(collect()))
+
     def follow(self, session_id: str, **kwargs: Any) -> Iterator[Any]:
         # The sync follow refuses a missing session when called; the async iterator does at
         # its first step (no I/O can happen before it). Take that step's check here.
@@ -139,6 +145,8 @@ class SyncFacade:
 
 _COROUTINES = frozenset(
     {
+        "head_seq",
+        "stats",
         "load_session",
         "messages",
         "surface",

@@ -21,10 +21,12 @@ from session_sql import (
     AsyncSessionStore,
     AsyncStoredSession,
     ConcurrencyError,
+    InvalidArgumentError,
     ReentrantAppendError,
     SessionNotFoundError,
     SessionStore,
     StoredSession,
+    StoreError,
     open_async_store,
 )
 from session_sql._store import reader
@@ -91,6 +93,36 @@ def test_opening_refuses_what_open_store_refuses(tmp_path) -> None:
 
     with pytest.raises(ValueError, match="synchronous"):
         asyncio.run(bad_option())
+
+
+def test_a_closed_async_store_refuses_calls(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        handle = await store.create_session("s1")
+        await store.close()
+        with pytest.raises(StoreError, match="closed"):
+            await store.messages("s1")
+        with pytest.raises(StoreError, match="closed"):
+            await say(handle)
+        assert handle.seq == 0
+
+    run(backend, body)
+
+
+def test_scans_and_row_reads(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        for i in range(5):
+            await say(await store.create_session(f"s{i}"))
+        infos = [i.id async for i in await store.iter_sessions(page_size=2)]
+        assert infos == [f"s{i}" for i in range(5)]
+        assert await store.head_seq("s3") == 0
+        assert (await store.stats()).sessions == 5
+        with pytest.raises(InvalidArgumentError):
+            await store.iter_sessions(page_size=0)
+        with pytest.raises(InvalidArgumentError):
+            async for _ in store.follow("s1", after_seq=None):  # type: ignore[arg-type]
+                pass
+
+    run(backend, body, clock=iter(range(1, 10**6)).__next__)
 
 
 def test_handles_read_synchronously_and_append_as_coroutines(backend) -> None:
