@@ -13,8 +13,14 @@ log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "session_sql.event_types"
 
-SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
-"""The three surface-eligible types: only these may carry ``surfaceOp``/``sourceEventSeqs``."""
+NODE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
+"""The types whose events can be surface nodes (and project to messages)."""
+
+REMOVED = "surface/removed"
+"""Takes a range off the surface without putting itself there (SPEC §11.2)."""
+
+SURFACE_TYPES = NODE_TYPES | {REMOVED}
+"""The surface-eligible types: only these may carry ``surfaceOp``/``sourceEventSeqs``."""
 
 CORE_TYPES = (
     "turn/start",
@@ -30,6 +36,7 @@ CORE_TYPES = (
     "request/header",
     "request/context",
     "session/end-seed",
+    "surface/removed",
 )
 
 PLUGIN_TYPES = (

@@ -95,5 +95,5 @@ def project_data(type_: str, data: Any, seq: int | None = None, *, checked: bool
 
 
 def project(event: SessionEvent) -> Any:
-    """The message a surface node contributes, or None (§6)."""
+    """The message a surface node contributes, or None (§6; a ``surface/removed`` gives none)."""
     return project_data(event.type, event.data)

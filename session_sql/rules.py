@@ -143,6 +143,11 @@ def check_inherited_marker(event: SessionEvent, seeded: bool, inherited_event_co
         )
 
 
+def _surface_removed(event: SessionEvent) -> None:
+    if type(_object(event).get("reason")) is not str:
+        raise InvalidEventError("surface/removed data.reason must be a str", seq=event.seq)
+
+
 RULES: dict[str, Callable[[SessionEvent], None]] = {
     "user/message": _user_message,
     "assistant/message": _assistant_message,
@@ -151,6 +156,7 @@ RULES: dict[str, Callable[[SessionEvent], None]] = {
     "tool/result": _tool_result,
     "request/header": _request_header,
     "session/end-seed": _end_seed,
+    "surface/removed": _surface_removed,
 }
 
 

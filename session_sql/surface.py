@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeAlias
 
-from session_sql.catalog import DEFAULT_CATALOG, SURFACE_TYPES, Catalog
+from session_sql.catalog import DEFAULT_CATALOG, REMOVED, SURFACE_TYPES, Catalog
 from session_sql.errors import InvalidEventError, SurfaceError
 from session_sql.events import Replace, SessionEvent
 from session_sql.jsonvalue import FrozenList, json_equal
@@ -24,11 +24,17 @@ class AppendNode(NamedTuple):
 
 
 class ReplaceNodes(NamedTuple):
-    """Remove positions ``start_pos..end_pos`` (inclusive) and put ``seq`` at ``start_pos``."""
+    """Remove positions ``start_pos..end_pos`` (inclusive) and put ``seq`` at ``start_pos``.
+
+    ``seq`` is None for a ``surface/removed``: the range goes and nothing takes its place. A
+    removal is a replace in every other respect (coverage, ``replace_generation``, the
+    replacement history), so it is this transition rather than a type of its own: an applier
+    cannot miss it, and mypy makes each one say what it does with a missing ``seq``.
+    """
 
     start_pos: int
     end_pos: int
-    seq: int
+    seq: int | None
     shadowed: tuple[int, ...]
 
 
@@ -68,6 +74,11 @@ def plan(
     if sources is not None:
         _check_provenance(seq, sources)
     if op == "append":
+        if event.type == REMOVED:
+            raise SurfaceError(
+                f"surface/removed must carry a replace range, never 'append' (seq {seq})",
+                seq=seq,
+            )
         return AppendNode(seq)
     assert isinstance(op, Replace)
     start, end = op
@@ -94,7 +105,7 @@ def plan(
         )
     if event.type == "tool/result":
         _check_result_replacement(event, shadowed, lookup)
-    return ReplaceNodes(start_pos, end_pos, seq, shadowed)
+    return ReplaceNodes(start_pos, end_pos, None if event.type == REMOVED else seq, shadowed)
 
 
 def _check_provenance(seq: int, sources: tuple[int, ...]) -> None:
@@ -192,7 +203,8 @@ class Surface:
             nodes.append(transition.seq)
             return False
         assert isinstance(transition, ReplaceNodes)
-        nodes[transition.start_pos : transition.end_pos + 1] = [transition.seq]
+        added = () if transition.seq is None else (transition.seq,)
+        nodes[transition.start_pos : transition.end_pos + 1] = added
         return True
 
     def copy(self) -> Surface:
@@ -206,7 +218,8 @@ class Step(NamedTuple):
     """One replayed event, what it did to the surface, and the stored position it touched.
 
     ``position`` is the ``surface`` table ``pos`` of an append (``next_pos``) or of a replace
-    (the start row's, which the new seq keeps); None when the event leaves the surface alone.
+    (the start row's, which the new seq keeps); None when the event leaves the surface alone
+    or only takes nodes off it (a ``surface/removed``).
     """
 
     event: SessionEvent
@@ -219,7 +232,8 @@ class Replay:
 
     Positions follow the ``surface`` table's sparse rule: an append takes ``next_pos`` and
     bumps it; a replace keeps the start row's position for the new seq and drops the rest of
-    its range. So the stored table is a pure function of the log.
+    its range; a removal drops the whole range (``next_pos`` never moves back). So the stored
+    table is a pure function of the log.
 
     ``plan`` needs earlier events only for the tool/result replacement rule, and only events
     still on the surface; with ``keep_surface_events`` the replay keeps exactly those, so a
@@ -275,18 +289,24 @@ class Replay:
         if transition is None:
             return None
         kept = self._kept
+        position: int | None
         if type(transition) is AppendNode:
             position = self.next_pos
             self.positions.append(position)
             self.next_pos += 1
         else:
             assert isinstance(transition, ReplaceNodes)
-            position = self.positions[transition.start_pos]
-            self.positions[transition.start_pos : transition.end_pos + 1] = [position]
+            start, end = transition.start_pos, transition.end_pos
+            if transition.seq is None:  # a removal: the range goes, nothing takes its place
+                position = None
+                del self.positions[start : end + 1]
+            else:
+                position = self.positions[start]
+                self.positions[start : end + 1] = [position]
             if kept is not None:
                 for seq in transition.shadowed:
                     del kept[seq]
-        if kept is not None:
+        if kept is not None and position is not None:
             kept[event.seq] = event
         self.surface.apply(transition)
         return position

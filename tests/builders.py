@@ -30,6 +30,7 @@ __all__ = [
     "chunk_data",
     "end_step",
     "end_turn",
+    "remove",
     "reply",
     "request_header_data",
     "say",
@@ -298,6 +299,18 @@ def end_step(target: Target, turn: int = 1, step: int = 1) -> int:
 def summarize(target: Target, start: int, end: int, sources: Sequence[int]) -> int:
     """Append a summary ``user/message`` replacing surface nodes ``start..end``."""
     return say(target, "summary", surface_op=Replace(start, end), sources=sources)
+
+
+def remove(
+    target: Target, start: int, end: int, sources: Sequence[int], reason: str = "pop"
+) -> int:
+    """Append a ``surface/removed`` taking surface nodes ``start..end`` off the surface."""
+    op = Replace(start, end)
+    return _seq(
+        target.append(
+            "surface/removed", {"reason": reason}, surface_op=op, source_event_seqs=sources
+        )
+    )
 
 
 def tool_turn(target: Target, turn: int = 1, *, close: bool = True) -> dict[str, int]:

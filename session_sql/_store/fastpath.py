@@ -51,11 +51,15 @@ def _surface_ops(
             if pending:
                 ops.append((SurfaceOp.INSERT_NODES, pending))
                 pending = []
-            drops = [c.drop_node.bind({"b_id": session_id, "b_seq": s}) for s in t.shadowed[1:]]
+            # A replace keeps the first shadowed row (its pos) for the new seq; a removal
+            # (seq None) deletes every shadowed row, and surface_next_pos stays.
+            kept = 0 if t.seq is None else 1
+            drops = [c.drop_node.bind({"b_id": session_id, "b_seq": s}) for s in t.shadowed[kept:]]
             if drops:
                 ops.append((SurfaceOp.DROP_NODES, drops))
-            retarget = {"b_id": session_id, "b_old": t.shadowed[0], "b_new": t.seq}
-            ops.append((SurfaceOp.RETARGET_NODE, c.retarget_node.bind(retarget)))
+            if t.seq is not None:
+                retarget = {"b_id": session_id, "b_old": t.shadowed[0], "b_new": t.seq}
+                ops.append((SurfaceOp.RETARGET_NODE, c.retarget_node.bind(retarget)))
     if pending:
         ops.append((SurfaceOp.INSERT_NODES, pending))
     return ops

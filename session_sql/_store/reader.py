@@ -13,7 +13,7 @@ from sqlalchemy import Connection, select
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, translate_errors
 from session_sql._store.rows import event_columns, event_from_row
-from session_sql.catalog import SURFACE_TYPES
+from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
     CorruptSessionError,
     InvalidEventError,
@@ -38,7 +38,7 @@ def _project_row(session_id: str, seq: int, type_: str, data: Any) -> Any:
     """``messages.project_data`` on a stored row, whose data nobody has checked yet."""
     try:
         frozen = loads_frozen(data, root="data")
-        if type_ in SURFACE_TYPES:
+        if type_ in NODE_TYPES:
             return project_data(type_, frozen, seq, checked=False)
     except (NotJSONError, InvalidEventError, KeyError, TypeError) as exc:
         raise CorruptSessionError(

@@ -45,6 +45,7 @@ CORE = {
     "request/header",
     "request/context",
     "session/end-seed",
+    "surface/removed",
 }
 
 PLUGIN = {
@@ -85,10 +86,10 @@ PLUGIN = {
 # -- the default catalog -----------------------------------------------------------------------
 
 
-def test_the_default_catalog_holds_the_13_core_and_31_plugin_types() -> None:
-    assert len(CORE) == 13
+def test_the_default_catalog_holds_the_14_core_and_31_plugin_types() -> None:
+    assert len(CORE) == 14  # SPEC §2.1's 13 and §11.2's surface/removed
     assert len(PLUGIN) == 31
-    assert len(DEFAULT_CATALOG) == 44
+    assert len(DEFAULT_CATALOG) == 45
     assert set(DEFAULT_CATALOG) == CORE | PLUGIN
     assert all(name in DEFAULT_CATALOG for name in CORE)
 
@@ -102,10 +103,10 @@ def test_extend_returns_a_new_catalog_and_leaves_the_original_alone() -> None:
     extended = DEFAULT_CATALOG.extend(["vendor/a", "vendor/b"])
     assert isinstance(extended, Catalog)
     assert extended is not DEFAULT_CATALOG
-    assert len(extended) == 46
+    assert len(extended) == 47
     assert {"vendor/a", "vendor/b"} <= set(extended)
     assert "vendor/a" not in DEFAULT_CATALOG
-    assert len(DEFAULT_CATALOG) == 44
+    assert len(DEFAULT_CATALOG) == 45
 
 
 def test_extend_accepts_a_single_name_and_duplicates() -> None:
@@ -167,7 +168,7 @@ def test_entry_points_contribute_types(entry_points: list[FakeEntryPoint]) -> No
     entry_points.append(FakeEntryPoint("factory", lambda: ("vendor/c",)))
     found = DEFAULT_CATALOG.with_entry_points()
     assert set(found) == set(DEFAULT_CATALOG) | {"vendor/a", "vendor/b", "vendor/c"}
-    assert len(DEFAULT_CATALOG) == 44
+    assert len(DEFAULT_CATALOG) == 45
 
 
 def test_without_entry_points_the_catalog_is_unchanged(
