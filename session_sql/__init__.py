@@ -37,6 +37,7 @@ from session_sql.events import SESSION_FORMAT_VERSION, Replace, SessionEvent
 from session_sql.invariants import Violation, check_invariants, invariant_validator
 from session_sql.jsonl import jsonl_file_name
 from session_sql.jsonvalue import snapshot_json, thaw
+from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
 from session_sql.session import EventsView, Session
 from session_sql.surface import Surface, SurfaceFold, fold_surface
@@ -119,6 +120,7 @@ __all__ = [
     "Surface",
     "SurfaceError",
     "SurfaceFold",
+    "SurfaceMessage",
     "ToolStats",
     "TornTailWarning",
     "VerifyReport",

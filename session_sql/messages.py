@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from session_sql.errors import InvalidEventError
+from session_sql.errors import InvalidArgumentError, InvalidEventError
 from session_sql.events import SessionEvent
 
 
@@ -97,3 +97,29 @@ def project_data(type_: str, data: Any, seq: int | None = None, *, checked: bool
 def project(event: SessionEvent) -> Any:
     """The message a surface node contributes, or None (§6; a ``surface/removed`` gives none)."""
     return project_data(event.type, event.data)
+
+
+class SurfaceMessage(NamedTuple):
+    """One surface node: its stored position, its event's seq and type, and its message.
+
+    ``message`` is None for a node that projects to none (an assistant/message with empty
+    content, which only carried usage).
+    """
+
+    pos: int
+    seq: int
+    type: str
+    message: Any
+
+
+def check_last(last: object) -> int | None:
+    """``last`` of a tail read: None (everything) or an int >= 0; ``InvalidArgumentError``."""
+    if last is None:
+        return None
+    if isinstance(last, bool) or not isinstance(last, int):
+        raise InvalidArgumentError(
+            f"last must be an int or None, not {type(last).__name__} {last!r}", argument="last"
+        )
+    if last < 0:
+        raise InvalidArgumentError(f"last must be >= 0, got {last}", argument="last")
+    return last

@@ -32,7 +32,7 @@ from session_sql.events import (
     parse_surface_op,
 )
 from session_sql.jsonvalue import FrozenDict, dumps_compact, snapshot_json
-from session_sql.messages import project
+from session_sql.messages import SurfaceMessage, check_last, project
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_data, check_inherited_marker
 from session_sql.surface import Replay, Step, Surface, Transition, is_exempt, plan, replay
@@ -358,8 +358,15 @@ class Session:
     def surface(self) -> Surface:
         return self._state.surface
 
-    def messages(self) -> list[Any]:
-        """The messages a model sees, in surface order (a new list of shared frozen objects)."""
+    def messages(self, *, last: int | None = None) -> list[Any]:
+        """The messages a model sees, in surface order (a new list of shared frozen objects).
+
+        ``last=N`` gives the final N messages (nodes that project to none do not count); it
+        walks the surface from the end, so its cost follows N, not the surface.
+        """
+        count = check_last(last)
+        if count is not None:
+            return self._last_messages(count)
         surface = self._state.surface
         nodes = surface.node_list()
         if self._projected_generation != surface.replace_generation:
@@ -375,6 +382,33 @@ class Session:
                     out.append(message)
             self._projected = len(nodes)
         return list(self._messages)
+
+    def _last_messages(self, count: int) -> list[Any]:
+        out: list[Any] = []
+        nodes, log = self._state.surface.node_list(), self._log
+        i = len(nodes) - 1
+        while len(out) < count and i >= 0:
+            message = project(log[nodes[i]])
+            if message is not None:
+                out.append(message)
+            i -= 1
+        out.reverse()
+        return out
+
+    def surface_messages(self, *, last: int | None = None) -> list[SurfaceMessage]:
+        """Every surface node as ``SurfaceMessage(pos, seq, type, message)``, in surface order.
+
+        ``pos`` is the node's position in the store's ``surface`` table; ``message`` is None
+        for a node that projects to none. ``last=N`` gives the final N nodes.
+        """
+        count = check_last(last)
+        state, log = self._state, self._log
+        nodes = state.surface.node_list()
+        start = 0 if count is None else max(len(nodes) - count, 0)
+        return [
+            SurfaceMessage(pos, seq, log[seq].type, project(log[seq]))
+            for pos, seq in zip(state.positions[start:], nodes[start:], strict=True)
+        ]
 
     def message_for(self, event: SessionEvent) -> Any:
         """The message ``event`` projects to, or None."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Text, bindparam, cast, delete, func, select, true
+from sqlalchemy import Engine, Select, Text, bindparam, cast, delete, func, select, true
 from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -86,23 +86,30 @@ class Statements:
         # join as that nested loop. PostgreSQL may pick a hash join that reads every event of
         # the session (it does while the table has no statistics yet); a LATERAL subquery
         # with LIMIT 1 cannot be flattened into a join, so it stays one lookup per node.
-        by_key = (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq)
-        data_text = cast(e.c.data, Text).label("data")
-        if sqlite:
-            node = sf.join(e, by_key)
-            columns: list[ColumnElement[Any]] = [sf.c.event_seq, e.c.type, data_text]
-        else:
-            lookup = select(e.c.type, data_text).where(by_key).limit(1).lateral("ev")
-            node = sf.join(lookup, true())
-            columns = [sf.c.event_seq, lookup.c.type, lookup.c.data]
         self.surface_messages = (
-            select(*columns)
-            .select_from(node)
+            _with_events(sf, e, sqlite)
             .where(sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos)
         )
+        # Tail reads: the last ``b_limit`` rows before position ``b_before`` (exclusive), taken
+        # from the surface key in a subquery first, so that only those rows' events are looked
+        # up, whatever join the planner picks; the caller reverses them into surface order.
+        tail = (
+            select(sf.c.session_id, sf.c.pos, sf.c.event_seq)
+            .where(sf.c.session_id == bindparam("b_id"), sf.c.pos < bindparam("b_before"))
+            .order_by(sf.c.pos.desc())
+            .limit(bindparam("b_limit"))
+            .subquery("tail")
+        )
+        self.surface_tail = _with_events(tail, e, sqlite).order_by(tail.c.pos.desc())
         self.surface_seqs = (
             select(sf.c.event_seq).where(sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
+        )
+        self.surface_seqs_tail = (
+            select(sf.c.event_seq)
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos.desc())
+            .limit(bindparam("b_limit"))
         )
         self.surface_rows = (
             select(sf.c.pos, sf.c.event_seq)
@@ -125,6 +132,27 @@ class Statements:
             .order_by(e.c.seq)
             .limit(bindparam("b_limit"))
         )
+
+
+def _with_events(nodes: Any, e: Any, sqlite: bool) -> Select[Any]:
+    """``(pos, event_seq, type, data)`` of surface rows ``nodes``, each joined to its event.
+
+    A walk of the surface with one events primary-key lookup per node, so the cost follows
+    the surface, never the length of the log. SQLite always runs the join as that nested
+    loop. PostgreSQL may pick a hash join that reads every event of the session (it does
+    while the table has no statistics yet); a LATERAL subquery with LIMIT 1 cannot be
+    flattened into a join, so it stays one lookup per node.
+    """
+    by_key = (e.c.session_id == nodes.c.session_id) & (e.c.seq == nodes.c.event_seq)
+    data_text = cast(e.c.data, Text).label("data")
+    if sqlite:
+        return select(nodes.c.pos, nodes.c.event_seq, e.c.type, data_text).select_from(
+            nodes.join(e, by_key)
+        )
+    lookup = select(e.c.type, data_text).where(by_key).limit(1).lateral("ev")
+    return select(nodes.c.pos, nodes.c.event_seq, lookup.c.type, lookup.c.data).select_from(
+        nodes.join(lookup, true())
+    )
 
 
 class Compiled:

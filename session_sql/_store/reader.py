@@ -11,7 +11,7 @@ from psycopg import sql
 from sqlalchemy import Connection, select
 
 from session_sql._store.context import StoreContext
-from session_sql._store.engine import read_tx, translate_errors
+from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
 from session_sql._store.rows import event_columns, event_from_row
 from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
@@ -22,7 +22,7 @@ from session_sql.errors import (
 )
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenList, loads_frozen
-from session_sql.messages import project_data
+from session_sql.messages import SurfaceMessage, project_data
 
 FOLLOW_BATCH = 500
 STREAM_BATCH = 1000
@@ -53,29 +53,84 @@ def _project_row(session_id: str, seq: int, type_: str, data: Any) -> Any:
     )
 
 
-def messages(ctx: StoreContext, session_id: str) -> list[Any]:
-    """The messages a model sees, read from the ``surface`` side table (no replay)."""
+def _surface_rows(
+    ctx: StoreContext, conn: Connection, session_id: str, before: int, limit: int | None
+) -> list[Any]:
+    """``(pos, seq, type, data)`` rows in surface order: all, or the last ``limit`` before
+    position ``before`` (read backwards along the surface key, then reversed)."""
     q = ctx.statements
+    if limit is None:
+        return list(conn.execute(q.surface_messages, {"b_id": session_id}).all())
+    params = {"b_id": session_id, "b_before": before, "b_limit": min(limit, MAX_SEQ)}
+    rows = list(conn.execute(q.surface_tail, params).all())
+    rows.reverse()
+    return rows
+
+
+def surface_messages(
+    ctx: StoreContext, session_id: str, last: int | None = None
+) -> list[SurfaceMessage]:
+    """Every surface node (or the last ``last``) with its projected message, in order."""
+    if last == 0:
+        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+            require_session(conn, ctx, session_id)
+        return []
     with translate_errors(session_id), read_tx(ctx.engine) as conn:
-        rows = conn.execute(q.surface_messages, {"b_id": session_id}).all()
+        rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, last)
         if not rows:
             require_session(conn, ctx, session_id)
-    out = []
-    for seq, type_, data in rows:
-        message = _project_row(session_id, seq, type_, data)
-        if message is not None:
-            out.append(message)
-    return out
+    return [
+        SurfaceMessage(pos, seq, type_, _project_row(session_id, seq, type_, data))
+        for pos, seq, type_, data in rows
+    ]
 
 
-def surface(ctx: StoreContext, session_id: str) -> tuple[int, ...]:
-    """The surface's event seqs in order, from the side table."""
+def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> list[Any]:
+    """The messages a model sees, read from the ``surface`` side table (no replay).
+
+    ``last=N``: the final N messages. Nodes that project to none do not count, so the surface
+    is read backwards in pages (N rows, then twice as many each time) until N are found; one
+    snapshot, so a concurrent replace cannot tear the pages apart.
+    """
+    if last is None:
+        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+            rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
+            if not rows:
+                require_session(conn, ctx, session_id)
+        return [m for m in (_project_row(session_id, *row[1:]) for row in rows) if m is not None]
+    found: list[Any] = []  # newest first
+    with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+        before, page = MAX_SEQ, last
+        while len(found) < last:
+            rows = _surface_rows(ctx, conn, session_id, before, page)
+            for _, seq, type_, data in reversed(rows):
+                message = _project_row(session_id, seq, type_, data)
+                if message is not None and len(found) < last:
+                    found.append(message)
+            if len(rows) < page:
+                break
+            before, page = rows[0][0], min(page * 2, MAX_SEQ)
+        if not found and before == MAX_SEQ:
+            require_session(conn, ctx, session_id)
+    found.reverse()
+    return found
+
+
+def surface(ctx: StoreContext, session_id: str, last: int | None = None) -> tuple[int, ...]:
+    """The surface's event seqs in order (or the last ``last``), from the side table."""
     q = ctx.statements
     with translate_errors(session_id), read_tx(ctx.engine) as conn:
-        seqs = FrozenList(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
+        if last is None:
+            seqs = list(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
+        elif last == 0:
+            seqs = []
+        else:
+            params = {"b_id": session_id, "b_limit": min(last, MAX_SEQ)}
+            seqs = list(conn.execute(q.surface_seqs_tail, params).scalars())
+            seqs.reverse()
         if not seqs:
             require_session(conn, ctx, session_id)
-    return seqs
+    return FrozenList(seqs)
 
 
 def stream_events(

@@ -65,6 +65,7 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent, check_header, is_session_id
 from session_sql.jsonl import JsonlReader, published_file, write_jsonl
 from session_sql.jsonvalue import FrozenDict, loads_frozen
+from session_sql.messages import SurfaceMessage, check_last
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_inherited_marker, is_inherited_marker
 from session_sql.session import (
@@ -365,13 +366,29 @@ class SessionStore:
         """
         return self._detached(self._load(session_id), seeded=True)
 
-    def messages(self, session_id: str) -> list[Any]:
-        """The messages a model sees, from the ``surface`` side table (never replays)."""
-        return reader.messages(self._ctx, _lookup_id(session_id))
+    def messages(self, session_id: str, *, last: int | None = None) -> list[Any]:
+        """The messages a model sees, from the ``surface`` side table (never replays).
 
-    def surface(self, session_id: str) -> tuple[int, ...]:
-        """The surface's event seqs in order, from the side table."""
-        return reader.surface(self._ctx, _lookup_id(session_id))
+        ``last=N`` gives the final N messages, reading the surface from its end: the cost
+        follows N, not the length of the surface or of the log. ``last=0`` gives ``[]``; a
+        negative or non-int ``last`` raises ``InvalidArgumentError``.
+        """
+        count = check_last(last)
+        return reader.messages(self._ctx, _lookup_id(session_id), count)
+
+    def surface(self, session_id: str, *, last: int | None = None) -> tuple[int, ...]:
+        """The surface's event seqs in order (``last=N``: the final N), from the side table."""
+        count = check_last(last)
+        return reader.surface(self._ctx, _lookup_id(session_id), count)
+
+    def surface_messages(self, session_id: str, *, last: int | None = None) -> list[SurfaceMessage]:
+        """Every surface node as ``SurfaceMessage(pos, seq, type, message)``, in surface order.
+
+        ``message`` is None for a node that projects to none (an assistant/message with empty
+        content). ``last=N`` gives the final N nodes, at a cost that follows N.
+        """
+        count = check_last(last)
+        return reader.surface_messages(self._ctx, _lookup_id(session_id), count)
 
     def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None

@@ -1,7 +1,7 @@
 """Property tests over random logs (SPEC §4–6, §1.4).
 
 A random log mixes user/assistant/tool messages, turn/step boundaries, chunks, plugin events,
-replaces and prunes, valid and invalid (random endpoints, random provenance, missing or
+replaces, prunes and removals, valid and invalid (random endpoints, random provenance, missing or
 misplaced surface ops, unknown types, values outside the JSON domain). For every log:
 
 (a) the live session equals a replay of its log (``Session(seed=...)`` and ``fold_surface``)
@@ -182,6 +182,22 @@ def replace_op(draw: Draw, session: Session) -> Attempt:
     return Attempt("user/message", message, Replace(start, end), sources)
 
 
+def remove_op(draw: Draw, session: Session) -> Attempt:
+    """A ``surface/removed`` of a surface range (valid), or appending / with bad coverage."""
+    nodes = session.surface.nodes
+    data = {"reason": draw.draw(st.sampled_from(["pop", "clear", "forget this"]))}
+    if not nodes:
+        return Attempt("surface/removed", data, "append", None)
+    i = draw.draw(st.integers(0, len(nodes) - 1))
+    j = draw.draw(st.integers(i, len(nodes) - 1))
+    kind = draw.draw(st.sampled_from(["valid", "valid", "valid", "append", "uncovered"]))
+    if kind == "append":
+        return Attempt("surface/removed", data, "append", list(nodes[i : j + 1]))
+    sources = list(nodes[i : j + 1]) if kind == "valid" else list(nodes[i:j]) or None
+    op = Replace(nodes[i], nodes[j])
+    return Attempt("surface/removed", data, op, sources, valid=kind == "valid")
+
+
 def prune_op(draw: Draw, session: Session) -> Attempt:
     """A tool/result replacing a tool/result node: only the content changed (valid) or more."""
     results = [n for n in session.surface.nodes if session.events[n].type == "tool/result"]
@@ -232,6 +248,7 @@ def bad_op(draw: Draw, session: Session) -> Attempt:
 # Message-producing ops and replaces come twice, to grow surfaces worth replacing.
 OPS: list[Callable[[Draw, Session], Attempt]] = [
     *[user_op, assistant_op, tool_result_op, replace_op, prune_op] * 2,
+    remove_op,
     boundary_op,
     chunk_op,
     plugin_op,
@@ -260,7 +277,7 @@ class Model:
             self.nodes.index(event.surface_op.start),
             self.nodes.index(event.surface_op.end),
         )
-        self.nodes[start : end + 1] = [seq]
+        self.nodes[start : end + 1] = [] if event.type == "surface/removed" else [seq]
         self.replaces += 1
 
     def messages(self, session: Session) -> list[Any]:
@@ -319,6 +336,18 @@ def assert_equals_replay(session: Session, model: Model) -> None:
     assert json_equal(live_messages, replay.messages())
     assert json_equal(live_messages, model.messages(session))
     assert all(a is b for a, b in zip(live_messages, model.messages(session), strict=True))
+    assert_tail_reads_are_slices(session)
+    assert_tail_reads_are_slices(replay)
+
+
+def assert_tail_reads_are_slices(session: Session) -> None:
+    """SPEC §11.1: ``last=N`` is the final N entries of the full read (none for N = 0)."""
+    full, nodes = session.messages(), session.surface_messages()
+    assert [n.seq for n in nodes] == list(session.surface.nodes)
+    assert [n.message for n in nodes if n.message is not None] == full
+    for n in sorted({0, 1, 2, 3, len(full), len(nodes), len(nodes) + 2}):
+        assert session.messages(last=n) == (full[-n:] if n else [])
+        assert session.surface_messages(last=n) == (nodes[-n:] if n else [])
 
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
