@@ -41,6 +41,7 @@ class RawStatements:
     insert_event: str
     advance: str
     surface_data: str
+    surface_tail: str
     log: str
 
 
@@ -75,6 +76,16 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
             )
             .where(sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos)
+        ),
+        surface_tail=sql_text(
+            select(cast(e.c.data, Text))
+            .select_from(
+                sf.join(e, (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq))
+            )
+            .where(sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos.desc())
+            .limit(bindparam("b_limit"))
+            .offset(bindparam("b_offset"))  # named: SQLite compiles an OFFSET with any LIMIT
         ),
         log=sql_text(
             select(
@@ -166,6 +177,11 @@ class RawSQLite:
         rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
         return [json.loads(r[0]) for r in rows]
 
+    def fetch_tail(self, session_id: str, n: int) -> list[Any]:
+        params = {"b_id": session_id, "b_limit": n, "b_offset": 0}
+        rows = self.conn.execute(self.sql.surface_tail, params).fetchall()
+        return [json.loads(r[0]) for r in reversed(rows)]
+
     def fetch_log(self, session_id: str) -> list[Any]:
         rows = self.conn.execute(self.sql.log, {"b_id": session_id}).fetchall()
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
@@ -202,6 +218,12 @@ class RawPostgres:
         with self.conn.transaction():
             rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
         return [json.loads(r[0]) for r in rows]
+
+    def fetch_tail(self, session_id: str, n: int) -> list[Any]:
+        params = {"b_id": session_id, "b_limit": n, "b_offset": 0}
+        with self.conn.transaction():
+            rows = self.conn.execute(self.sql.surface_tail, params).fetchall()
+        return [json.loads(r[0]) for r in reversed(rows)]
 
     def fetch_log(self, session_id: str) -> list[Any]:
         with self.conn.transaction():

@@ -8,7 +8,7 @@ for throughput, lower is better for times).
 
 The baseline's SQL comes from the store: Core statements over ``tables_for(schema)``, compiled
 once per dialect and run on the raw driver connection; its SQLite connection runs the engine's
-``sqlite_pragmas``. W8 measures on a fresh database of its own.
+``sqlite_pragmas``. W8 measures on a fresh database of its own; W9 reads W4's big session.
 """
 
 from __future__ import annotations
@@ -345,8 +345,16 @@ def _big_session(store: SessionStore, total: int, surface_nodes: int) -> str:
     return handle.id
 
 
+TAIL = 20
+"""W9's ``last``: the final messages an agent loop or a UI shows."""
+
+TAIL_CALLS = 20
+"""W9 times this many tail reads per sample: one is well under a millisecond."""
+
+
 def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[Workload]:
-    """W4 (messages + surface, flat in log length) and W5 (load_session vs raw fetch+parse)."""
+    """W4 (messages + surface, flat in log length), W5 (load_session vs raw fetch+parse) and
+    W9 (``messages(last=20)`` vs the raw ``ORDER BY pos DESC LIMIT 20`` + fetch + parse)."""
     out = []
     with target.store() as store, _closing(target.raw()) as raw:
         big_id = _big_session(store, big, nodes)
@@ -379,6 +387,25 @@ def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[
         w5 = _workload("W5 load_session", big, t_load, t_raw_load, {})
         w5.extra = {"load_over_raw_time": round(1 / w5.ratio, 3) if w5.ratio else None}
         out.append(w5)
+        if store.messages(big_id, last=TAIL) != raw.fetch_tail(big_id, TAIL):
+            raise CliError("W9: the store's tail read and the raw one disagree")
+
+        def tail_reads(read: Callable[[], Any]) -> None:
+            for _ in range(TAIL_CALLS):
+                read()
+
+        t_tail, t_raw_tail = [], []
+        for _ in range(max(reps, 7)):
+            t_tail.append(_timed(lambda: tail_reads(lambda: store.messages(big_id, last=TAIL))))
+            t_raw_tail.append(_timed(lambda: tail_reads(lambda: raw.fetch_tail(big_id, TAIL))))
+        w9 = _workload(f"W9 messages(last={TAIL})", TAIL * TAIL_CALLS, t_tail, t_raw_tail, {})
+        w9.extra = {
+            "tail_over_raw_time": round(1 / w9.ratio, 3) if w9.ratio else None,
+            "log": big,
+            "surface_nodes": nodes,
+            "last": TAIL,
+        }
+        out.append(w9)
     return out
 
 
@@ -637,10 +664,11 @@ def run(
         workloads.append(w_append_many(main, size(100, 20), reps))
         progress("W3 compaction")
         workloads.append(w_compaction(main, n1, reps))
-        progress("W4/W5 reads")
+        progress("W4/W5/W9 reads")
         nodes = size(2000, 400, 10)
         big, small = size(100_000, 20_000, nodes * 10), size(10_000, 2_000, nodes * 2)
-        workloads.extend(w_read(main, big, small, nodes, reps))
+        w4, w5, w9 = w_read(main, big, small, nodes, reps)
+        workloads.extend((w4, w5))
         progress("W6 follow")
         workloads.append(w_follow(main, size(200, 50, 10)))
         if main.backend == "postgresql":
@@ -648,6 +676,7 @@ def run(
             workloads.extend(w_contention(main, size(400, 100, 10)))
         progress("W8 storage")
         workloads.append(w_storage(main, size(10_000, 2000, 100)))
+        workloads.append(w9)  # measured with W4/W5, on their 100k-event session
     return {
         "backend": targets[0].backend,
         "quick": quick,

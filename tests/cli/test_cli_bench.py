@@ -23,6 +23,7 @@ SQLITE_WORKLOADS = [
     "W5 load_session",
     "W6 follow latency",
     "W8 storage",
+    "W9 messages(last=20)",
 ]
 POSTGRES_WORKLOADS = [
     "W1 append",
@@ -34,6 +35,7 @@ POSTGRES_WORKLOADS = [
     "W7 4 writers x 4 sessions",
     "W7 4 writers x 1 session",
     "W8 storage",
+    "W9 messages(last=20)",
 ]
 
 
@@ -46,11 +48,13 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     assert names == (SQLITE_WORKLOADS if backend.name == "sqlite" else POSTGRES_WORKLOADS)
     by_name = {w["name"]: w for w in report["workloads"]}
     for name in names:
-        if name.startswith(("W1", "W2", "W3", "W4", "W5")):
+        if name.startswith(("W1", "W2", "W3", "W4", "W5", "W9")):
             w = by_name[name]
             assert w["events_per_s"] > 0 and w["raw_events_per_s"] > 0 and w["ratio"] > 0
             assert w["reps"] >= 2
     assert by_name["W4 messages() of 2k nodes"]["extra"]["log_growth_100k_over_10k"] > 0
+    tail = by_name["W9 messages(last=20)"]["extra"]
+    assert tail["tail_over_raw_time"] > 0 and tail["last"] == 20
     follow = by_name["W6 follow latency"]["extra"]
     assert follow["events"] > 0 and 0 < follow["p50_ms"] <= follow["p99_ms"]
     storage = by_name["W8 storage"]["extra"]
