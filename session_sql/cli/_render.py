@@ -263,7 +263,8 @@ def replacement_lines(fold: SurfaceFold, events: Sequence[SessionEvent]) -> list
         event = events[r.seq]
         before = sum(_size(events[s]) for s in r.shadowed)
         line = Text.assemble((f"seq {r.seq} ", "bold"))
-        line.append(f"{event.type} replaced surface {r.start}..{r.end}, shadowing ")
+        verb = "removed" if event.type == "surface/removed" else f"{event.type} replaced"
+        line.append(f"{verb} surface {r.start}..{r.end}, shadowing ")
         line.append(_seq_list(r.shadowed, limit=12), style="yellow")
         line.append(f": {before:,} → {_size(event):,} bytes of message data", style="dim")
         lines.append(line)
@@ -313,7 +314,11 @@ def demo_report(
         ),
         Text(
             f"  fork    {run.fork_id}  {len(fork_events)} events: the first "
-            f"{run.fork_boundary + 1} inherited (turn 1), then its own turn 2"
+            f"{run.fork_boundary + 1} inherited (turn 1), then its own turn 2, and a turn 3"
+        ),
+        Text(
+            f"          the user asked to forget: seq {run.forget_seq} (surface/removed) took "
+            f"{_seq_list(run.forgotten)} off the fork's surface; the log keeps them"
         ),
     ]
     lines += _heading(

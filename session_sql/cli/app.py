@@ -154,9 +154,11 @@ def demo(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) ->
     """Record a realistic agent session and show it.
 
     The session has streamed replies, tool calls, a pruned tool result, a compaction summary,
-    a fork at an earlier turn, and a crash inside a turn that is then repaired. The command
-    prints what the model sees now, the raw log in brief, what each replacement shadows, the
-    verify results, and SQL queries to explore the tables. Run it again for a new session.
+    a fork at an earlier turn (where the user later says "forget that", and a surface/removed
+    takes their message and the reply off the fork's surface), and a crash inside a turn that
+    is then repaired. The command prints what the model sees now, the raw log in brief, what
+    each replacement shadows, the verify results, and SQL queries to explore the tables. Run
+    it again for a new session.
     """
     with cli_store(url, schema, create=True):
         pass  # fail early, before recording, when the URL or schema is unusable

@@ -64,6 +64,10 @@ class DemoRun:
     """The last event the crashed process wrote."""
     repaired: tuple[SessionEvent, ...]
     """The closers ``repair`` appended."""
+    forget_seq: int
+    """The fork's ``surface/removed``: the user said "forget that"."""
+    forgotten: tuple[int, ...]
+    """The fork's user message and reply it took off the surface (still in the log)."""
 
 
 def _pytest_failure_output() -> str:
@@ -488,6 +492,25 @@ def _fork_turn(agent: _Agent) -> None:
     agent.end_turn()
 
 
+def _fork_forget(agent: _Agent) -> tuple[int, tuple[int, ...]]:
+    """A turn the user regrets: "forget that" takes it off the surface, not out of the log."""
+    user = agent.start_turn("Also, the staging database password is hunter2, if you need it.")
+    agent.start_step()
+    reply = agent.reply("Noted, though this change does not need the database.")
+    agent.end_step()
+    agent.end_turn()
+    # The user says "forget that": the application takes their message and the reply off the
+    # surface. The model never sees them again; the log keeps them, with this removal.
+    forgotten = (user.seq, reply.seq)
+    removal = agent.append(
+        "surface/removed",
+        {"reason": "the user said: forget that"},
+        surface_op=Replace(user.seq, reply.seq),
+        source_event_seqs=list(forgotten),
+    )
+    return removal.seq, forgotten
+
+
 def record_demo(
     url: str = "sqlite:///sessions.db",
     *,
@@ -508,7 +531,9 @@ def record_demo(
             e.seq for e in session.events[:turn_one_end] if e.type == "assistant/message"
         )
         fork = store.fork_session(session.id, boundary=turn_one_end)
-        _fork_turn(_Agent(fork, turn=1))
+        fork_agent = _Agent(fork, turn=1)
+        _fork_turn(fork_agent)
+        forget_seq, forgotten = _fork_forget(fork_agent)
         prune_seq = _turn_two(main, pruned_seq)
         summary_seq, crash_seq = _turn_three_crashes(main, first_user, last_reply)
         summary_shadowed = tuple(session.events[summary_seq].source_event_seqs or ())
@@ -524,6 +549,8 @@ def record_demo(
         summary_shadowed=summary_shadowed,
         crash_seq=crash_seq,
         repaired=tuple(repaired),
+        forget_seq=forget_seq,
+        forgotten=forgotten,
     )
 
 

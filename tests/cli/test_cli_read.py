@@ -166,7 +166,7 @@ def test_stats_counts_by_sql(shared):
     assert tokens["output_tokens"] == sum(
         e.data["usage"]["outputTokens"] for e in own if e.type == "assistant/message"
     )
-    assert doc["replacements"] == {"tool/result": 1, "user/message": 1}
+    assert doc["replacements"] == {"tool/result": 1, "user/message": 1, "surface/removed": 1}
 
     one = json.loads(cli("stats", demo.fork_id, "--json").stdout)
     assert one["sessions"] == 1 and one["events"] == len(fork)
@@ -193,3 +193,21 @@ def test_schema_refuses_an_unknown_dialect(sqlite_cli):
     assert out.code == 2
     assert len(out.error_lines) == 1
     assert "--dialect" in out.stderr and "see 'session-sql schema --help'" in out.stderr
+
+
+def test_the_demo_fork_forgets_a_turn_without_losing_it(shared):
+    """The fork's "forget that": a surface/removed takes the message and the reply off."""
+    demo, store = shared.demo, shared.store
+    fork = list(store.events(demo.fork_id))
+    removal = fork[demo.forget_seq]
+    assert removal.type == "surface/removed" and removal.data == {
+        "reason": "the user said: forget that"
+    }
+    assert [fork[s].type for s in demo.forgotten] == ["user/message", "assistant/message"]
+    surface = store.surface(demo.fork_id)
+    assert not {demo.forget_seq, *demo.forgotten} & set(surface)
+    ids = {m["id"] for m in store.messages(demo.fork_id)}
+    assert not ids & {
+        fork[s].data.get("id") or fork[s].data["message"]["id"] for s in demo.forgotten
+    }
+    assert store.verify(demo.fork_id).ok

@@ -69,6 +69,7 @@ def test_demo_records_and_explains_a_session(cli, backend):
     assert "user (compaction)" in out.stdout
     assert "⇄ 11..11" in out.stdout  # the pruning replaces one surface entry
     assert "turn 3 interrupted" in out.stdout
+    assert "the user asked to forget: seq " in out.stdout
     assert f"  ok    {session_id}" in out.stdout and f"  ok    {fork_id}" in out.stdout
     assert "\x1b[" not in out.stdout
     if backend.name == "sqlite":

@@ -36,6 +36,7 @@ def test_recipes_are_found_and_cover_both_dialects():
         "tokens-per-session-and-model",
         "tool-error-rate",
         "compaction-savings",
+        "removals",
         "sessions-per-day",
         "longest-tool-results",
     } <= names
@@ -90,6 +91,16 @@ def test_every_recipe_runs_and_answers_correctly(backend):
     assert set(savings) == {run.prune_seq, run.summary_seq}
     assert savings[run.summary_seq][3] == len(run.summary_shadowed)
     assert all(row[6] > 0 for row in savings.values())
+
+    assert results["removals"] == [
+        (
+            run.fork_id,
+            run.forget_seq,
+            "the user said: forget that",
+            2,
+            "user/message, assistant/message",
+        )
+    ]
 
     [(day, sessions, forks)] = results["sessions-per-day"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d", day) and (sessions, forks) == (2, 1)
