@@ -113,12 +113,15 @@ class SurfaceMessage(NamedTuple):
 
 
 def check_last(last: object) -> int | None:
-    """``last`` of a tail read: None (everything) or an int >= 0; ``InvalidArgumentError``."""
+    """``last`` of a tail read: None (everything) or an int >= 0; ``InvalidArgumentError``.
+
+    Worded as the store's argument checks are (``session_sql._store.store._int_arg``).
+    """
     if last is None:
         return None
     if isinstance(last, bool) or not isinstance(last, int):
         raise InvalidArgumentError(
-            f"last must be an int or None, not {type(last).__name__} {last!r}", argument="last"
+            f"last must be an int, not {type(last).__name__} {last!r}", argument="last"
         )
     if last < 0:
         raise InvalidArgumentError(f"last must be >= 0, got {last}", argument="last")

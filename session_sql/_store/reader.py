@@ -61,7 +61,7 @@ def _surface_rows(
     q = ctx.statements
     if limit is None:
         return list(conn.execute(q.surface_messages, {"b_id": session_id}).all())
-    params = {"b_id": session_id, "b_before": before, "b_limit": min(limit, MAX_SEQ)}
+    params = {"b_id": session_id, "b_before": before, "b_limit": limit}
     rows = list(conn.execute(q.surface_tail, params).all())
     rows.reverse()
     return rows
@@ -125,7 +125,7 @@ def surface(ctx: StoreContext, session_id: str, last: int | None = None) -> tupl
         elif last == 0:
             seqs = []
         else:
-            params = {"b_id": session_id, "b_limit": min(last, MAX_SEQ)}
+            params = {"b_id": session_id, "b_limit": last}
             seqs = list(conn.execute(q.surface_seqs_tail, params).scalars())
             seqs.reverse()
         if not seqs:

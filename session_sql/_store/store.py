@@ -65,7 +65,7 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent, check_header, is_session_id
 from session_sql.jsonl import JsonlReader, published_file, write_jsonl
 from session_sql.jsonvalue import FrozenDict, loads_frozen
-from session_sql.messages import SurfaceMessage, check_last
+from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_inherited_marker, is_inherited_marker
 from session_sql.session import (
@@ -373,13 +373,11 @@ class SessionStore:
         follows N, not the length of the surface or of the log. ``last=0`` gives ``[]``; a
         negative or non-int ``last`` raises ``InvalidArgumentError``.
         """
-        count = check_last(last)
-        return reader.messages(self._ctx, _lookup_id(session_id), count)
+        return reader.messages(self._ctx, _lookup_id(session_id), _last_arg(last))
 
     def surface(self, session_id: str, *, last: int | None = None) -> tuple[int, ...]:
         """The surface's event seqs in order (``last=N``: the final N), from the side table."""
-        count = check_last(last)
-        return reader.surface(self._ctx, _lookup_id(session_id), count)
+        return reader.surface(self._ctx, _lookup_id(session_id), _last_arg(last))
 
     def surface_messages(self, session_id: str, *, last: int | None = None) -> list[SurfaceMessage]:
         """Every surface node as ``SurfaceMessage(pos, seq, type, message)``, in surface order.
@@ -387,8 +385,7 @@ class SessionStore:
         ``message`` is None for a node that projects to none (an assistant/message with empty
         content). ``last=N`` gives the final N nodes, at a cost that follows N.
         """
-        count = check_last(last)
-        return reader.surface_messages(self._ctx, _lookup_id(session_id), count)
+        return reader.surface_messages(self._ctx, _lookup_id(session_id), _last_arg(last))
 
     def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
@@ -833,6 +830,11 @@ def _int_arg(name: str, value: object, *, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise InvalidArgumentError(f"{name} must be >= {minimum}, got {value}", argument=name)
     return value
+
+
+def _last_arg(last: object) -> int | None:
+    """A tail read's ``last``: None (everything) or an int >= 0, clamped to a BIGINT."""
+    return None if last is None else min(_int_arg("last", last, minimum=0), _MAX_BOUND)
 
 
 def _clamp(value: int) -> int:

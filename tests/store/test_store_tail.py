@@ -69,6 +69,10 @@ def test_tail_reads_are_the_final_entries(store: SessionStore) -> None:
         assert store.messages("s1", last=n) == handle.messages(last=n) == want, n
         assert store.surface("s1", last=n) == (handle.surface.nodes[-n:] if n else ())
         assert store.surface_messages("s1", last=n) == (nodes[-n:] if n else [])
+    huge = 2**70  # beyond any BIGINT: everything
+    assert store.messages("s1", last=huge) == handle.messages(last=huge) == full
+    assert store.surface_messages("s1", last=huge) == nodes
+    assert store.surface("s1", last=huge) == handle.surface.nodes
     assert texts(store.messages("s1", last=2)) == ["f", "g"]  # the empty replies do not count
     assert store.surface("s1", last=2) == (9, 10)
 
