@@ -56,6 +56,7 @@ from session_sql.catalog import Catalog
 from session_sql.errors import StoreError
 from session_sql.events import SessionEvent, SurfaceOp
 from session_sql.jsonl import JsonlReader, published_file
+from session_sql.messages import SurfaceMessage
 from session_sql.session import Session
 
 T = TypeVar("T")
@@ -356,13 +357,25 @@ class AsyncSessionStore:
         """A detached, fully validated in-memory replay of a stored session."""
         return await self._runner.call(self._store.load_session, session_id)
 
-    async def messages(self, session_id: str) -> list[Any]:
-        """The messages a model sees, from the ``surface`` side table (never replays)."""
-        return await self._runner.call(self._store.messages, session_id)
+    async def messages(self, session_id: str, *, last: int | None = None) -> list[Any]:
+        """The messages a model sees (the last ``last``), from the ``surface`` side table."""
+        return await self._runner.call(
+            functools.partial(self._store.messages, last=last), session_id
+        )
 
-    async def surface(self, session_id: str) -> tuple[int, ...]:
-        """The surface's event seqs in order, from the side table."""
-        return await self._runner.call(self._store.surface, session_id)
+    async def surface(self, session_id: str, *, last: int | None = None) -> tuple[int, ...]:
+        """The surface's event seqs in order (the last ``last``), from the side table."""
+        return await self._runner.call(
+            functools.partial(self._store.surface, last=last), session_id
+        )
+
+    async def surface_messages(
+        self, session_id: str, *, last: int | None = None
+    ) -> list[SurfaceMessage]:
+        """``(pos, seq, type, message)`` per surface node (the last ``last``), in surface order."""
+        return await self._runner.call(
+            functools.partial(self._store.surface_messages, last=last), session_id
+        )
 
     async def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None

@@ -125,6 +125,22 @@ def test_scans_and_row_reads(backend) -> None:
     run(backend, body, clock=iter(range(1, 10**6)).__next__)
 
 
+def test_tail_reads_match_the_sync_store(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        handle = await store.create_session("t")
+        for i in range(6):
+            await say(handle, f"m{i}")
+        every = await store.surface_messages("t")
+        assert await store.surface_messages("t", last=2) == every[-2:]
+        assert await store.surface("t", last=3) == (await store.surface("t"))[-3:]
+        assert await store.messages("t", last=2) == (await store.messages("t"))[-2:]
+        assert await store.messages("t", last=0) == []
+        with pytest.raises(InvalidArgumentError):
+            await store.messages("t", last=-1)
+
+    run(backend, body)
+
+
 def test_handles_read_synchronously_and_append_as_coroutines(backend) -> None:
     async def body(store: AsyncSessionStore) -> None:
         handle = await store.create_session("s1", seed=[])
