@@ -8,11 +8,11 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
-from session_sql._store.rows import event_columns, event_from_row
+from session_sql._store.rows import event_from_row
 from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
     CorruptSessionError,
@@ -136,25 +136,23 @@ def surface(ctx: StoreContext, session_id: str, last: int | None = None) -> tupl
 def stream_events(
     ctx: StoreContext, session_id: str, from_seq: int = 0, to_seq: int | None = None
 ) -> Iterator[SessionEvent]:
-    """Events in seq order, fetched in pages so memory stays bounded."""
-    e = ctx.tables.events
+    """Events in seq order (``to_seq`` exclusive), one read per page so memory stays bounded."""
     with translate_errors(session_id), read_tx(ctx.engine) as conn:
         require_session(conn, ctx, session_id)
-    after = from_seq - 1
+    params = {
+        "b_id": session_id,
+        "b_after": from_seq - 1,
+        "b_to": MAX_SEQ if to_seq is None else to_seq - 1,
+        "b_limit": STREAM_BATCH,
+    }
     while True:
-        page = select(*event_columns(ctx.tables)).where(
-            e.c.session_id == session_id, e.c.seq > after
-        )
-        if to_seq is not None:
-            page = page.where(e.c.seq < to_seq)
-        page = page.order_by(e.c.seq).limit(STREAM_BATCH)
         with translate_errors(session_id), read_tx(ctx.engine) as conn:
-            rows = conn.execute(page).all()
+            rows = conn.execute(ctx.statements.events_page, params).all()
         for row in rows:
             yield event_from_row(session_id, row)
         if len(rows) < STREAM_BATCH:
             return
-        after = rows[-1].seq
+        params["b_after"] = rows[-1].seq
 
 
 def event_rows_in(
