@@ -76,29 +76,60 @@ PLUGIN_TYPES = (
 
 
 class Catalog:
-    """An immutable set of known event type names."""
+    """An immutable set of known event type names.
 
-    __slots__ = ("_types",)
+    Most added types are log-only. **Item types** (``extend(..., items=True)``) are
+    surface-eligible instead: an event of one must carry a ``surfaceOp`` (append, or a replace
+    with provenance, as a message event), and the message it projects to is its ``data`` as
+    is. They let an application keep records that no core message shape holds losslessly (an
+    agent framework's history items) on the surface, where tail reads and the SQL view see them.
+    """
 
-    def __init__(self, types: Iterable[str] = ()) -> None:
-        self._types = frozenset(check_type_name(t) for t in types)
+    __slots__ = ("_items", "_types")
 
-    def extend(self, types: Iterable[str]) -> Catalog:
-        """A new catalog with ``types`` added (this one is unchanged)."""
-        added = [types] if isinstance(types, str) else list(types)
-        return Catalog(self._types.union(check_type_name(t) for t in added))
+    def __init__(self, types: Iterable[str] = (), *, items: Iterable[str] = ()) -> None:
+        item_types = frozenset(check_type_name(t) for t in _listed(items))
+        clash = sorted(item_types.intersection(CORE_TYPES))
+        if clash:
+            raise ValueError(f"core types cannot be item types: {clash}")
+        self._items = item_types
+        self._types = frozenset(check_type_name(t) for t in _listed(types)) | item_types
+
+    def extend(self, types: Iterable[str], *, items: bool = False) -> Catalog:
+        """A new catalog with ``types`` added (this one is unchanged).
+
+        ``items=True`` adds them as item types. A name keeps the kind it has: adding a known
+        log-only type as an item type (or the reverse) raises ``ValueError``.
+        """
+        added = frozenset(check_type_name(t) for t in _listed(types))
+        turned = sorted(added & (self._types - self._items) if items else added & self._items)
+        if turned:
+            kind = "log-only" if items else "item"
+            raise ValueError(f"{turned} are already {kind} types of this catalog")
+        if items:
+            return Catalog(self._types, items=self._items | added)
+        return Catalog(self._types | added, items=self._items)
+
+    @property
+    def item_types(self) -> frozenset[str]:
+        """The item types: surface-eligible, each event's message is its data."""
+        return self._items
 
     def with_entry_points(self) -> Catalog:
         """This catalog plus every type contributed through ``session_sql.event_types``.
 
-        An entry point loads to an iterable of type names, or to a callable returning one.
+        An entry point loads to an iterable of type names, to a ``Catalog`` (whose item types
+        stay item types), or to a callable returning either.
         """
-        found: list[str] = []
+        found = self
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             loaded: Any = ep.load()
-            names = loaded() if callable(loaded) else loaded
-            found.extend(_names_from(ep.name, names))
-        return self.extend(found) if found else self
+            names = loaded() if callable(loaded) and not isinstance(loaded, Catalog) else loaded
+            if isinstance(names, Catalog):
+                found = found.extend(names._types - names._items).extend(names._items, items=True)
+            else:
+                found = found.extend(_names_from(ep.name, names))
+        return found
 
     def __contains__(self, name: object) -> bool:
         return name in self._types
@@ -110,13 +141,23 @@ class Catalog:
         return len(self._types)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Catalog) and other._types == self._types
+        return (
+            isinstance(other, Catalog)
+            and other._types == self._types
+            and other._items == self._items
+        )
 
     def __hash__(self) -> int:
-        return hash(self._types)
+        return hash((self._types, self._items))
 
     def __repr__(self) -> str:
-        return f"Catalog({len(self._types)} types)"
+        items = f", {len(self._items)} item types" if self._items else ""
+        return f"Catalog({len(self._types)} types{items})"
+
+
+def _listed(types: Iterable[str]) -> list[str]:
+    """A lone name counts as one type, not as its characters."""
+    return [types] if isinstance(types, str) else list(types)
 
 
 def _names_from(source: str, names: Any) -> list[str]:

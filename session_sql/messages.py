@@ -70,13 +70,23 @@ def result_block(data: Any) -> Any:
     return None
 
 
-def project_data(type_: str, data: Any, seq: int | None = None, *, checked: bool = True) -> Any:
+def project_data(
+    type_: str,
+    data: Any,
+    seq: int | None = None,
+    *,
+    checked: bool = True,
+    items: frozenset[str] = frozenset(),
+) -> Any:
     """The message an event of ``type_`` with ``data`` contributes as a surface node, or None.
 
     ``checked=False`` is for data nobody has validated yet (a stored row read on its own): its
     message is shape-checked first, and ``InvalidEventError`` (or ``KeyError``/``TypeError``
-    for a missing or non-object ``message``) says why it is malformed.
+    for a missing or non-object ``message``) says why it is malformed. An event of one of the
+    catalog's item types (``items``) projects to its data as is.
     """
+    if type_ in items:
+        return data
     if type_ == "user/message":
         if not checked:
             check_message(data, "user", "data", seq)
@@ -94,9 +104,12 @@ def project_data(type_: str, data: Any, seq: int | None = None, *, checked: bool
     return None
 
 
-def project(event: SessionEvent) -> Any:
-    """The message a surface node contributes, or None (§6; a ``surface/removed`` gives none)."""
-    return project_data(event.type, event.data)
+def project(event: SessionEvent, items: frozenset[str] = frozenset()) -> Any:
+    """The message a surface node contributes, or None (§6; a ``surface/removed`` gives none).
+
+    ``items`` are the catalog's item types, whose events project to their data.
+    """
+    return project_data(event.type, event.data, items=items)
 
 
 class SurfaceMessage(NamedTuple):

@@ -376,8 +376,9 @@ class Session:
         if self._projected < len(nodes):
             log = self._log
             out = self._messages
+            items = self._catalog.item_types
             for seq in nodes[self._projected :]:
-                message = project(log[seq])
+                message = project(log[seq], items)
                 if message is not None:
                     out.append(message)
             self._projected = len(nodes)
@@ -386,9 +387,10 @@ class Session:
     def _last_messages(self, count: int) -> list[Any]:
         out: list[Any] = []
         nodes, log = self._state.surface.node_list(), self._log
+        items = self._catalog.item_types
         i = len(nodes) - 1
         while len(out) < count and i >= 0:
-            message = project(log[nodes[i]])
+            message = project(log[nodes[i]], items)
             if message is not None:
                 out.append(message)
             i -= 1
@@ -405,8 +407,9 @@ class Session:
         state, log = self._state, self._log
         nodes = state.surface.node_list()
         start = 0 if count is None else max(len(nodes) - count, 0)
+        items = self._catalog.item_types
         return [
-            SurfaceMessage(pos, seq, log[seq].type, project(log[seq]))
+            SurfaceMessage(pos, seq, log[seq].type, project(log[seq], items))
             for pos, seq in zip(state.positions[start:], nodes[start:], strict=True)
         ]
 
@@ -414,7 +417,7 @@ class Session:
         """The message ``event`` projects to, or None."""
         if is_exempt(event, self._catalog):
             return None
-        return project(event)
+        return project(event, self._catalog.item_types)
 
     def request_header(self) -> Any:
         """The data of the latest ``request/header``, or None."""
@@ -571,7 +574,7 @@ class Session:
                 if len(batch) > 1 and staged is None:
                     staged = list(nodes)
                     nodes = staged
-                transition = plan(nodes, event, lookup)
+                transition = plan(nodes, event, lookup, catalog.item_types)
                 if staged is not None and transition is not None:
                     Surface.apply_to(staged, transition)
             events.append(event)

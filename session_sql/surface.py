@@ -50,14 +50,16 @@ def plan(
     nodes: Sequence[int],
     event: SessionEvent,
     lookup: Callable[[int], SessionEvent],
+    items: frozenset[str] = frozenset(),
 ) -> Transition:
     """What ``event`` does to a surface holding ``nodes``; raises, never mutates.
 
-    ``lookup(seq)`` returns a logged event (needed for the tool/result replacement rule). The
+    ``lookup(seq)`` returns a logged event (needed for the tool/result replacement rule);
+    ``items`` are the catalog's item types, surface-eligible like the message types. The
     caller has already excluded exempt (unknown, ignorable) events.
     """
     seq, op, sources = event.seq, event.surface_op, event.source_event_seqs
-    if event.type not in SURFACE_TYPES:
+    if event.type not in SURFACE_TYPES and event.type not in items:
         if op is not None or sources is not None:
             raise SurfaceError(
                 f"{event.type} is not surface-eligible and may not carry surfaceOp or "
@@ -279,7 +281,9 @@ class Replay:
             assert self._kept is not None, "a replay without lookup must keep surface events"
             lookup = self._kept.__getitem__
         transition = (
-            None if is_exempt(event, catalog) else plan(self.surface.node_list(), event, lookup)
+            None
+            if is_exempt(event, catalog)
+            else plan(self.surface.node_list(), event, lookup, catalog.item_types)
         )
         return Step(event, transition, self.advance(event, transition))
 

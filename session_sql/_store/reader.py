@@ -34,12 +34,17 @@ def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> Non
         raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
 
 
-def _project_row(session_id: str, seq: int, type_: str, data: Any) -> Any:
-    """``messages.project_data`` on a stored row, whose data nobody has checked yet."""
+def _project_row(
+    session_id: str, seq: int, type_: str, data: Any, items: frozenset[str] = frozenset()
+) -> Any:
+    """``messages.project_data`` on a stored row, whose data nobody has checked yet.
+
+    ``items`` are the store catalog's item types (their rows project to their data).
+    """
     try:
         frozen = loads_frozen(data, root="data")
-        if type_ in NODE_TYPES:
-            return project_data(type_, frozen, seq, checked=False)
+        if type_ in NODE_TYPES or type_ in items:
+            return project_data(type_, frozen, seq, checked=False, items=items)
     except (NotJSONError, InvalidEventError, KeyError, TypeError) as exc:
         raise CorruptSessionError(
             f"session {session_id!r} seq {seq}: stored surface event is malformed: {exc}",
@@ -47,7 +52,8 @@ def _project_row(session_id: str, seq: int, type_: str, data: Any) -> Any:
             seq=seq,
         ) from exc
     raise CorruptSessionError(
-        f"session {session_id!r} seq {seq}: a {type_} event is on the surface",
+        f"session {session_id!r} seq {seq}: a {type_} event is on the surface, and this "
+        "store's catalog has no such item type (open the store with the catalog that wrote it)",
         session_id=session_id,
         seq=seq,
     )
@@ -79,8 +85,9 @@ def surface_messages(
         rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, last)
         if not rows:
             require_session(conn, ctx, session_id)
+    items = ctx.catalog.item_types
     return [
-        SurfaceMessage(pos, seq, type_, _project_row(session_id, seq, type_, data))
+        SurfaceMessage(pos, seq, type_, _project_row(session_id, seq, type_, data, items))
         for pos, seq, type_, data in rows
     ]
 
@@ -97,14 +104,16 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
             rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
             if not rows:
                 require_session(conn, ctx, session_id)
-        return [m for m in (_project_row(session_id, *row[1:]) for row in rows) if m is not None]
+        items = ctx.catalog.item_types
+        projected = (_project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
+        return [m for m in projected if m is not None]
     found: list[Any] = []  # newest first
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
         before, page = MAX_SEQ, last
         while len(found) < last:
             rows = _surface_rows(ctx, conn, session_id, before, page)
             for _, seq, type_, data in reversed(rows):
-                message = _project_row(session_id, seq, type_, data)
+                message = _project_row(session_id, seq, type_, data, ctx.catalog.item_types)
                 if message is not None and len(found) < last:
                     found.append(message)
             if len(rows) < page:

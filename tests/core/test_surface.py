@@ -571,9 +571,9 @@ def test_fold_surface_plans_each_event_once(monkeypatch: pytest.MonkeyPatch) -> 
     planned: list[int] = []
     real_plan = surface_module.plan
 
-    def counting_plan(nodes: Any, event: SessionEvent, lookup: Any) -> Any:
+    def counting_plan(nodes: Any, event: SessionEvent, lookup: Any, items: Any) -> Any:
         planned.append(event.seq)
-        return real_plan(nodes, event, lookup)
+        return real_plan(nodes, event, lookup, items)
 
     monkeypatch.setattr(surface_module, "plan", counting_plan)
     log = WireLog()

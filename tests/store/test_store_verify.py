@@ -259,9 +259,9 @@ def test_load_open_verify_and_fork_plan_each_event_once(store, s1, monkeypatch):
     planned: list[int] = []
     real_plan = surface_module.plan
 
-    def counting_plan(nodes: Any, event: Any, lookup: Any) -> Any:
+    def counting_plan(nodes: Any, event: Any, lookup: Any, items: Any) -> Any:
         planned.append(event.seq)
-        return real_plan(nodes, event, lookup)
+        return real_plan(nodes, event, lookup, items)
 
     # Wherever a module holds ``plan``: a replay cannot escape the count by importing it.
     for module in (surface_module, session_module, rows_module, store_module, writer_module):
