@@ -1,0 +1,419 @@
+"""The OpenAI Agents SDK's ``Session`` protocol over a session_sql store (SPEC §11.5).
+
+Every history item becomes one surface event, so the item order is the surface order and the
+protocol's reads are tail reads of the surface:
+
+* a user message whose content is text (a string, or ``input_text`` parts only) is a
+  ``user/message`` whose message keeps the item's other keys in ``source``, so SQL analytics
+  see the user's words as a core message and the item comes back exactly;
+* every other item (assistant output, function calls and their outputs, reasoning, hosted
+  tool calls, items of types that do not exist yet) is an ``openai-agents/item`` event whose
+  data, and message, is the item itself.
+
+``pop_item`` and ``clear_session`` append a ``surface/removed`` whose provenance names what it
+takes off; nothing is ever deleted. Compaction by the SDK's ``OpenAIResponsesCompactionSession``
+becomes a replace of the compacted range, with provenance, through the backend hooks that
+wrapper looks for (``_get_compaction_snapshot``, ``_atomic_replace_items``).
+
+Needs the extra: ``pip install 'session-sql[openai-agents]'``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "session_sql.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'session-sql[openai-agents]'"
+    ) from exc
+
+try:  # a private dataclass of the SDK: without it, compaction falls back to clear-and-add
+    from agents.memory.session import _CompactionSnapshot
+except ImportError:  # pragma: no cover - depends on the SDK version
+    _CompactionSnapshot = None  # type: ignore[assignment, misc]
+
+from session_sql import (
+    AsyncSessionStore,
+    AsyncStoredSession,
+    ConcurrencyError,
+    InvalidArgumentError,
+    Replace,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStore,
+    SurfaceMessage,
+    open_async_store,
+    thaw,
+)
+from session_sql.integrations import OPENAI_AGENTS_ITEM
+
+__all__ = ["ITEM_TYPE", "SOURCE_KIND", "SessionSQLSession"]
+
+ITEM_TYPE = OPENAI_AGENTS_ITEM
+"""The catalog type of an item stored as is (an item type: its message is the item)."""
+
+SOURCE_KIND = "openai-agents"
+"""``source.kind`` of the user messages this integration writes."""
+
+MAX_ATTEMPTS = 200
+"""Retries of one write against other writers: each ConcurrencyError means one of them won."""
+
+Batch = list[dict[str, Any]]
+
+
+class SessionSQLSession:
+    """Conversation history of one OpenAI Agents SDK session, kept in a session_sql store.
+
+    ``store`` is an ``AsyncSessionStore`` (``open_async_store``): the protocol is async and a
+    ``SessionStore`` would block the event loop, so it is refused. The session is created on
+    the first ``add_items``; reads of a session that does not exist yet give no items.
+    Several processes may write one session: a write that loses a race reloads and retries, so
+    both land, in one of their interleavings.
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        store: AsyncSessionStore,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(store, SessionStore):
+            raise InvalidArgumentError(
+                "store must be an AsyncSessionStore (open_async_store): the Session protocol is "
+                "async, and a SessionStore would block the event loop",
+                argument="store",
+            )
+        if not isinstance(store, AsyncSessionStore):
+            raise InvalidArgumentError(
+                f"store must be an AsyncSessionStore, not {type(store).__name__}",
+                argument="store",
+            )
+        self.session_id = session_id
+        self.session_settings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
+        self._store = store
+        self._owned = False
+        self._checked = False
+        self._handle: AsyncStoredSession | None = None
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        session_id: str,
+        url: str,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        **open_store_options: Any,
+    ) -> SessionSQLSession:
+        """A session on a store of its own, opened on first use and closed by ``close()``.
+
+        ``open_store_options`` are ``open_async_store``'s; a ``catalog`` given there gains the
+        integration's item type.
+        """
+        catalog = open_store_options.get("catalog")
+        if catalog is not None and ITEM_TYPE not in catalog.item_types:
+            open_store_options["catalog"] = catalog.extend([ITEM_TYPE], items=True)
+        session = cls(
+            session_id,
+            open_async_store(url, **open_store_options),
+            session_settings=session_settings,
+        )
+        session._owned = True
+        return session
+
+    @property
+    def store(self) -> AsyncSessionStore:
+        return self._store
+
+    async def close(self) -> None:
+        """Close the store if ``from_url`` opened it (a store passed in stays open)."""
+        if self._owned:
+            await self._store.close()
+
+    async def __aenter__(self) -> SessionSQLSession:
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"SessionSQLSession({self.session_id!r}, {self._store!r})"
+
+    # -- the Session protocol ---------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The latest ``limit`` items (all when None), oldest first; costs O(limit).
+
+        ``limit=None`` falls back to ``session_settings.limit``; ``0`` gives none, a negative
+        limit raises ``InvalidArgumentError``.
+        """
+        count = _limit(resolve_session_limit(limit, self.session_settings))
+        if count == 0:
+            return []
+        nodes = await self._tail(count)
+        return [item for item in map(_item_of, nodes) if item is not None]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` in order, atomically (one transaction); creates the session."""
+        batch = [{**_event_of(item), "surface_op": "append"} for item in _listed(items)]
+        if batch:
+            await self._write(lambda handle: batch, create=True)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Take the latest item off the history and return it (None when there is none)."""
+        popped: list[Any] = []
+
+        def removal(handle: AsyncStoredSession) -> Batch | None:
+            popped.clear()
+            tail = handle.surface_messages(last=1)
+            if not tail:
+                return None
+            popped.append(_item_of(tail[0]))
+            return [_removed(tail[0].seq, tail[0].seq, [tail[0].seq], "pop_item")]
+
+        await self._write(removal, create=False)
+        return popped[0] if popped else None
+
+    async def clear_session(self) -> None:
+        """Take every item off the history (one ``surface/removed``; the log keeps them)."""
+
+        def removal(handle: AsyncStoredSession) -> Batch | None:
+            nodes = handle.surface.nodes
+            if not nodes:
+                return None
+            return [_removed(nodes[0], nodes[-1], list(nodes), "clear_session")]
+
+        await self._write(removal, create=False)
+
+    # -- compaction (hooks of the SDK's OpenAIResponsesCompactionSession) ---------------------
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """The latest ``limit`` items and a ``replace_suffix`` that swaps a suffix of them
+        for the compacted output in one replace (None where that cannot be offered)."""
+        if _CompactionSnapshot is None or prune_prefix is not None or limit <= 0:
+            return None
+        nodes = await self._tail(limit + 1)
+        complete = len(nodes) <= limit
+        nodes = nodes[-limit:]
+        items = [_item_of(node) for node in nodes]
+        if any(item is None for item in items):
+            return None  # a node this integration did not write: keep the SDK's fallback
+        seqs = [node.seq for node in nodes]
+
+        async def replace_suffix(start: int, output: list[TResponseInputItem]) -> bool:
+            expected = seqs[start:]
+            if not expected:
+                return False
+            replacement = [_event_of(item) for item in _listed(output)]
+            stale: list[bool] = []
+
+            def swap(handle: AsyncStoredSession) -> Batch | None:
+                nodes = handle.surface.nodes
+                stale[:] = [tuple(nodes[-len(expected) :]) != tuple(expected)]
+                return None if stale[0] else _replacing(expected, replacement, "compaction")
+
+            await self._write(swap, create=False)
+            return bool(stale) and not stale[0]
+
+        return _CompactionSnapshot(items, complete, replace_suffix)
+
+    async def _atomic_replace_items(self, output_items: list[TResponseInputItem]) -> bool:
+        """Replace the whole history by ``output_items`` in one transaction."""
+        replacement = [_event_of(item) for item in _listed(output_items)]
+
+        def swap(handle: AsyncStoredSession) -> Batch | None:
+            nodes = list(handle.surface.nodes)
+            if not nodes:
+                return [{**event, "surface_op": "append"} for event in replacement]
+            return _replacing(nodes, replacement, "compaction")
+
+        await self._write(swap, create=True)
+        return True
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _ready(self) -> AsyncSessionStore:
+        store = await self._store  # opens a store from from_url; an open store: no-op
+        if not self._checked:
+            if ITEM_TYPE not in store.catalog.item_types:
+                raise InvalidArgumentError(
+                    f"the store's catalog does not know {ITEM_TYPE!r} as an item type; open it "
+                    f"with catalog=<your catalog>.extend([{ITEM_TYPE!r}], items=True)",
+                    argument="store",
+                )
+            self._checked = True
+        return store
+
+    async def _tail(self, count: int | None) -> list[SurfaceMessage]:
+        store = await self._ready()
+        try:
+            return await store.surface_messages(self.session_id, last=count)
+        except SessionNotFoundError:
+            return []
+
+    async def _writer(self, create: bool) -> AsyncStoredSession | None:
+        if self._handle is not None:
+            return self._handle
+        store = await self._ready()
+        try:
+            self._handle = await store.open_session(self.session_id)
+        except SessionNotFoundError:
+            if not create:
+                return None
+            try:
+                self._handle = await store.create_session(self.session_id)
+            except SessionExistsError:  # another writer created it first
+                self._handle = await store.open_session(self.session_id)
+        return self._handle
+
+    async def _write(
+        self, build: Callable[[AsyncStoredSession], Batch | None], *, create: bool
+    ) -> None:
+        """Append ``build(handle)`` atomically; on losing a race, reload and build again."""
+        async with self._lock:
+            for attempt in range(MAX_ATTEMPTS):
+                handle = await self._writer(create)
+                if handle is None:
+                    return
+                batch = build(handle)
+                if not batch:
+                    return
+                try:
+                    await handle.append_many(batch)
+                    return
+                except ConcurrencyError:
+                    await handle.refresh()
+                except SessionNotFoundError:  # deleted under us: start over
+                    self._handle = None
+                if attempt >= 3:  # a crowd of writers: step aside a little
+                    await asyncio.sleep(random.uniform(0, 0.002 * attempt))
+            raise ConcurrencyError(
+                f"session {self.session_id!r}: {MAX_ATTEMPTS} writes in a row lost a race "
+                "with other writers",
+                session_id=self.session_id,
+            )
+
+
+def _limit(limit: Any) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidArgumentError(
+            f"limit must be an int or None, not {type(limit).__name__} {limit!r}",
+            argument="limit",
+        )
+    if limit < 0:
+        raise InvalidArgumentError(f"limit must be >= 0, got {limit}", argument="limit")
+    return limit
+
+
+def _listed(items: Sequence[Any]) -> list[Any]:
+    if isinstance(items, str | bytes | dict) or not isinstance(items, Sequence):
+        raise InvalidArgumentError(
+            f"items must be a list of items, not {type(items).__name__}", argument="items"
+        )
+    return list(items)
+
+
+def _text_parts(content: Any) -> bool:
+    """Content made of ``input_text`` parts only, with nothing else in them."""
+    return (
+        isinstance(content, list)
+        and len(content) > 0
+        and all(
+            isinstance(part, dict)
+            and part.keys() == {"type", "text"}
+            and part["type"] == "input_text"
+            and type(part["text"]) is str
+            for part in content
+        )
+    )
+
+
+def _event_of(item: Any) -> dict[str, Any]:
+    """The event (type and data) that holds ``item`` losslessly."""
+    if item is None:
+        raise InvalidArgumentError("an item must not be None", argument="items")
+    if (
+        isinstance(item, dict)
+        and item.get("role") == "user"
+        and item.get("type", "message") == "message"
+        and all(type(key) is str for key in item)
+    ):
+        content: Any = item.get("content")
+        if type(content) is str or _text_parts(content):
+            texts = [content] if type(content) is str else [part["text"] for part in content]
+            rest = {key: value for key, value in item.items() if key != "content"}
+            message = {
+                "id": f"oa_{uuid.uuid4().hex}",
+                "role": "user",
+                "content": [{"type": "text", "text": text} for text in texts],
+                "source": {
+                    "kind": SOURCE_KIND,
+                    "item": rest,
+                    "content": "text" if type(content) is str else "parts",
+                },
+            }
+            return {"type": "user/message", "data": message}
+    return {"type": ITEM_TYPE, "data": item}
+
+
+def _item_of(node: SurfaceMessage) -> Any:
+    """The item a surface node holds, or None for a node this integration did not write."""
+    if node.type == ITEM_TYPE:
+        return thaw(node.message)
+    message = node.message
+    source = message.get("source") if node.type == "user/message" else None
+    if source is None or source.get("kind") != SOURCE_KIND:
+        return None
+    item = thaw(source["item"])
+    texts = [block["text"] for block in message["content"]]
+    if source.get("content") == "text":
+        item["content"] = texts[0]
+    else:
+        item["content"] = [{"type": "input_text", "text": text} for text in texts]
+    return item
+
+
+def _removed(start: int, end: int, sources: list[int], reason: str) -> dict[str, Any]:
+    return {
+        "type": "surface/removed",
+        "data": {"reason": reason},
+        "surface_op": Replace(start, end),
+        "source_event_seqs": sources,
+    }
+
+
+def _replacing(shadowed: Sequence[int], replacement: Batch, reason: str) -> Batch:
+    """``replacement`` in place of the surface run ``shadowed``: its first event replaces the
+    run (citing every seq of it), the rest follow it; no replacement is a removal."""
+    if not replacement:
+        return [_removed(shadowed[0], shadowed[-1], list(shadowed), reason)]
+    first = {
+        **replacement[0],
+        "surface_op": Replace(shadowed[0], shadowed[-1]),
+        "source_event_seqs": list(shadowed),
+    }
+    return [first] + [{**event, "surface_op": "append"} for event in replacement[1:]]

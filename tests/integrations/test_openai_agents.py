@@ -1,0 +1,385 @@
+"""SPEC §11.5: ``SessionSQLSession`` keeps the OpenAI Agents SDK's ``Session`` protocol.
+
+On both backends: every method, limits, empty sessions, pop on empty, clear then add, unicode,
+large and unknown items, refused input that changes nothing, concurrent writers in two
+processes, and a store opened by another process that sees the same items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeVar
+
+import pytest
+from agents.memory import Session, SessionSettings
+
+from session_sql import (
+    DEFAULT_CATALOG,
+    AsyncSessionStore,
+    InvalidArgumentError,
+    NotJSONError,
+    Replace,
+    SessionNotFoundError,
+    open_async_store,
+    open_store,
+)
+from session_sql.integrations.openai_agents import ITEM_TYPE, SessionSQLSession
+
+from .oa_workers import add_batches, read_items
+
+T = TypeVar("T")
+SPAWN = multiprocessing.get_context("spawn")
+
+USER_TEXT = {"role": "user", "content": "What's the weather in Paris?"}
+USER_PARTS = {
+    "type": "message",
+    "role": "user",
+    "content": [{"type": "input_text", "text": "two"}, {"type": "input_text", "text": "parts"}],
+}
+ASSISTANT = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "ok", "annotations": [], "logprobs": []}],
+}
+CALL = {
+    "id": "fc_1",
+    "type": "function_call",
+    "call_id": "call_1",
+    "name": "get_weather",
+    "arguments": '{"city": "Paris"}',
+    "status": "completed",
+}
+OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+REASONING = {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "x" * 40}
+SYSTEM = {"role": "system", "content": "You are terse."}
+USER_IMAGE = {
+    "role": "user",
+    "content": [
+        {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"}
+    ],
+}
+FUTURE = {"type": "hologram_call", "id": "hc_1", "payload": {"depth": [1, 2.5, None, True]}}
+ITEMS = [USER_TEXT, SYSTEM, REASONING, CALL, OUTPUT, ASSISTANT, USER_PARTS, USER_IMAGE, FUTURE]
+
+
+def run(backend: Any, body: Callable[[AsyncSessionStore], Awaitable[T]], **options: Any) -> T:
+    """``body(store)`` on a fresh event loop, with an async store on ``backend``."""
+
+    async def main() -> T:
+        async with open_async_store(backend.url, schema=backend.schema, **options) as store:
+            return await body(store)
+
+    return asyncio.run(main())
+
+
+async def event_types(store: AsyncSessionStore, session_id: str = "s1") -> list[str]:
+    return [e.type async for e in await store.events(session_id)]
+
+
+# -- the protocol -------------------------------------------------------------------------------
+
+
+def test_it_is_a_session_of_the_sdk(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        assert isinstance(session, Session)
+        assert session.session_id == "s1"
+        assert session.session_settings == SessionSettings()
+
+    run(backend, body)
+
+
+def test_items_of_every_kind_come_back_exactly(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(ITEMS[:4])
+        await session.add_items(ITEMS[4:])
+        assert await session.get_items() == ITEMS
+        reopened = SessionSQLSession("s1", store)
+        assert await reopened.get_items() == ITEMS
+        items = await session.get_items()
+        items[0]["content"] = "changed"  # plain, mutable copies
+        assert await session.get_items() == ITEMS
+
+    run(backend, body)
+
+
+def test_user_text_is_a_core_message_and_the_rest_are_items(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        await SessionSQLSession("s1", store).add_items(ITEMS)
+        types = await event_types(store)
+        assert types == [
+            "user/message",
+            ITEM_TYPE,
+            ITEM_TYPE,
+            ITEM_TYPE,
+            ITEM_TYPE,
+            ITEM_TYPE,
+            "user/message",
+            ITEM_TYPE,
+            ITEM_TYPE,
+        ]
+        first = (await store.messages("s1"))[0]
+        assert first["role"] == "user"
+        assert first["content"] == [{"type": "text", "text": USER_TEXT["content"]}]
+        assert first["source"]["kind"] == "openai-agents"
+        parts = (await store.messages("s1"))[6]
+        assert [b["text"] for b in parts["content"]] == ["two", "parts"]
+        assert (await store.messages("s1"))[3] == CALL  # an item's message is the item
+        assert (await store.verify("s1")).ok
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("limit", [None, 0, 1, 3, 9, 10, 100, 2_147_483_647])
+def test_limits_give_the_latest_items_oldest_first(backend, limit) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(ITEMS)
+        expected = ITEMS if limit is None else ITEMS[max(len(ITEMS) - limit, 0) :]
+        assert await session.get_items(limit) == expected
+        assert await session.get_items(limit=limit) == expected
+
+    run(backend, body)
+
+
+def test_the_settings_limit_is_the_default_and_an_argument_overrides_it(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store, session_settings=SessionSettings(limit=2))
+        await session.add_items(ITEMS)
+        assert await session.get_items() == ITEMS[-2:]
+        assert await session.get_items(limit=4) == ITEMS[-4:]
+        as_dict = SessionSQLSession("s1", store, session_settings={"limit": 1})
+        assert await as_dict.get_items() == ITEMS[-1:]
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("limit", [-1, -5, True, 1.5, "3"])
+def test_a_bad_limit_is_refused(backend, limit) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(ITEMS[:2])
+        with pytest.raises(InvalidArgumentError, match="limit") as info:
+            await session.get_items(limit)
+        assert info.value.argument == "limit"
+        assert await session.get_items() == ITEMS[:2]
+
+    run(backend, body)
+
+
+def test_an_empty_session_reads_empty_and_is_not_created_by_reads(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        assert await session.get_items() == []
+        assert await session.get_items(5) == []
+        assert await session.pop_item() is None
+        await session.clear_session()
+        with pytest.raises(SessionNotFoundError):
+            await store.head_seq("s1")
+        await session.add_items([])  # nothing to add: still nothing created
+        with pytest.raises(SessionNotFoundError):
+            await store.head_seq("s1")
+        await session.add_items([USER_TEXT])  # created on the first add
+        assert await store.head_seq("s1") == 0
+
+    run(backend, body)
+
+
+def test_pop_takes_the_latest_item_off_and_keeps_it_in_the_log(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(ITEMS[:3])
+        assert await session.pop_item() == ITEMS[2]
+        assert await session.get_items() == ITEMS[:2]
+        assert await session.pop_item() == ITEMS[1]
+        assert await session.pop_item() == ITEMS[0]
+        assert await session.pop_item() is None  # pop on empty
+        assert await session.get_items() == []
+        events = [e async for e in await store.events("s1")]
+        removals = [e for e in events if e.type == "surface/removed"]
+        assert [(e.surface_op, e.source_event_seqs, e.data["reason"]) for e in removals] == [
+            (Replace(2, 2), (2,), "pop_item"),
+            (Replace(1, 1), (1,), "pop_item"),
+            (Replace(0, 0), (0,), "pop_item"),
+        ]
+        assert [e.data for e in events[:3]] != []  # nothing was deleted
+        assert len(events) == 6
+        assert (await store.verify("s1")).ok
+
+    run(backend, body)
+
+
+def test_clear_then_add(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(ITEMS)
+        await session.clear_session()
+        assert await session.get_items() == []
+        assert await session.pop_item() is None
+        await session.clear_session()  # clearing an empty history appends nothing
+        await session.add_items([ASSISTANT, USER_TEXT])
+        assert await session.get_items() == [ASSISTANT, USER_TEXT]
+        events = [e async for e in await store.events("s1")]
+        (clear,) = [e for e in events if e.type == "surface/removed"]
+        assert clear.surface_op == Replace(0, len(ITEMS) - 1)
+        assert clear.source_event_seqs == tuple(range(len(ITEMS)))
+        assert clear.data == {"reason": "clear_session"}
+        assert len(events) == len(ITEMS) + 3
+        assert (await store.verify("s1")).ok
+
+    run(backend, body)
+
+
+def test_unicode_large_and_deep_items_round_trip(backend) -> None:
+    big = "ü€😀中文 עברית " * 60_000  # about 1.1 MB of text
+    deep: Any = {"leaf": "ok"}
+    for i in range(200):
+        deep = {"level": i, "child": [deep]}
+    items = [
+        {"role": "user", "content": "Grüße 😀 — 中文 — עברית — \u2028 \\ \" '"},
+        {"type": "function_call_output", "call_id": "c", "output": big},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": big}]},
+        {"type": "future_thing", "tree": deep, "ints": [2**53 - 1, -(2**53) + 1], "f": 1e16},
+    ]
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(items)
+        got = await session.get_items()
+        assert got == items
+        assert type(got[3]["f"]) is float
+        assert await session.pop_item() == items[3]
+
+    run(backend, body, max_event_bytes=64 * 1024 * 1024)
+
+
+@pytest.mark.parametrize(
+    ("items", "error"),
+    [
+        ([USER_TEXT, None], InvalidArgumentError),
+        ([USER_TEXT, {"x": float("nan")}], NotJSONError),
+        ([USER_TEXT, {"x": "bad\x00"}], NotJSONError),
+        ([USER_TEXT, {"x": {1, 2}}], NotJSONError),
+        ([{"role": "user", "content": "a", 3: "non-str key"}], NotJSONError),
+        (USER_TEXT, InvalidArgumentError),
+        ("text", InvalidArgumentError),
+    ],
+)
+def test_bad_items_are_refused_and_nothing_is_written(backend, items, error) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items([ASSISTANT])
+        with pytest.raises(error):
+            await session.add_items(items)
+        assert await session.get_items() == [ASSISTANT]
+        assert await store.head_seq("s1") == 0
+        await session.add_items([CALL])  # the session is still usable
+        assert await session.get_items() == [ASSISTANT, CALL]
+
+    run(backend, body)
+
+
+def test_a_sync_store_or_a_store_without_the_item_type_is_refused(backend) -> None:
+    with (
+        open_store(backend.url, schema=backend.schema) as sync_store,
+        pytest.raises(InvalidArgumentError, match="open_async_store"),
+    ):
+        SessionSQLSession("s1", sync_store)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="AsyncSessionStore"):
+        SessionSQLSession("s1", object())  # type: ignore[arg-type]
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        with pytest.raises(InvalidArgumentError, match="item type"):
+            await session.add_items([USER_TEXT])
+        with pytest.raises(SessionNotFoundError):
+            await store.head_seq("s1")
+
+    run(backend, body, catalog=DEFAULT_CATALOG)
+
+
+def test_from_url_opens_and_closes_a_store_of_its_own(backend) -> None:
+    async def main() -> None:
+        session = SessionSQLSession.from_url(
+            "s1", backend.url, schema=backend.schema, catalog=DEFAULT_CATALOG.extend(["app/x"])
+        )
+        await session.add_items([USER_TEXT, CALL])
+        assert ITEM_TYPE in session.store.catalog.item_types
+        assert "app/x" in session.store.catalog
+        await session.close()
+        async with SessionSQLSession.from_url("s1", backend.url, schema=backend.schema) as again:
+            assert await again.get_items() == [USER_TEXT, CALL]
+
+    asyncio.run(main())
+
+
+def test_a_stale_instance_pops_and_clears_what_is_stored_now(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        first, second = SessionSQLSession("s1", store), SessionSQLSession("s1", store)
+        await first.add_items([USER_TEXT])
+        await second.add_items([CALL])  # second's handle opened after first's write
+        await first.add_items([OUTPUT])  # first's handle is stale: reload and retry
+        assert await second.pop_item() == OUTPUT  # second's handle is stale too
+        assert await first.get_items() == [USER_TEXT, CALL]
+        await first.clear_session()
+        await second.add_items([ASSISTANT])
+        assert await first.get_items() == [ASSISTANT]
+        assert (await store.verify("s1")).ok
+
+    run(backend, body)
+
+
+def test_a_session_deleted_under_an_instance_is_created_again(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items([USER_TEXT])
+        await store.delete_session("s1")
+        await session.add_items([CALL])
+        assert await session.get_items() == [CALL]
+
+    run(backend, body)
+
+
+# -- several processes --------------------------------------------------------------------------
+
+
+def test_two_processes_adding_to_one_session_both_land(backend, tmp_path) -> None:
+    count = 15
+    with ProcessPoolExecutor(max_workers=2, mp_context=SPAWN) as pool:
+        futures = [
+            pool.submit(add_batches, backend.url, backend.schema, "s1", w, count, str(tmp_path))
+            for w in (1, 2)
+        ]
+        for future in futures:
+            future.result(timeout=120)
+
+    async def body(store: AsyncSessionStore) -> list[Any]:
+        assert (await store.verify("s1")).ok
+        return await SessionSQLSession("s1", store).get_items()
+
+    items = run(backend, body)
+    assert len(items) == 4 * count
+    for worker in (1, 2):  # each writer's batches land whole and in its own order
+        mine = [i for i, item in enumerate(items) if f"w{worker}-" in str(item.get("content"))]
+        assert [items[i]["content"] for i in mine] == [f"w{worker}-{i}" for i in range(count)]
+        assert all(
+            items[i + 1] == {"type": "note", "worker": worker, "i": n} for n, i in enumerate(mine)
+        )
+
+
+def test_another_process_sees_the_same_items(backend) -> None:
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(ITEMS)
+        await session.pop_item()
+
+    run(backend, body)
+    with ProcessPoolExecutor(max_workers=1, mp_context=SPAWN) as pool:
+        seen = pool.submit(read_items, backend.url, backend.schema, "s1").result(timeout=120)
+    assert seen == ITEMS[:-1]
