@@ -158,11 +158,13 @@ def _with_events(nodes: Any, e: Any, sqlite: bool) -> Select[Any]:
 class Compiled:
     """A statement compiled for the store's dialect, and how to bind a dict of parameters."""
 
-    __slots__ = ("bind", "sql")
+    __slots__ = ("bind", "defaults", "sql")
 
     def __init__(self, stmt: Any, dialect: Dialect, keys: list[str] | None = None) -> None:
         c = stmt.compile(dialect=dialect, column_keys=keys)
         self.sql: str = c.string
+        self.defaults: dict[str, Any] = {k: v for k, v in c.params.items() if v is not None}
+        """Values the compiler bound itself (SQLite's ``OFFSET`` of a ``LIMIT``)."""
         self.bind: Callable[[dict[str, Any]], Any]
         if dialect.paramstyle != "qmark":
             self.bind = _as_is
@@ -186,6 +188,7 @@ class CompiledStatements:
         self.drop_node = Compiled(st.drop_node, dialect)
         self.retarget_node = Compiled(st.retarget_node, dialect)
         self.notify = Compiled(st.notify, dialect)
+        self.surface_tail = Compiled(st.surface_tail, dialect)
 
 
 class StoreContext:
@@ -214,5 +217,5 @@ class StoreContext:
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:
-        """The fast path's statements, compiled on the first write."""
+        """The fast path's statements, compiled on first use."""
         return CompiledStatements(self.statements, self.tables, self.engine.dialect)

@@ -10,6 +10,7 @@ import psycopg
 from psycopg import sql
 from sqlalchemy import Connection
 
+from session_sql._store import fastpath
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
 from session_sql._store.rows import event_from_row
@@ -81,10 +82,17 @@ def surface_messages(
         with translate_errors(session_id), read_tx(ctx.engine) as conn:
             require_session(conn, ctx, session_id)
         return []
-    with translate_errors(session_id), read_tx(ctx.engine) as conn:
-        rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, last)
-        if not rows:
-            require_session(conn, ctx, session_id)
+    if last is not None:
+        with translate_errors(session_id):
+            rows = fastpath.surface_tail(ctx, session_id, MAX_SEQ, last)
+        if not rows:  # empty, or no such session: a second look tells which
+            check_session(ctx, session_id)
+        rows.reverse()
+    else:
+        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+            rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
+            if not rows:
+                require_session(conn, ctx, session_id)
     items = ctx.catalog.item_types
     return [
         SurfaceMessage(pos, seq, type_, _project_row(session_id, seq, type_, data, items))

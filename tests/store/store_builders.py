@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import Engine, Text, cast, event, select
 
 from session_sql import Session, SessionEvent, SessionStore
+from session_sql._store import fastpath
 from session_sql._store.schema import tables_for
 
 from .. import builders as shared
@@ -94,16 +95,28 @@ class Recorder:
 
 @contextmanager
 def recorded(engine: Engine) -> Iterator[Recorder]:
-    """Record every statement SQLAlchemy runs on ``engine`` inside the block."""
+    """Record every statement SQLAlchemy runs on ``engine`` inside the block, and the tail
+    reads that the fast path runs on a DBAPI cursor of its pool."""
     rec = Recorder()
 
     def on_statement(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
         rec.executed.append((statement, parameters))
 
+    real_tail = fastpath.surface_tail
+
+    def tail(ctx: Any, session_id: str, before: int, limit: int) -> list[Any]:
+        if ctx.engine is engine:
+            c = ctx.compiled.surface_tail
+            params = {**c.defaults, "b_id": session_id, "b_before": before, "b_limit": limit}
+            rec.executed.append((c.sql, c.bind(params)))
+        return real_tail(ctx, session_id, before, limit)
+
     event.listen(engine, "before_cursor_execute", on_statement)
+    fastpath.surface_tail = tail  # type: ignore[assignment]
     try:
         yield rec
     finally:
+        fastpath.surface_tail = real_tail  # type: ignore[assignment]
         event.remove(engine, "before_cursor_execute", on_statement)
 
 
