@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import os
@@ -34,7 +35,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import IO, Any, Literal, TypeVar
+from typing import IO, Any, Literal, TypeVar, cast
 
 from psycopg import sql
 from sqlalchemy.util import await_, greenlet_spawn
@@ -51,9 +52,15 @@ from session_sql._store.store import (
     _timeout_arg,
     open_store,
 )
-from session_sql._store.writer import StoredSession
+from session_sql._store.writer import (
+    StoredSession,
+    begin_together,
+    check_together,
+    committed_lists,
+    persist_together,
+)
 from session_sql.catalog import Catalog
-from session_sql.errors import StoreError
+from session_sql.errors import InvalidArgumentError, StoreError
 from session_sql.events import SessionEvent, SurfaceOp
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.messages import SurfaceMessage
@@ -297,6 +304,40 @@ class AsyncSessionStore:
         """Create a session (with its seed and end-of-seed marker) in one transaction."""
         create = functools.partial(self._store.create_session, header=header, seed=seed)
         return await self._handle(create, session_id)
+
+    async def append_together(
+        self, writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]]
+    ) -> list[list[SessionEvent]]:
+        """Append to several sessions in one transaction (see ``SessionStore.append_together``)."""
+        checked = check_together(self._store._ctx, writes)
+        for i, (handle, _) in enumerate(checked):
+            if not isinstance(handle, AsyncStoredSession):
+                raise InvalidArgumentError(
+                    f"writes[{i}]: {handle!r} is not a handle of the async store",
+                    argument="writes",
+                )
+        async with contextlib.AsyncExitStack() as locks:
+            # Each handle's appends run one at a time; taken in id order, so no two calls wait
+            # on each other's locks.
+            for handle, _ in sorted(checked, key=lambda pair: pair[0].id):
+                await locks.enter_async_context(cast(AsyncStoredSession, handle)._lock)
+            prepared = begin_together(checked)
+            cancelled = False
+            try:
+                if prepared:
+                    persisted = self._runner.submit(persist_together, prepared)
+                    cancelled = await _settle(persisted)
+                    persisted.result()  # the persist step's error, with nothing changed
+                    for handle, events, transitions in prepared:
+                        handle._commit(events, transitions)
+            finally:
+                for handle, _, _ in prepared:
+                    handle._busy = False
+            for handle, events, _ in prepared:
+                handle._notify(events)
+        if cancelled:
+            raise asyncio.CancelledError
+        return committed_lists(writes, prepared)
 
     async def open_session(self, session_id: str, *, resume: bool = False) -> AsyncStoredSession:
         """A write handle on a stored session. Writes nothing unless ``resume=True``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import insert, select
 
@@ -66,6 +66,17 @@ def _surface_ops(
     return ops
 
 
+class AppendPart(NamedTuple):
+    """One session's share of an append transaction (see :func:`append_parts`)."""
+
+    session_id: str
+    advance: dict[str, Any]  # binds ``Statements.advance``
+    events: list[SessionEvent]
+    transitions: list[Transition]
+    next_pos: int
+    head: int
+
+
 def append(
     ctx: StoreContext,
     session_id: str,
@@ -81,10 +92,22 @@ def append(
     the store's limits before the transaction starts, and ``CorruptSessionError`` (nothing
     written) when rows already sit past the head.
     """
+    part = AppendPart(session_id, advance, events, transitions, next_pos, head)
+    return append_parts(ctx, [part]) is None
+
+
+def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
+    """Append to several sessions in one transaction: all commit or none does.
+
+    Returns ``None`` once committed, or the index of the first part whose head update matched
+    no row (nothing written: that session's writer lost a race). Raises as :func:`append`.
+    """
     c = ctx.compiled
-    rows = [event_row_json(session_id, e, ctx.max_event_bytes) for e in events]
-    args = [c.insert_event.bind(row) for row in rows]
-    ops = _surface_ops(ctx, session_id, transitions, next_pos)
+    planned = []
+    for p in parts:
+        rows = [event_row_json(p.session_id, e, ctx.max_event_bytes) for e in p.events]
+        args = [c.insert_event.bind(row) for row in rows]
+        planned.append((p, args, _surface_ops(ctx, p.session_id, p.transitions, p.next_pos)))
     raw = ctx.engine.raw_connection()
     try:
         # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);
@@ -92,43 +115,57 @@ def append(
         dbapi = raw.dbapi_connection
         assert dbapi is not None
         cur = raw.cursor()
-        head_cur = raw.cursor()
-        event_cur = raw.cursor()
-        node_checks: list[tuple[Any, int]] = []
+        head_curs: list[Any] = []
+        event_checks: list[tuple[Any, int, str]] = []
+        node_checks: list[tuple[Any, int, str]] = []
+
+        def lost(*, unknown_too: bool = True) -> int | None:
+            """The first part whose head update matched no row (or whose count is unknown)."""
+            bad = (0, -1) if unknown_too else (0,)
+            return next((i for i, h in enumerate(head_curs) if h.rowcount in bad), None)
+
         begin_raw_write(ctx.engine, cur)
         try:
             with nullcontext() if ctx.sqlite else pipeline(raw.driver_connection):
-                head_cur.execute(c.advance.sql, c.advance.bind(advance))
-                if ctx.sqlite and head_cur.rowcount != 1:
-                    dbapi.rollback()
-                    return False
-                if len(args) == 1:
-                    event_cur.execute(c.insert_event.sql, args[0])
-                else:
-                    event_cur.executemany(c.insert_event.sql, args)
-                for op, params in ops:
-                    if op is SurfaceOp.INSERT_NODES:
-                        # One cursor per batch of appends: each count is read after sync.
-                        batch_cur = raw.cursor()
-                        batch_cur.executemany(c.insert_node.sql, params)
-                        node_checks.append((batch_cur, len(params)))
-                    elif op is SurfaceOp.DROP_NODES:
-                        cur.executemany(c.drop_node.sql, params)
+                for p, args, ops in planned:
+                    head_cur = raw.cursor()
+                    head_curs.append(head_cur)
+                    head_cur.execute(c.advance.sql, c.advance.bind(p.advance))
+                    if ctx.sqlite and head_cur.rowcount != 1:
+                        dbapi.rollback()
+                        return len(head_curs) - 1
+                    event_cur = raw.cursor()
+                    if len(args) == 1:
+                        event_cur.execute(c.insert_event.sql, args[0])
                     else:
-                        cur.execute(c.retarget_node.sql, params)
-                if ctx.channel is not None:
-                    payload = {"b_channel": ctx.channel, "b_payload": f"{session_id}:{head}"}
-                    cur.execute(c.notify.sql, c.notify.bind(payload))
-            if head_cur.rowcount != 1:  # PostgreSQL: known once the pipeline has synced
+                        event_cur.executemany(c.insert_event.sql, args)
+                    event_checks.append((event_cur, len(args), p.session_id))
+                    for op, params in ops:
+                        if op is SurfaceOp.INSERT_NODES:
+                            # One cursor per batch of appends: each count is read after sync.
+                            batch_cur = raw.cursor()
+                            batch_cur.executemany(c.insert_node.sql, params)
+                            node_checks.append((batch_cur, len(params), p.session_id))
+                        elif op is SurfaceOp.DROP_NODES:
+                            cur.executemany(c.drop_node.sql, params)
+                        else:
+                            cur.execute(c.retarget_node.sql, params)
+                    if ctx.channel is not None:
+                        note = f"{p.session_id}:{p.head}"
+                        payload = {"b_channel": ctx.channel, "b_payload": note}
+                        cur.execute(c.notify.sql, c.notify.bind(payload))
+            failed = lost()  # PostgreSQL: known once the pipeline has synced
+            if failed is not None:
                 dbapi.rollback()
-                return False
-            if event_cur.rowcount != len(args) or any(b.rowcount != n for b, n in node_checks):
-                dbapi.rollback()
-                raise CorruptSessionError(
-                    f"session {session_id!r}: rows already exist past the session's head "
-                    "(events or surface positions); run verify, refusing to append",
-                    session_id=session_id,
-                )
+                return failed
+            for check_cur, count, session_id in event_checks + node_checks:
+                if check_cur.rowcount != count:
+                    dbapi.rollback()
+                    raise CorruptSessionError(
+                        f"session {session_id!r}: rows already exist past the session's head "
+                        "(events or surface positions); run verify, refusing to append",
+                        session_id=session_id,
+                    )
             dbapi.commit()
         except BaseException as exc:
             if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
@@ -141,12 +178,13 @@ def append(
             # The pipeline runs the inserts even when the conditional head update matched
             # no row; their failure (a taken seq, a deleted session) then only means that
             # the race was lost, which the caller classifies.
-            if isinstance(exc, Exception) and head_cur.rowcount == 0:
-                return False
+            failed = lost(unknown_too=False)
+            if isinstance(exc, Exception) and failed is not None:
+                return failed
             raise
     finally:
         raw.close()  # back to the pool, which resets it (or drops it when invalidated)
-    return True
+    return None
 
 
 def insert_session(

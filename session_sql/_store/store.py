@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple
 
@@ -47,7 +47,7 @@ from session_sql._store.rows import (
 )
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql._store.stats import StoreStats, collect_stats
-from session_sql._store.writer import StoredSession
+from session_sql._store.writer import StoredSession, append_together
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
     ConfigurationError,
@@ -229,6 +229,20 @@ class SessionStore:
         handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, state)
         handle.first_live_seq = session.first_live_seq
         return handle
+
+    def append_together(
+        self, writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]]
+    ) -> list[list[SessionEvent]]:
+        """Append to several sessions in one transaction: every batch commits or none does.
+
+        ``writes`` pairs a handle of this store with ``append_many`` items, one pair per
+        session. Each batch goes through its handle's whole pipeline (rules, surface,
+        validators); nothing is written unless every handle is at the stored head, otherwise
+        the one that lost raises (``ConcurrencyError`` naming it). Returns the committed
+        events of each pair, in order. For state that several sessions share, updated with
+        the event that changes it.
+        """
+        return append_together(self._ctx, writes)
 
     def open_session(self, session_id: str, *, resume: bool = False) -> StoredSession:
         """A write handle on a stored session. Writes nothing unless ``resume=True``.

@@ -19,6 +19,7 @@ from session_sql._store.rows import event_from_row, stored_problems
 from session_sql.errors import (
     ConcurrencyError,
     CorruptSessionError,
+    InvalidArgumentError,
     InvalidSeedError,
     SessionNotFoundError,
 )
@@ -67,6 +68,12 @@ class StoredSession(Session):
         """Checked by the writer on the very text it stores (one serialisation per event)."""
 
     def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
+        persist_together([(self, events, transitions)])
+
+    def _append_part(
+        self, events: list[SessionEvent], transitions: list[Transition]
+    ) -> fastpath.AppendPart:
+        """This handle's share of an append transaction: its rows and its conditional update."""
         ctx = self._ctx
         head = events[-1].seq
         state = self._state  # advanced by _commit, once the transaction has committed
@@ -82,13 +89,7 @@ class StoredSession(Session):
             "b_gen": generation,
             "b_now": ctx.clock(),
         }
-        with translate_errors(self.id):
-            moved = fastpath.append(
-                ctx, self.id, advance, events, transitions, state.next_pos, head
-            )
-        if not moved:
-            with translate_errors(self.id), read_tx(ctx.engine) as conn:
-                self._raise_lost_race(conn)
+        return fastpath.AppendPart(self.id, advance, events, transitions, state.next_pos, head)
 
     def _raise_lost_race(self, conn: Connection) -> None:
         row = conn.execute(self._ctx.statements.session_row, {"b_id": self.id}).first()
@@ -170,3 +171,92 @@ class StoredSession(Session):
             )
         self._state = state
         return log[base:]
+
+
+Prepared = tuple[StoredSession, list[SessionEvent], list[Transition]]
+"""One handle's prepared batch: what ``Session._begin_append`` returned for it."""
+
+
+def persist_together(writes: Sequence[Prepared]) -> None:
+    """Write prepared batches of several handles (of one store) in one transaction.
+
+    Nothing is written unless every handle's head is still the stored one; otherwise the
+    handle that lost raises (``ConcurrencyError``, ``SessionNotFoundError`` or
+    ``CorruptSessionError``, naming its session). Memory is not touched: the callers commit.
+    """
+    ctx = writes[0][0]._ctx
+    parts = [handle._append_part(events, transitions) for handle, events, transitions in writes]
+    with translate_errors(writes[0][0].id if len(writes) == 1 else None):
+        failed = fastpath.append_parts(ctx, parts)
+    if failed is not None:
+        loser = writes[failed][0]
+        with translate_errors(loser.id), read_tx(ctx.engine) as conn:
+            loser._raise_lost_race(conn)
+
+
+def check_together(ctx: StoreContext, writes: Any) -> list[tuple[StoredSession, list[Any]]]:
+    """``append_together``'s argument: (handle of this store, append_many items) pairs, one
+    per session; refused with ``InvalidArgumentError`` before anything is prepared."""
+    if not isinstance(writes, Sequence) or isinstance(writes, str | bytes):
+        raise InvalidArgumentError(
+            f"writes must be a list of (handle, items) pairs, got {writes!r}", argument="writes"
+        )
+    checked: list[tuple[StoredSession, list[Any]]] = []
+    seen: set[str] = set()
+    for i, pair in enumerate(writes):
+        if not (isinstance(pair, Sequence) and len(pair) == 2):
+            raise InvalidArgumentError(
+                f"writes[{i}] must be a (handle, items) pair, got {pair!r}", argument="writes"
+            )
+        handle, items = pair
+        if not isinstance(handle, StoredSession) or handle._ctx is not ctx:
+            raise InvalidArgumentError(
+                f"writes[{i}]: {handle!r} is not a write handle of this store", argument="writes"
+            )
+        if handle.id in seen:
+            raise InvalidArgumentError(
+                f"writes[{i}]: session {handle.id!r} appears twice; give it one list of items",
+                argument="writes",
+            )
+        seen.add(handle.id)
+        batch = Session._batch_items(items)
+        if batch:
+            checked.append((handle, batch))
+    return checked
+
+
+def begin_together(checked: list[tuple[StoredSession, list[Any]]]) -> list[Prepared]:
+    """Prepare every batch (rules, plans, validators); on a refusal release what was begun."""
+    prepared: list[Prepared] = []
+    try:
+        for handle, batch in checked:
+            events, transitions = handle._begin_append(batch)
+            prepared.append((handle, events, transitions))
+    except BaseException:
+        for handle, _, _ in prepared:
+            handle._busy = False
+        raise
+    return prepared
+
+
+def append_together(ctx: StoreContext, writes: Any) -> list[list[SessionEvent]]:
+    """``SessionStore.append_together``: one transaction, then each handle commits in order."""
+    prepared = begin_together(check_together(ctx, writes))
+    if not prepared:
+        return [[] for _ in writes]
+    try:
+        persist_together(prepared)
+        for handle, events, transitions in prepared:
+            handle._commit(events, transitions)
+    finally:
+        for handle, _, _ in prepared:
+            handle._busy = False
+    for handle, events, _ in prepared:
+        handle._notify(events)
+    return committed_lists(writes, prepared)
+
+
+def committed_lists(writes: Any, prepared: list[Prepared]) -> list[list[SessionEvent]]:
+    """The committed events of each pair of ``writes``, in its order (empty batches: [])."""
+    by_id = {handle.id: events for handle, events, _ in prepared}
+    return [by_id.get(pair[0].id, []) for pair in writes]
