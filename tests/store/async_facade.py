@@ -94,6 +94,14 @@ class SyncFacade:
     def fork_session(self, *args: Any, **kwargs: Any) -> HandleFacade:
         return self._wrap(self._run(self.astore.fork_session(*args, **kwargs)))
 
+    def append_together(self, writes: Any) -> Any:
+        if isinstance(writes, list):  # unwrap the handles; anything else goes as it is
+            writes = [
+                (pair[0].handle, *pair[1:]) if pair and isinstance(pair[0], HandleFacade) else pair
+                for pair in writes
+            ]
+        return self._run(self.astore.append_together(writes))
+
     def events(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
         async def collect() -> list[Any]:
             return [e async for e in await self.astore.events(*args, **kwargs)]
