@@ -13,7 +13,13 @@ from session_sql.catalog import Catalog
 OPENAI_AGENTS_ITEM = "openai-agents/item"
 """An OpenAI Agents SDK history item: on the surface, its message is the item itself."""
 
-CATALOG = Catalog(items=[OPENAI_AGENTS_ITEM])
+ADK_EVENT = "adk/event"
+"""A Google ADK event no core message holds: on the surface, its message is the event's JSON."""
+
+ADK_STATE = "adk/state"
+"""A change of ADK app or user state: log-only, ``{delta, state, cause?}``."""
+
+CATALOG = Catalog([ADK_STATE], items=[OPENAI_AGENTS_ITEM, ADK_EVENT])
 """The integrations' catalog types (added to every store's default catalog)."""
 
-__all__ = ["CATALOG", "OPENAI_AGENTS_ITEM"]
+__all__ = ["ADK_EVENT", "ADK_STATE", "CATALOG", "OPENAI_AGENTS_ITEM"]

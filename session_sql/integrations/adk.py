@@ -1,0 +1,629 @@
+"""Google ADK sessions in a session_sql store: ``SQLSessionService`` (SPEC §11.5).
+
+Mapping (see docs/integrations.md):
+
+- Scope. The service works in its store's tenant (the operator's boundary, chosen when the
+  store is opened). An ADK session ``(app_name, user_id, id)`` is one session_sql session whose
+  ``user_id`` is ADK's user id and whose labels are ``adk.kind=session``, ``adk.app`` and
+  ``adk.session`` (ADK's id); its store id is derived from the triple, because ADK ids are
+  unique per app and user while store ids are unique per tenant. Mapping apps to tenants
+  instead would need a store (and a pool) per app and would turn a name in a request into a
+  security boundary.
+- Events. Each ADK event is one event of the session's log, on the surface in log order. An
+  event that a core message holds (user text, model text and function calls, one function
+  response) is a ``user/message``, ``assistant/message`` or ``tool/result`` whose message also
+  carries the event itself under ``"adk"``; any other is an ``adk/event`` whose data is the
+  event. Either way the event's JSON comes back exactly. Order is the log's seq.
+- State. Session state is the creation state (in the header) folded with the events' deltas.
+  App and user state live in sessions of their own (labels ``adk.kind=app-state`` /
+  ``user-state``) as ``adk/state`` events ``{delta, state, cause}``, appended in the same
+  transaction as the event that changes them (``append_together``). ``temp:`` keys are never
+  stored.
+- Staleness. A returned session remembers the log head it was read at; an append from an older
+  copy, or one that loses a race with another writer, raises ADK's ``StaleSessionError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.adk.errors import StaleSessionError
+from google.adk.errors.already_exists_error import AlreadyExistsError
+from google.adk.errors.session_not_found_error import SessionNotFoundError as AdkNotFoundError
+from google.adk.events.event import Event
+from google.adk.sessions.base_session_service import (
+    BaseSessionService,
+    GetSessionConfig,
+    ListSessionsResponse,
+)
+from google.adk.sessions.session import Session as AdkSession
+from google.adk.sessions.state import State
+from pydantic_core import to_jsonable_python
+
+from session_sql import open_async_store, thaw
+from session_sql._store.async_store import AsyncSessionStore, AsyncStoredSession
+from session_sql.catalog import default_catalog
+from session_sql.errors import ConcurrencyError, ConfigurationError, SessionExistsError
+from session_sql.errors import SessionNotFoundError as StoreNotFoundError
+from session_sql.events import SessionEvent, make_header
+from session_sql.integrations import ADK_EVENT, ADK_STATE
+from session_sql.session import now_ms
+
+__all__ = ["SQLSessionService"]
+
+KIND = "adk.kind"
+APP = "adk.app"
+SESSION = "adk.session"
+PROVIDER = "google-adk"
+STATE_RETRIES = 50
+"""How often an append retries when another process changed app or user state first."""
+
+STALE = (
+    "The session has been modified in storage since it was loaded. "
+    "Please reload the session before appending more events."
+)
+_LIST_PAGE = 500
+
+
+def store_id(kind: str, *names: str) -> str:
+    """The store id of an ADK session or state session: a digest of its scope."""
+    digest = hashlib.sha256(json.dumps([kind, *names]).encode()).hexdigest()[:32]
+    return f"adk-{kind}-{digest}"
+
+
+def _record_of(event: SessionEvent) -> Any:
+    """The ADK event JSON an event of the log holds, or None for other events."""
+    if event.type == ADK_EVENT:
+        return event.data
+    if event.type == "user/message":
+        return event.data.get("adk")
+    if event.type in ("assistant/message", "tool/result"):
+        return event.data["message"].get("adk")
+    return None
+
+
+def _text_only(parts: list[Any]) -> bool:
+    return all(isinstance(p, dict) and set(p) == {"text"} for p in parts)
+
+
+def _tool_call(part: Any) -> dict[str, Any] | None:
+    """A ``function_call`` part as a tool-call block, when that says all the part says."""
+    if not (isinstance(part, dict) and set(part) == {"function_call"}):
+        return None
+    call = part["function_call"]
+    if not (isinstance(call, dict) and set(call) <= {"id", "name", "args"}):
+        return None
+    if not (call.get("id") and call.get("name")):
+        return None
+    return {
+        "type": "tool-call",
+        "id": call["id"],
+        "name": call["name"],
+        "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False),
+    }
+
+
+def message_of(record: dict[str, Any], turn: int, step: int) -> tuple[str, Any] | None:
+    """The core event (type, data) that holds ``record``, or None when no core message does.
+
+    The message is a faithful rendering of the event's content (text, function calls, one
+    function response) and carries the event itself under ``"adk"``.
+    """
+    content = record.get("content")
+    if not isinstance(content, dict) or set(content) - {"role", "parts"}:
+        return None
+    parts = content.get("parts")
+    if not isinstance(parts, list) or not parts:
+        return None
+    role, event_id, author = content.get("role"), record["id"], record.get("author", "")
+    if role == "user" and _text_only(parts):
+        texts = [{"type": "text", "text": p["text"]} for p in parts]
+        source = {"kind": "adk", "author": author}
+        message = {"id": event_id, "role": "user", "content": texts, "source": source}
+        return "user/message", {**message, "adk": record}
+    if role == "model":
+        blocks: list[Any] = []
+        for p in parts:
+            call = _tool_call(p)
+            if call is None and not _text_only([p]):
+                return None
+            blocks.append(call or {"type": "text", "text": p["text"]})
+        model = record.get("model_version") or "unknown"
+        source = {"kind": "model", "provider": PROVIDER, "model": model, "author": author}
+        message = {"id": event_id, "role": "assistant", "content": blocks, "source": source}
+        data: dict[str, Any] = {"turn": turn, "step": step, "message": {**message, "adk": record}}
+        usage = record.get("usage_metadata") or {}
+        tokens_in, tokens_out = usage.get("prompt_token_count"), usage.get("candidates_token_count")
+        if isinstance(tokens_in, int) and isinstance(tokens_out, int):
+            data["usage"] = {"inputTokens": tokens_in, "outputTokens": tokens_out}
+        return "assistant/message", data
+    if role == "user" and len(parts) == 1 and set(parts[0]) == {"function_response"}:
+        response = parts[0]["function_response"]
+        if not (isinstance(response, dict) and set(response) <= {"id", "name", "response"}):
+            return None
+        call_id = response.get("id")
+        if not call_id:
+            return None
+        text = json.dumps(response.get("response"), ensure_ascii=False)
+        block = {
+            "type": "tool-result",
+            "toolCallId": call_id,
+            "content": [{"type": "text", "text": text}],
+        }
+        source = {"kind": "tool", "callId": call_id, "name": response.get("name", "")}
+        message = {"id": event_id, "role": "user", "content": [block], "source": source}
+        return "tool/result", {"turn": turn, "step": step, "message": {**message, "adk": record}}
+    return None
+
+
+def split_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``(app, user, session)`` deltas of an ADK state mapping; ``temp:`` keys are dropped."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    session: dict[str, Any] = {}
+    for key, value in state.items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            session[key] = value
+    return app, user, session
+
+
+def _header(key: str, identity: dict[str, Any]) -> dict[str, Any]:
+    """A session header that also names the ADK scope (immutable, like the scope)."""
+    return {**make_header(key, now_ms()), "adk": identity}
+
+
+def _merged(session: Mapping[str, Any], app: Mapping[str, Any], user: Mapping[str, Any]) -> Any:
+    merged = dict(session)
+    merged.update({State.APP_PREFIX + k: v for k, v in app.items()})
+    merged.update({State.USER_PREFIX + k: v for k, v in user.items()})
+    return merged
+
+
+@dataclass
+class _Tracked:
+    """A cached write handle on an ADK session and what its log folds to so far."""
+
+    handle: AsyncStoredSession
+    state: dict[str, Any]
+    records: list[Any] = field(default_factory=list)  # the ADK events' JSON, in log order
+    folded: int = 0  # how many events of the log are folded
+    turn: int = 0  # one per ADK invocation
+    step: int = 0  # one per model message inside the turn
+    invocation: Any = None
+
+    def fold(self) -> None:
+        """Fold the events the handle has and this has not seen yet."""
+        events = self.handle.events
+        for event in events[self.folded :]:
+            record = _record_of(event)
+            if record is not None:
+                self.turn, self.step = self.numbers(record)
+                self.invocation = record.get("invocation_id")
+                self.records.append(record)
+                delta = (record.get("actions") or {}).get("state_delta") or {}
+                self.state.update(split_state(delta)[2])
+        self.folded = len(events)
+
+    def numbers(self, record: Any) -> tuple[int, int]:
+        """The (turn, step) of ``record`` after this log: a turn per ADK invocation, a step
+        per model message in it."""
+        turn, step = self.turn, self.step
+        if turn == 0 or record.get("invocation_id") != self.invocation:
+            turn, step = turn + 1, 0
+        if (record.get("content") or {}).get("role") == "model":
+            step += 1
+        return turn, step
+
+    @property
+    def head(self) -> int:
+        return self.handle.seq - 1
+
+    def updated(self) -> float:
+        """Seconds since the epoch of the last write (the creation for an empty log)."""
+        events = self.handle.events
+        millis = events[len(events) - 1].time if len(events) else self.handle.header["createdAt"]
+        return float(millis) / 1000
+
+
+class SQLSessionService(BaseSessionService):
+    """ADK's ``BaseSessionService`` on a session_sql async store (see the module docstring).
+
+    ``store`` is an ``AsyncSessionStore`` whose catalog knows the integrations' types (the
+    default catalog does, through the entry point). Write handles of recently used sessions
+    are cached (``cache_size``), so an append costs one transaction, not a reload.
+    """
+
+    def __init__(self, store: AsyncSessionStore, *, cache_size: int = 256) -> None:
+        if not isinstance(store, AsyncSessionStore):
+            raise ConfigurationError(
+                f"SQLSessionService needs an AsyncSessionStore (open_async_store), got {store!r}"
+            )
+        self._store = store
+        self._owned = False
+        self._cache: OrderedDict[str, _Tracked | AsyncStoredSession] = OrderedDict()
+        self._cache_size = max(1, int(cache_size))
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._holders: dict[str, int] = {}
+        self._state_lock = asyncio.Lock()
+        self._checked = False
+
+    @classmethod
+    def from_url(cls, url: str, **open_store_options: Any) -> SQLSessionService:
+        """A service on a store it opens (on first use) and closes with ``close()``."""
+        catalog = open_store_options.pop("catalog", None) or default_catalog()
+        if ADK_STATE not in catalog:
+            catalog = catalog.extend([ADK_STATE])
+        if ADK_EVENT not in catalog:
+            catalog = catalog.extend([ADK_EVENT], items=True)
+        service = cls(open_async_store(url, catalog=catalog, **open_store_options))
+        service._owned = True
+        return service
+
+    async def close(self) -> None:
+        """Close the store if this service opened it (``from_url``)."""
+        self._cache.clear()
+        if self._owned:
+            await self._store.close()
+
+    async def __aenter__(self) -> SQLSessionService:
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _ready(self) -> AsyncSessionStore:
+        store = await self._store
+        if not self._checked:
+            catalog = store.catalog
+            if ADK_STATE not in catalog or ADK_EVENT not in catalog.item_types:
+                raise ConfigurationError(
+                    f"the store's catalog lacks the ADK types ({ADK_EVENT} as an item type, "
+                    f"{ADK_STATE}); open it with the default catalog or extend yours with "
+                    "session_sql.integrations.CATALOG"
+                )
+            self._checked = True
+        return store
+
+    # -- locks and the handle cache --------------------------------------------------------
+
+    @asynccontextmanager
+    async def _lock(self, key: str) -> AsyncIterator[None]:
+        """Serialise this process's writes to one session (appends are read-check-write)."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._holders[key] = self._holders.get(key, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._holders[key] -= 1
+            if not self._holders[key]:
+                del self._holders[key], self._locks[key]
+
+    def _remember(self, key: str, value: _Tracked | AsyncStoredSession) -> None:
+        self._cache[key] = value
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    async def _tracked(self, key: str, *, refresh: bool = True) -> _Tracked | None:
+        """The ADK session stored as ``key``, brought up to date; None when there is none."""
+        store = await self._ready()
+        cached = self._cache.get(key)
+        try:
+            if isinstance(cached, _Tracked):
+                if refresh:
+                    await cached.handle.refresh()
+                tracked = cached
+            else:
+                handle = await store.open_session(key)
+                tracked = _Tracked(handle, dict(handle.header.get("adk", {}).get("state", {})))
+        except StoreNotFoundError:
+            self._cache.pop(key, None)
+            return None
+        tracked.fold()
+        self._remember(key, tracked)
+        return tracked
+
+    async def _state_handle(self, key: str) -> AsyncStoredSession | None:
+        """The cached handle on an app or user state session, up to date; None when absent."""
+        store = await self._ready()
+        cached = self._cache.get(key)
+        try:
+            if isinstance(cached, AsyncStoredSession):
+                await cached.refresh()
+                handle = cached
+            else:
+                handle = await store.open_session(key)
+        except StoreNotFoundError:
+            self._cache.pop(key, None)
+            return None
+        self._remember(key, handle)
+        return handle
+
+    @staticmethod
+    def _state_of(handle: AsyncStoredSession | None) -> dict[str, Any]:
+        if handle is None:
+            return {}
+        events = handle.events
+        for i in range(len(events) - 1, -1, -1):
+            if events[i].type == ADK_STATE:
+                state: dict[str, Any] = thaw(events[i].data["state"])
+                return state
+        return {}
+
+    async def _scoped_state(self, app_name: str, user_id: str) -> tuple[Any, Any]:
+        app = await self._state_handle(store_id("app", app_name))
+        user = await self._state_handle(store_id("user", app_name, user_id))
+        return self._state_of(app), self._state_of(user)
+
+    async def _state_session(
+        self, key: str, app_name: str, user_id: str | None
+    ) -> AsyncStoredSession:
+        """The handle on a state session, created (empty) on first use."""
+        handle = await self._state_handle(key)
+        if handle is not None:
+            return handle
+        store = await self._ready()
+        kind = "app-state" if user_id is None else "user-state"
+        identity = {"kind": kind, "app": app_name} | ({} if user_id is None else {"user": user_id})
+        try:
+            handle = await store.create_session(
+                key,
+                header=_header(key, identity),
+                user_id=user_id,
+                labels={KIND: kind, APP: app_name},
+            )
+        except SessionExistsError:  # another writer created it first
+            handle = await store.open_session(key)
+        self._remember(key, handle)
+        return handle
+
+    async def _state_writes(
+        self, app_name: str, user_id: str, app: Any, user: Any, cause: dict[str, Any]
+    ) -> list[tuple[AsyncStoredSession, list[dict[str, Any]]]]:
+        """The ``adk/state`` appends of an app and a user delta (none for empty deltas)."""
+        writes: list[tuple[AsyncStoredSession, list[dict[str, Any]]]] = []
+        for key, owner, delta in (
+            (store_id("app", app_name), None, app),
+            (store_id("user", app_name, user_id), user_id, user),
+        ):
+            if delta:
+                handle = await self._state_session(key, app_name, owner)
+                state = self._state_of(handle) | delta
+                data = {"delta": delta, "state": state, "cause": cause}
+                writes.append((handle, [{"type": ADK_STATE, "data": data}]))
+        return writes
+
+    async def _write(
+        self,
+        first: tuple[AsyncStoredSession, list[dict[str, Any]]] | None,
+        app_name: str,
+        user_id: str,
+        app: Any,
+        user: Any,
+        cause: dict[str, Any],
+    ) -> list[SessionEvent]:
+        """Append ``first`` with the app and user state changes in one transaction.
+
+        When another process changed app or user state first, refresh and retry; a lost race
+        on ``first`` itself propagates (``ConcurrencyError``). Returns ``first``'s events.
+        """
+        store = await self._ready()
+        if not (app or user):
+            return (await store.append_together([first]))[0] if first else []
+        async with self._state_lock:
+            for attempt in range(STATE_RETRIES):
+                writes = await self._state_writes(app_name, user_id, app, user, cause)
+                try:
+                    done = await store.append_together(([first] if first else []) + writes)
+                except ConcurrencyError as exc:
+                    lost = exc.session_id
+                    if (first and lost == first[0].id) or attempt == STATE_RETRIES - 1:
+                        raise
+                    continue
+                return done[0] if first else []
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- BaseSessionService ---------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> AdkSession:
+        """A new, empty session; ``app:``/``user:`` keys of ``state`` update the shared state.
+
+        The shared state is written first, then the session (two transactions): a crash in
+        between leaves the shared state set, never a session without it.
+        """
+        store = await self._ready()
+        session_id = (session_id.strip() if session_id else None) or str(uuid.uuid4())
+        key = store_id("session", app_name, user_id, session_id)
+        if await self._tracked(key) is not None:
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+        app, user, own = split_state(to_jsonable_python(state or {}))
+        cause = {"session": session_id, "user": user_id}
+        await self._write(None, app_name, user_id, app, user, cause)
+        identity = {"app": app_name, "user": user_id, "session": session_id, "state": own}
+        labels = {KIND: "session", APP: app_name, SESSION: session_id}
+        try:
+            handle = await store.create_session(
+                key, header=_header(key, identity), user_id=user_id, labels=labels
+            )
+        except SessionExistsError as exc:
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.") from exc
+        tracked = _Tracked(handle, dict(handle.header["adk"]["state"]))
+        self._remember(key, tracked)
+        app_state, user_state = await self._scoped_state(app_name, user_id)
+        return self._session(tracked, app_name, user_id, session_id, app_state, user_state, [])
+
+    def _session(
+        self,
+        tracked: _Tracked,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        app_state: Any,
+        user_state: Any,
+        records: list[Any],
+    ) -> AdkSession:
+        session = AdkSession(
+            id=session_id,
+            app_name=app_name,
+            user_id=user_id,
+            state=_merged(thaw(tracked.state), app_state, user_state),
+            events=[Event.model_validate(thaw(r)) for r in records],
+            last_update_time=tracked.updated(),
+        )
+        session._storage_update_marker = str(tracked.head)
+        return session
+
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> AdkSession | None:
+        """The session with its events in log order (``config`` keeps a recent part)."""
+        session_id = session_id.strip() if session_id else session_id
+        tracked = await self._tracked(store_id("session", app_name, user_id, session_id))
+        if tracked is None:
+            return None
+        records = tracked.records
+        if config is not None:
+            if config.num_recent_events is not None:
+                count = config.num_recent_events
+                records = records[-count:] if count else []
+            if config.after_timestamp is not None:
+                older = [
+                    i for i, r in enumerate(records) if r["timestamp"] < config.after_timestamp
+                ]
+                records = records[older[-1] + 1 :] if older else records
+        app_state, user_state = await self._scoped_state(app_name, user_id)
+        return self._session(
+            tracked, app_name, user_id, session_id, app_state, user_state, list(records)
+        )
+
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """The app's sessions (of one user, or of all), least recently updated first.
+
+        As ``BaseSessionService`` documents, the sessions carry neither events nor state
+        (``get_session`` has both); building them would replay every listed log.
+        """
+        store = await self._ready()
+        found: list[AdkSession] = []
+        after = None
+        while True:
+            page = await store.list_sessions(
+                limit=_LIST_PAGE,
+                after=after,
+                user_id=user_id,
+                labels={KIND: "session", APP: app_name},
+            )
+            for info in page:
+                found.append(
+                    AdkSession(
+                        id=info.labels[SESSION],
+                        app_name=app_name,
+                        user_id=info.user_id or "",
+                        last_update_time=info.updated_at / 1000,
+                    )
+                )
+            if len(page) < _LIST_PAGE:
+                break
+            after = page[-1]
+        found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=found)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session and its log (the store's ``delete_session``; nothing if absent).
+
+        App and user state keep the changes it made, each citing it as its ``cause``.
+        """
+        store = await self._ready()
+        session_id = session_id.strip() if session_id else session_id
+        key = store_id("session", app_name, user_id, session_id)
+        async with self._lock(key):
+            self._cache.pop(key, None)
+            try:
+                await store.delete_session(key)
+            except StoreNotFoundError:
+                return
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's state (keys without ``user:``), shared by their sessions of the app."""
+        handle = await self._state_handle(store_id("user", app_name, user_id))
+        return self._state_of(handle)
+
+    async def append_event(self, session: AdkSession, event: Event) -> Event:
+        """Store ``event`` (not a partial one) and update the session and the shared state.
+
+        Raises ``StaleSessionError`` when ``session`` is older than what is stored, or when
+        another writer appended first; ``SessionNotFoundError`` when it does not exist.
+        """
+        if event.partial:
+            return event
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        key = store_id("session", session.app_name, session.user_id, session.id)
+        async with self._lock(key):
+            tracked = await self._tracked(key, refresh=False)
+            if tracked is None:
+                raise AdkNotFoundError(f"Session {session.id} not found.")
+            try:
+                await self._check_fresh(tracked, session)
+                record = json.loads(event.model_dump_json(exclude_none=True))
+                turn, step = tracked.numbers(record)
+                mapped = message_of(record, turn, max(step, 1))
+                item_type, data = mapped if mapped else (ADK_EVENT, record)
+                item = {"type": item_type, "data": data, "surface_op": "append"}
+                app, user, _ = split_state(record.get("actions", {}).get("state_delta") or {})
+                cause = {"session": session.id, "user": session.user_id, "event": record["id"]}
+                done = await self._write(
+                    (tracked.handle, [item]), session.app_name, session.user_id, app, user, cause
+                )
+            except StoreNotFoundError as exc:
+                self._cache.pop(key, None)
+                raise AdkNotFoundError(f"Session {session.id} not found.") from exc
+            except ConcurrencyError as exc:
+                raise StaleSessionError(STALE) from exc
+            finally:
+                tracked.fold()
+            session._storage_update_marker = str(tracked.head)
+            session.last_update_time = done[0].time / 1000
+        return self._commit_event_to_session(session, event)
+
+    async def _check_fresh(self, tracked: _Tracked, session: AdkSession) -> None:
+        """Refuse a session copy older than the stored log (``StaleSessionError``)."""
+        marker = session._storage_update_marker
+        if marker is not None and marker == str(tracked.head):
+            return
+        await tracked.handle.refresh()
+        tracked.fold()
+        if marker is not None:
+            fresh = marker == str(tracked.head)
+        else:  # a session built by hand: fresh when it ends where the log does
+            last = tracked.records[-1]["id"] if tracked.records else None
+            fresh = last == (session.events[-1].id if session.events else None)
+        if not fresh:
+            raise StaleSessionError(STALE)
