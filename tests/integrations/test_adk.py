@@ -475,6 +475,30 @@ def test_concurrent_appends_to_one_session_in_one_process_serialise(service) -> 
     run(body)
 
 
+def test_writers_of_shared_state_in_two_services_both_succeed(service, backend) -> None:
+    """Another service changing user state first makes this one retry, not fail."""
+
+    async def body() -> None:
+        other = SQLSessionService.from_url(backend.url, schema=backend.schema)
+        try:
+            a = await service.create_session(app_name="app", user_id="u", session_id="a")
+            b = await other.create_session(app_name="app", user_id="u", session_id="b")
+
+            async def writes(svc: SQLSessionService, session: Session, name: str) -> None:
+                for i in range(5):
+                    await svc.append_event(session, said(f"{name}{i}", **{f"user:{name}": i}))
+
+            await asyncio.gather(writes(service, a, "a"), writes(other, b, "b"))
+            assert await service.get_user_state(app_name="app", user_id="u") == {"a": 4, "b": 4}
+            for svc, sid in ((service, "a"), (other, "b")):
+                got = await svc.get_session(app_name="app", user_id="u", session_id=sid)
+                assert got is not None and len(got.events) == 5
+        finally:
+            await other.close()
+
+    run(body)
+
+
 # -- what SQL sees ---------------------------------------------------------------------------
 
 
