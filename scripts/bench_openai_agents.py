@@ -13,6 +13,8 @@ calls, their outputs and assistant messages), then times, call by call and inter
 
 It prints the median per-call latency of each and the ratios (ours / theirs), the median over
 ``--runs`` runs. Every run uses fresh files, a fresh schema and fresh tables, dropped after.
+``--no-pre-ping`` opens the PostgreSQL store without the pool's liveness ping (the store's
+default pings each connection it checks out: one round trip more per call).
 Needs ``session-sql[openai-agents]``; PostgreSQL is skipped when ``--pg`` is ``""``.
 """
 
@@ -113,10 +115,14 @@ async def sqlite_run(items: int, calls: int) -> dict[str, dict[str, float]]:
             theirs.close()
 
 
-async def postgres_run(url: str, items: int, calls: int) -> dict[str, dict[str, float]]:
+async def postgres_run(
+    url: str, items: int, calls: int, pre_ping: bool = True
+) -> dict[str, dict[str, float]]:
     tag = uuid.uuid4().hex[:12]
     schema, sessions_table, messages_table = f"bench_oa_{tag}", f"oa_s_{tag}", f"oa_m_{tag}"
-    ours = SessionSQLSession.from_url("bench", url, schema=schema, pool_size=2)
+    ours = SessionSQLSession.from_url(
+        "bench", url, schema=schema, pool_size=2, pool_pre_ping=pre_ping
+    )
     engine = create_async_engine(url, pool_size=2, max_overflow=0)
     theirs = SQLAlchemySession(
         "bench",
@@ -160,14 +166,21 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="timed calls per operation")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", choices=["sqlite", "postgresql"], default=None)
+    parser.add_argument(
+        "--no-pre-ping",
+        action="store_true",
+        help="open the PostgreSQL store with pool_pre_ping=False (one round trip less a call)",
+    )
     args = parser.parse_args()
     if args.only != "postgresql":
         report(
             "sqlite", [asyncio.run(sqlite_run(args.items, args.calls)) for _ in range(args.runs)]
         )
     if args.pg and args.only != "sqlite":
+        pre_ping = not args.no_pre_ping
         runs = [
-            asyncio.run(postgres_run(args.pg, args.items, args.calls)) for _ in range(args.runs)
+            asyncio.run(postgres_run(args.pg, args.items, args.calls, pre_ping))
+            for _ in range(args.runs)
         ]
         report("postgresql", runs)
 

@@ -180,16 +180,24 @@ class SessionSQLSession:
             await self._write(lambda handle: batch, create=True)
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Take the latest item off the history and return it (None when there is none)."""
+        """Take the latest item off the history and return it (None when there is none).
+
+        Surface entries this integration did not write (another writer's core messages) are
+        not items: ``get_items`` skips them and ``pop_item`` leaves them.
+        """
         popped: list[Any] = []
 
         def removal(handle: AsyncStoredSession) -> Batch | None:
             popped.clear()
             tail = handle.surface_messages(last=1)
-            if not tail:
-                return None
-            popped.append(_item_of(tail[0]))
-            return [_removed(tail[0].seq, tail[0].seq, [tail[0].seq], "pop_item")]
+            if tail and _item_of(tail[0]) is None:  # another writer's entry: look further
+                tail = handle.surface_messages()
+            for node in reversed(tail):
+                item = _item_of(node)
+                if item is not None:
+                    popped.append(item)
+                    return [_removed(node.seq, node.seq, [node.seq], "pop_item")]
+            return None
 
         await self._write(removal, create=False)
         return popped[0] if popped else None

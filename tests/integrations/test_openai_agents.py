@@ -383,3 +383,27 @@ def test_another_process_sees_the_same_items(backend) -> None:
     with ProcessPoolExecutor(max_workers=1, mp_context=SPAWN) as pool:
         seen = pool.submit(read_items, backend.url, backend.schema, "s1").result(timeout=120)
     assert seen == ITEMS[:-1]
+
+
+def test_entries_another_writer_put_on_the_surface_are_not_items(backend) -> None:
+    foreign = {
+        "id": "m1",
+        "role": "user",
+        "content": [{"type": "text", "text": "from elsewhere"}],
+        "source": {"kind": "user"},
+    }
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items([USER_TEXT, CALL])
+        other = await store.open_session("s1")
+        await other.append("user/message", foreign, surface_op="append")
+        assert await session.get_items() == [USER_TEXT, CALL]
+        assert await session.pop_item() == CALL  # the latest item, past the foreign entry
+        messages = await store.messages("s1")
+        assert len(messages) == 2 and messages[1] == foreign
+        assert await session.get_items() == [USER_TEXT]
+        await session.clear_session()  # clears every entry, items or not
+        assert await store.messages("s1") == []
+
+    run(backend, body)
