@@ -9,6 +9,7 @@ that does not parse is a torn tail (a writer died mid-line): it is dropped with 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -18,7 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from session_sql.errors import CorruptSessionError, InvalidEventError, TornTailWarning
+from session_sql.errors import (
+    CorruptSessionError,
+    InvalidArgumentError,
+    InvalidEventError,
+    TornTailWarning,
+)
 from session_sql.events import SessionEvent, check_header
 from session_sql.jsonvalue import FrozenDict, dumps_compact
 
@@ -128,32 +134,64 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-class JsonlReader:
-    """Iterates the events of a JSONL file after reading its header (``.header``)."""
+def _problem(exc: BaseException) -> str:
+    """Why a line does not parse, placed by column only: the caller names the file's line.
 
-    def __init__(self, path: PathLike) -> None:
-        self.path = Path(path)
-        self._fh = open(self.path, "rb")  # noqa: SIM115 - closed by close()/iteration end
+    (``JSONDecodeError`` counts lines within the text it was given, and the newline that ends
+    a JSONL line makes that "line 2" -- a second, wrong line number next to the right one.)
+    """
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at column {exc.pos + 1}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start + 1})"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)
+
+
+class JsonlReader:
+    """Iterates the events of a JSONL file after reading its header (``.header``).
+
+    ``source`` is a path, or a file opened in binary mode that the caller keeps and closes
+    (the reader only reads it, so a caller can count the bytes as they go by).
+    """
+
+    def __init__(self, source: PathLike | IO[bytes]) -> None:
+        if isinstance(source, str | os.PathLike):
+            self.path = Path(source)
+            self._fh: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+            self._owned = True
+        else:
+            if isinstance(source, io.TextIOBase):
+                raise InvalidArgumentError(
+                    "a JSONL file object must be opened in binary mode ('rb')", argument="path"
+                )
+            name = getattr(source, "name", None)
+            self.path = Path(name if isinstance(name, str) else "<stream>")
+            self._fh = source
+            self._owned = False
         self.dropped_tail = False
         first = self._fh.readline()
         try:
             raw_header = _loads(first.decode("utf-8"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            self._fh.close()
+            self.close()
             raise CorruptSessionError(
-                f"{self.path}: line 1 (the header) is not JSON: {exc}", line=1
+                f"{self.path}: line 1 (the header) is not JSON: {_problem(exc)}", line=1
             ) from exc
         if not isinstance(raw_header, dict):
-            self._fh.close()
+            self.close()
             raise CorruptSessionError(f"{self.path}: line 1 is not a header object", line=1)
         try:
             self.header: FrozenDict = check_header(raw_header)
         except BaseException:
-            self._fh.close()
+            self.close()
             raise
 
     def close(self) -> None:
-        self._fh.close()
+        """Close the file this reader opened (a caller's file object stays open)."""
+        if self._owned:
+            self._fh.close()
 
     def __enter__(self) -> JsonlReader:
         return self
@@ -181,18 +219,20 @@ class JsonlReader:
                 except (UnicodeDecodeError, ValueError, RecursionError) as exc:
                     if raw.endswith(b"\n"):
                         raise CorruptSessionError(
-                            f"{self.path}: line {line_no} is not a valid event line: {exc}",
+                            f"{self.path}: line {line_no} is not a valid event line: "
+                            f"{_problem(exc)}",
                             line=line_no,
                         ) from exc
                     torn = (line_no, exc)  # the last line: iteration ends here
                     continue
                 yield line_no, value
         finally:
-            self._fh.close()
+            self.close()
         if torn is not None:
             self.dropped_tail = True
             warnings.warn(
-                f"{self.path}: dropped a torn final line {torn[0]} (no newline; {torn[1]})",
+                f"{self.path}: dropped a torn final line {torn[0]} "
+                f"(no newline; {_problem(torn[1])})",
                 TornTailWarning,
                 stacklevel=2,
             )

@@ -360,9 +360,10 @@ class AsyncSessionStore:
         """Delete a session with its events and surface rows."""
         await self._runner.call(self._store.delete_session, session_id)
 
-    async def import_jsonl(self, path: str | os.PathLike[str]) -> str:
-        """Store a JSONL session exactly as the file holds it; returns its id."""
-        if self._runner.threaded:
+    async def import_jsonl(self, path: str | os.PathLike[str] | IO[bytes]) -> str:
+        """Store a JSONL session exactly as the file holds it; returns its id. A file object
+        (binary mode) is read as it is given, as by ``SessionStore.import_jsonl``."""
+        if self._runner.threaded or not isinstance(path, str | os.PathLike):
             return await self._runner.call(self._store.import_jsonl, path)
         loop = asyncio.get_running_loop()
         source = await loop.run_in_executor(None, JsonlReader, path)  # opens, reads the header
@@ -452,9 +453,10 @@ class AsyncSessionStore:
         created_after: int | None = None,
         created_before: int | None = None,
         order: Literal["updated", "created"] = "updated",
+        id_prefix: str | None = None,
     ) -> list[SessionInfo]:
         """Sessions newest-updated first (ties by id), paged by ``after``; or oldest-created
-        first with ``order="created"``."""
+        first with ``order="created"``; ``id_prefix`` keeps the ids that start with it."""
         listing = functools.partial(
             self._store.list_sessions,
             limit=limit,
@@ -463,6 +465,7 @@ class AsyncSessionStore:
             created_after=created_after,
             created_before=created_before,
             order=order,
+            id_prefix=id_prefix,
         )
         return await self._runner.call(listing)
 

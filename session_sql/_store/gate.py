@@ -45,7 +45,8 @@ _Columns = dict[tuple[str | None, str], list[ReflectedColumn]]
 
 _ACROSS_VERSIONS = (
     "there are no migrations: export the sessions with the build that wrote them "
-    "(export_jsonl) and import them with this one (import_jsonl) into a new database"
+    "('session-sql export --all DIR') and import them into a new database with this one "
+    "('session-sql import DIR'); docs/operations.md shows the same in Python"
 )
 
 

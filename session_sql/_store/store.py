@@ -18,6 +18,7 @@ from sqlalchemy import (
     cast,
     delete,
     event,
+    func,
     insert,
     make_url,
     or_,
@@ -293,12 +294,13 @@ class SessionStore:
         if gone != 1:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
 
-    def import_jsonl(self, path: str | os.PathLike[str]) -> str:
+    def import_jsonl(self, path: str | os.PathLike[str] | IO[bytes]) -> str:
         """Store a JSONL session exactly as the file holds it (no marker added); returns its id.
 
         One streaming pass in one write transaction: each line is validated as it is read and
         the events go in in batches, so memory follows the surface, not the file. A bad line
-        (``CorruptSessionError`` naming it) leaves nothing written.
+        (``CorruptSessionError`` naming it) leaves nothing written. ``path`` may also be a file
+        opened in binary mode, read from where it stands and left open.
         """
         with JsonlReader(path) as source:
             return self._import(source)
@@ -428,14 +430,21 @@ class SessionStore:
         created_after: int | None = None,
         created_before: int | None = None,
         order: Literal["updated", "created"] = "updated",
+        id_prefix: str | None = None,
     ) -> list[SessionInfo]:
         """Sessions newest-updated first (ties by id), paged by ``after`` (an info or an id).
 
         ``order="created"`` lists oldest-created first (ties by id) instead: an order no write
         changes, for complete scans (see ``iter_sessions``). ``limit`` must be >= 0; a limit
-        beyond what any table holds is clamped.
+        beyond what any table holds is clamped. ``id_prefix`` keeps the sessions whose id
+        starts with it, compared exactly (case and all), so that a short prefix can name a
+        session as in git.
         """
         limit = min(_int_arg("limit", limit, minimum=0), _MAX_BOUND)
+        if id_prefix is not None and type(id_prefix) is not str:
+            raise InvalidArgumentError(
+                f"id_prefix must be a str, got {type(id_prefix).__name__}", argument="id_prefix"
+            )
         if order not in ("updated", "created"):
             raise InvalidArgumentError(
                 f"order must be 'updated' or 'created', got {order!r}", argument="order"
@@ -452,6 +461,11 @@ class SessionStore:
             if not is_session_id(parent):
                 return []  # no session can have it as its parent
             query = query.where(s.c.parent_session == parent)
+        if id_prefix:
+            if not id_prefix.isprintable():
+                return []  # no session id has it (and PostgreSQL text cannot hold a NUL)
+            # substr, not LIKE: SQLite's LIKE ignores case and both treat % and _ as wildcards.
+            query = query.where(func.substr(s.c.id, 1, len(id_prefix)) == id_prefix)
         if created_after is not None:
             query = query.where(s.c.created_at >= _clamp(created_after))
         if created_before is not None:

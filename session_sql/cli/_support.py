@@ -1,8 +1,10 @@
 """The plumbing of the ``session-sql`` CLI: exit codes, output policy, progress, opening stores.
 
-* **Exit codes** are decided in one place, :func:`run_guarded`: 0 ok; 1 a check failed or the
-  command could not do its job (missing session, bad file, unreachable database); 2 a usage
-  error. Every error is one line on stderr; with ``--debug`` the traceback comes first.
+* **Exit codes** are decided in one place, :func:`run_guarded`: 0 ok (also when the reader of
+  a pipe goes away early); 1 a check failed or the command could not do its job (missing or
+  ambiguous session, bad file, unreachable database); 2 a usage error. Every error is one line
+  on stderr; with ``--debug`` the traceback comes first.
+* **Session ids** may be given by a unique prefix, as in git (:func:`resolve_id`).
 * **Output** (:class:`Out`): styled text and tables only when stdout is a terminal, plain text
   when it is piped, plain JSON with ``--json``. Progress bars go to stderr, only on a terminal.
 """
@@ -36,6 +38,7 @@ from typer.core import TyperGroup
 
 from session_sql import (
     ConfigurationError,
+    SessionNotFoundError,
     SessionSQLError,
     SessionStore,
     StoreError,
@@ -46,6 +49,7 @@ from session_sql import (
 __all__ = [
     "PROG",
     "CliError",
+    "CountingReader",
     "CountingWriter",
     "GuardedGroup",
     "Out",
@@ -55,6 +59,7 @@ __all__ = [
     "isatty",
     "one_line",
     "progress_bar",
+    "resolve_id",
     "warn",
 ]
 
@@ -120,12 +125,12 @@ def run_guarded(invoke: Callable[[], Any], state: State) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly, and keep the interpreter from
-        # complaining when it flushes stdout at exit.
+    except (BrokenPipeError, _PipeClosedError):
+        # The reader went away (``| head -1``): it had what it wanted, so stop quietly with 0,
+        # and keep the interpreter from complaining when it flushes stdout at exit.
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
+        return 0
     except (CliError, SessionSQLError) as exc:
         if state.debug:
             traceback.print_exc()
@@ -139,6 +144,10 @@ def run_guarded(invoke: Callable[[], Any], state: State) -> int:
             error_line(f"{type(exc).__name__}: {exc} (run with --debug for a traceback)")
         return 1
     return result if isinstance(result, int) else 0
+
+
+class _PipeClosedError(Exception):
+    """stdout's reader went away; carried past click, which would turn it into exit 1."""
 
 
 class GuardedGroup(TyperGroup):
@@ -176,6 +185,12 @@ class GuardedGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise _PipeClosedError() from exc
 
 
 # --------------------------------------------------------------------------------------------
@@ -281,8 +296,44 @@ class CountingWriter(io.TextIOBase):
         return written
 
 
+class CountingReader:
+    """Reads lines of a binary file and reports the bytes read (for a progress bar).
+
+    Reports in steps of ``step`` bytes (and the rest at the end), not at every line, so a
+    file of a million short lines does not redraw the bar a million times.
+    """
+
+    def __init__(self, source: IO[bytes], on_bytes: Callable[[int], None], step: int = 1 << 16):
+        self._source = source
+        self._on_bytes = on_bytes
+        self._step = step
+        self._pending = 0
+        self.name = source.name
+
+    def _count(self, data: bytes) -> bytes:
+        self._pending += len(data)
+        if self._pending >= self._step or not data:
+            self._on_bytes(self._pending)
+            self._pending = 0
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._count(self._source.readline(size))
+
+    def __iter__(self) -> CountingReader:
+        return self
+
+    def __next__(self) -> bytes:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+
 # --------------------------------------------------------------------------------------------
-# Opening the store
+# Opening the store, naming sessions
+
+AMBIGUOUS_SHOWN = 8  # an ambiguous prefix lists at most this many of the ids it matches
 
 
 @contextmanager
@@ -308,3 +359,37 @@ def cli_store(url: str, schema: str, *, create: bool = False) -> Iterator[Sessio
         yield store
     finally:
         store.close()
+
+
+def resolve_id(store: SessionStore, given: str) -> str:
+    """The session ``given`` names: that exact id, else the one id that starts with it (git's
+    rule). No match is ``SessionNotFoundError``; several are an error listing them (exit 1,
+    like a missing session: whether a prefix is unique depends on what the store holds).
+    """
+    try:
+        store.head_seq(given)
+        return given
+    except SessionNotFoundError as missing:
+        if not given:
+            raise
+        matches = [
+            info.id
+            for info in store.list_sessions(
+                id_prefix=given, limit=AMBIGUOUS_SHOWN + 1, order="created"
+            )
+        ]
+        if not matches:
+            raise CliError(
+                f"session {given!r} not found: no session id is or starts with it (see '{PROG} ls')"
+            ) from missing
+    if len(matches) == 1:
+        return matches[0]
+    shown = ", ".join(matches[:AMBIGUOUS_SHOWN])
+    if len(matches) > AMBIGUOUS_SHOWN:
+        count, shown = f"more than {AMBIGUOUS_SHOWN}", shown + ", ..."
+    else:
+        count = str(len(matches))
+    raise CliError(
+        f"session id prefix {given!r} is ambiguous: {count} session ids start with it "
+        f"({shown}); give more of the id"
+    )

@@ -9,6 +9,7 @@ this module's help texts by ``_docs``.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections import deque
@@ -24,6 +25,7 @@ from rich.text import Text
 from session_sql import (
     SCHEMA_VERSION,
     SessionEvent,
+    SessionExistsError,
     SessionNotFoundError,
     SessionSQLError,
     SessionStore,
@@ -46,13 +48,16 @@ from session_sql.cli._stats import headline, tables
 from session_sql.cli._support import (
     PROG,
     CliError,
+    CountingReader,
     CountingWriter,
     GuardedGroup,
     Out,
     State,
     cli_store,
     error_line,
+    isatty,
     progress_bar,
+    resolve_id,
     warn,
 )
 from session_sql.cli.demo import explore_queries, record_demo
@@ -64,6 +69,7 @@ DEFAULT_URL = "sqlite:///sessions.db"
 DEFAULT_SCHEMA = "session_sql"
 PROGRESS_MIN_BYTES = 1 << 20  # imports show a progress bar from this many bytes on
 PROGRESS_MIN_EVENTS = 5000  # exports and verify --all from this many events/sessions on
+COMPLETIONS = 50  # shell completion offers at most this many session ids
 
 
 def _example(*lines: str) -> str:
@@ -81,7 +87,7 @@ app = typer.Typer(
     epilog=_example("session-sql demo && session-sql ls"),
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
@@ -109,8 +115,35 @@ SchemaOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+
+
+def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion for ID arguments: the ids that start with what is typed so far."""
+    url = ctx.params.get("url") or os.environ.get("SESSION_SQL_URL") or DEFAULT_URL
+    schema = ctx.params.get("schema") or os.environ.get("SESSION_SQL_SCHEMA") or DEFAULT_SCHEMA
+    try:
+        with cli_store(url, schema) as store:
+            infos = store.list_sessions(id_prefix=incomplete, limit=COMPLETIONS)
+    except Exception:  # completing must never print an error into the user's command line
+        return []
+    return [info.id for info in infos]
+
+
+ID_HELP = "The session id, or a unique prefix of it."
 SessionArg = Annotated[
-    str, typer.Argument(metavar="ID", help="The session id.", show_default=False)
+    str,
+    typer.Argument(
+        metavar="ID", help=ID_HELP, show_default=False, autocompletion=complete_session_id
+    ),
+]
+OptionalSessionArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="ID",
+        help=ID_HELP + " Or use --all.",
+        show_default=False,
+        autocompletion=complete_session_id,
+    ),
 ]
 
 
@@ -246,7 +279,9 @@ def ls(
 
 @app.command(
     epilog=_example(
-        "session-sql show 3f2a9c --surface", "session-sql show 3f2a9c --events --from 40 --to 60"
+        "session-sql show 3f2a9c",
+        "session-sql show 3f2a9c --surface",
+        "session-sql show 3f2a9c --from 40 --to 60",
     )
 )
 def show(
@@ -263,31 +298,36 @@ def show(
         ),
     ] = False,
     from_seq: Annotated[
-        int, typer.Option("--from", min=0, metavar="SEQ", help="With --events: the first seq.")
-    ] = 0,
+        int | None,
+        typer.Option(
+            "--from",
+            min=0,
+            metavar="SEQ",
+            help="Print the raw log from this seq (implies --events).",
+        ),
+    ] = None,
     to_seq: Annotated[
         int | None,
-        typer.Option("--to", min=0, metavar="SEQ", help="With --events: stop before this seq."),
+        typer.Option(
+            "--to", min=0, metavar="SEQ", help="Print the raw log up to, not including, this seq."
+        ),
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show a session's messages, raw log, or surface.
 
     By default: the messages a model would be sent, in order. --events: the raw log (every
-    event, shadowed ones included). --surface: the surface nodes replayed from the log, and
-    which events each replacement shadows.
+    event, shadowed ones included); --from and --to pick a range of it by seq. --surface: the
+    surface nodes replayed from the log, and which events each replacement shadows.
     """
-    if events and surface:
-        raise CliError("--events and --surface exclude each other", code=2)
+    ranged = from_seq is not None or to_seq is not None
+    if surface and (events or ranged):
+        raise CliError("--surface excludes --events, --from and --to", code=2)
     out = Out()
     with cli_store(url, schema) as store:
-        if events:
-            stream = store.events(session_id, from_seq=from_seq, to_seq=to_seq)
-            if as_json:
-                out.json_array(e.to_wire() for e in stream)
-            else:
-                for event in stream:
-                    out.line(event_line(event, width=88, with_time=True))
+        session_id = resolve_id(store, session_id)
+        if events or ranged:
+            _show_events(store, out, session_id, from_seq or 0, to_seq, as_json)
             return
         if surface:
             log = list(store.events(session_id))
@@ -316,10 +356,41 @@ def show(
     if as_json:
         out.json(messages)
         return
+    if not messages:
+        out.line(f"no messages: the surface of {session_id} is empty")
     for i, message in enumerate(messages):
         lines = message_lines(message)
         out.line(Text.assemble((f"[{i}] ", "dim")) + lines[0])
         out.lines(lines[1:])
+
+
+def _show_events(
+    store: SessionStore,
+    out: Out,
+    session_id: str,
+    from_seq: int,
+    to_seq: int | None,
+    as_json: bool,
+) -> None:
+    """``show --events``: the raw log in [from_seq, to_seq), and a note when that is empty."""
+    stream = store.events(session_id, from_seq=from_seq, to_seq=to_seq)
+    if as_json:
+        out.json_array(e.to_wire() for e in stream)
+        return
+    printed = 0
+    for event in stream:
+        out.line(event_line(event, width=88, with_time=True))
+        printed += 1
+    if printed:
+        return
+    head = store.head_seq(session_id)
+    wanted = f"seq {from_seq} on" if to_seq is None else f"seqs {from_seq} to {to_seq - 1}"
+    if to_seq is not None and to_seq <= from_seq:
+        out.line(f"no events: --to {to_seq} is not after --from {from_seq}")
+    elif head < 0:
+        out.line(f"no events: the log of {session_id} is empty")
+    else:
+        out.line(f"no events from {wanted}: the log of {session_id} holds seqs 0 to {head}")
 
 
 @app.command(epilog=_example("session-sql tail 3f2a9c -n 20", "session-sql tail 3f2a9c -f --json"))
@@ -362,11 +433,14 @@ def tail(
         sys.stdout.flush()
 
     with cli_store(url, schema) as store:
+        session_id = resolve_id(store, session_id)
         head = store.head_seq(session_id)
         last = head
         recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
         for event in deque(recent, lines):
             emit(event)
+        if head < 0 and not as_json:
+            out.line(f"no events: the log of {session_id} is empty")
         if not follow:
             return
         try:
@@ -379,21 +453,29 @@ def tail(
 @app.command(
     name="import",
     epilog=_example(
-        "session-sql import session-1.jsonl session-2.jsonl", "session-sql import *.jsonl --json"
+        "session-sql import session-1.jsonl session-2.jsonl",
+        "session-sql import backup/ --skip-existing --json",
     ),
 )
 def import_(
-    files: Annotated[
+    paths: Annotated[
         list[Path],
         typer.Argument(
-            metavar="FILE",
-            help="JSONL files: a header line, then one event per line.",
+            metavar="FILE|DIR",
+            help="JSONL files (a header line, then one event per line), or directories: "
+            "every *.jsonl file directly in them.",
             exists=True,
-            dir_okay=False,
             readable=True,
             show_default=False,
         ),
     ],
+    skip_existing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-existing",
+            help="Skip a file whose session id the store already holds, instead of failing it.",
+        ),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
     as_json: JsonOption = False,
@@ -402,29 +484,53 @@ def import_(
 
     Each file is stored exactly as it is (export then import is lossless). A torn final line
     (the last, without its newline) is dropped with a warning; any other bad line fails that
-    file, and the others still import. Blank lines are skipped. Prints each new session id.
+    file, and the others still import. Blank lines are skipped. Prints each new session id;
+    exits with 1 when any file failed. A file whose session the store already holds fails,
+    unless --skip-existing (to resume an import, or to refresh a store from a backup).
     """
+    files = _jsonl_files(paths)
     out = Out()
     imported: list[dict[str, Any]] = []
     failed = 0
     total = sum(f.stat().st_size for f in files)
     with cli_store(url, schema, create=True) as store, progress_bar(in_bytes=True) as progress:
         task = progress.add_task("importing", total=total, visible=total >= PROGRESS_MIN_BYTES)
+
+        def advance(size: int) -> None:
+            progress.advance(task, size)
+
+        done = 0
         for path in files:
             progress.update(task, description=f"importing {path.name}")
             try:
-                with warnings.catch_warnings(record=True) as caught:
+                with warnings.catch_warnings(record=True) as caught, path.open("rb") as fh:
                     warnings.simplefilter("always")
-                    session_id = store.import_jsonl(path)
+                    # The bar follows the bytes as the store reads them, not file by file.
+                    session_id = store.import_jsonl(cast(IO[bytes], CountingReader(fh, advance)))
+            except SessionExistsError as exc:
+                if not skip_existing:
+                    failed += 1
+                    error_line(f"{path}: {exc} (pass --skip-existing to skip it)")
+                    continue
+                skipped = str(exc.session_id)
+                sys.stderr.write(f"{PROG}: skipped {path}: {skipped} is already in the store\n")
+                imported.append({"file": str(path), "session_id": skipped, "skipped": True})
+                continue
             except SessionSQLError as exc:
                 failed += 1
-                error_line(f"{path}: {exc}")
+                message = str(exc)  # a bad line's error names the file already
+                error_line(message if message.startswith(f"{path}:") else f"{path}: {message}")
+                continue
+            except OSError as exc:
+                failed += 1
+                error_line(f"cannot read {path}: {exc.strerror or exc}")
                 continue
             finally:
-                progress.advance(task, path.stat().st_size)
+                done += path.stat().st_size
+                progress.update(task, completed=done)
             for warning in caught:
                 warn(str(warning.message))
-            imported.append({"file": str(path), "session_id": session_id})
+            imported.append({"file": str(path), "session_id": session_id, "skipped": False})
             if not as_json:
                 out.line(f"{session_id}  ← {path}")
     if as_json:
@@ -433,16 +539,38 @@ def import_(
         raise typer.Exit(1)
 
 
+def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
+    """The files to import: each file given, and the ``*.jsonl`` files of each directory."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(p for p in path.glob("*.jsonl") if p.is_file())
+        if not found:
+            warn(f"no *.jsonl files in {path}")
+        files.extend(found)
+    if not files:
+        raise CliError("nothing to import: no JSONL files in " + ", ".join(map(str, paths)))
+    return files
+
+
 @app.command(
     epilog=_example(
         "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
-        "session-sql export --all --dir backup/",
+        "session-sql export 3f2a9c -o session-1.jsonl",
+        "session-sql export --all backup/",
     )
 )
 def export(
-    session_id: Annotated[
+    target: Annotated[
         str | None,
-        typer.Argument(metavar="ID", help="The session id (or use --all).", show_default=False),
+        typer.Argument(
+            metavar="ID|DIR",
+            help="The session id, or a unique prefix of it; with --all, the directory to write.",
+            show_default=False,
+            autocompletion=complete_session_id,
+        ),
     ] = None,
     output: Annotated[
         Path | None,
@@ -457,44 +585,81 @@ def export(
             "-d",
             file_okay=False,
             metavar="DIR",
-            help="Write into DIR, under a file name derived from the id (see above).",
+            help="Write into DIR (created if missing), as DIR/NAME.jsonl (see above).",
         ),
     ] = None,
     all_sessions: Annotated[
-        bool, typer.Option("--all", help="Export every session (needs --dir).")
+        bool,
+        typer.Option("--all", help="Export every session, one file each: export --all DIR."),
+    ] = False,
+    skip_existing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-existing",
+            help="Into a directory: leave a session whose file is already there.",
+        ),
     ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
 ) -> None:
-    """Export a session as JSONL.
+    """Export a session, or every session, as JSONL.
 
     The header line, then one event per line, to stdout or to a file, read from one snapshot
     of the session. A file is written under a unique temporary name, fsynced and renamed, so
-    it holds a whole export or is left as it was.
+    it holds a whole export or is left as it was: with --skip-existing, a file already there
+    is a whole export (perhaps of an earlier state), and an interrupted --all can be resumed.
 
-    With --dir the file is DIR/NAME.jsonl, NAME being the id with every character outside
-    a-z 0-9 . _ - (and a leading dot) percent-encoded, as session_sql.jsonl_file_name does:
-    an id such as 'a/b' or '..' never names a file outside DIR, and distinct ids never share
-    a file.
+    In a directory the file is DIR/NAME.jsonl, NAME being the id with every character outside
+    a-z 0-9 . _ - (and a leading dot) percent-encoded: an id such as 'a/b' or '..' never names
+    a file outside DIR, and distinct ids never share a file. 'session-sql import DIR' reads
+    them back.
     """
-    if (session_id is None) == (not all_sessions):
-        raise CliError("give a session id or --all (not both)", code=2)
+    if all_sessions:
+        if target is not None and folder is not None:
+            raise CliError("give the directory once: export --all DIR", code=2)
+        folder = Path(target) if target is not None else folder
+        if folder is None:
+            raise CliError("--all needs a directory: export --all DIR", code=2)
+        if output is not None:
+            raise CliError("--all writes one file per session: give a directory, not --output", 2)
+    elif target is None:
+        raise CliError("give a session id, or --all DIR", code=2)
     if output is not None and folder is not None:
         raise CliError("give --output or --dir, not both", code=2)
-    if all_sessions and folder is None:
-        raise CliError("--all needs --dir", code=2)
+    if skip_existing and folder is None:
+        raise CliError("--skip-existing needs a directory (--all DIR or --dir DIR)", code=2)
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"cannot create {folder}: {exc.strerror or exc}") from exc
     with cli_store(url, schema) as store:
-        if session_id is not None:
-            target = output if folder is None else folder / jsonl_file_name(session_id)
-            _export_one(store, session_id, target, strict=True)
+        if not all_sessions:
+            assert target is not None
+            session_id = resolve_id(store, target)
+            path = output if folder is None else folder / jsonl_file_name(session_id)
+            if path is not None and skip_existing and path.exists():
+                sys.stderr.write(f"{PROG}: skipped {session_id}: {path} exists\n")
+                return
+            _export_one(store, session_id, path, strict=True)
             return
         assert folder is not None
+        written = skipped = 0
         for sid in (info.id for info in store.iter_sessions()):
-            _export_one(store, sid, folder / jsonl_file_name(sid), strict=False)
+            path = folder / jsonl_file_name(sid)
+            if skip_existing and path.exists():
+                skipped += 1
+                continue
+            written += _export_one(store, sid, path, strict=False)
+    note = f" ({skipped} skipped: their files were there)" if skipped else ""
+    sys.stderr.write(f"exported {written} sessions to {folder}{note}\n")
 
 
-def _export_one(store: SessionStore, session_id: str, target: Path | None, *, strict: bool) -> None:
-    """Export one session to ``target`` (stdout when None); ``strict``: a missing one fails."""
+def _export_one(store: SessionStore, session_id: str, target: Path | None, *, strict: bool) -> int:
+    """Export one session to ``target`` (stdout when None); ``strict``: a missing one fails.
+
+    Returns 1 when it wrote the session, 0 when it was deleted meanwhile (not ``strict``).
+    """
     with progress_bar() as progress:
         try:
             total = store.head_seq(session_id) + 2  # the header line, then every event
@@ -502,7 +667,7 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
             if strict:
                 raise
             warn(f"session {session_id!r} was deleted before its export")
-            return
+            return 0
         task = progress.add_task(
             f"exporting {session_id}", total=total, visible=total >= PROGRESS_MIN_EVENTS
         )
@@ -513,7 +678,7 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
         if target is None:
             writer = CountingWriter(sys.stdout, advance)
             store.export_jsonl(session_id, cast(IO[str], writer))
-            return
+            return 1
         try:
             with published_file(target) as fh:
                 count = store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
@@ -521,18 +686,16 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
             if strict:
                 raise
             warn(f"session {session_id!r} was deleted before its export")
-            return
+            return 0
         except OSError as exc:
             raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
     sys.stderr.write(f"exported {count} events of {session_id} to {target}\n")
+    return 1
 
 
 @app.command(epilog=_example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))
 def verify(
-    session_id: Annotated[
-        str | None,
-        typer.Argument(metavar="ID", help="The session id (or use --all).", show_default=False),
-    ] = None,
+    session_id: OptionalSessionArg = None,
     all_sessions: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
     invariants: Annotated[
         bool,
@@ -555,7 +718,9 @@ def verify(
     reports: list[VerifyReport] = []
     with cli_store(url, schema) as store:
         ids = (
-            [session_id] if session_id is not None else [info.id for info in store.iter_sessions()]
+            [resolve_id(store, session_id)]
+            if session_id is not None
+            else [info.id for info in store.iter_sessions()]
         )
         with progress_bar() as progress:
             task = progress.add_task("verifying", total=len(ids), visible=len(ids) > 1)
@@ -607,6 +772,7 @@ def repair(
     reason "interrupted". Does nothing when no turn is open.
     """
     with cli_store(url, schema) as store:
+        session_id = resolve_id(store, session_id)
         appended = store.repair(session_id)
     out = Out()
     if as_json:
@@ -618,12 +784,83 @@ def repair(
         out.lines([event_line(e, width=88) for e in appended])
 
 
+@app.command(
+    epilog=_example(
+        "session-sql delete 3f2a9c",
+        "session-sql delete --yes 3f2a9c4e5d6b4f0a9e8d7c6b5a493827",
+    )
+)
+def delete(
+    session_ids: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="ID",
+            help="The sessions to delete, by id or unique prefix (full ids with --yes).",
+            show_default=False,
+            autocompletion=complete_session_id,
+        ),
+    ],
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Do not ask; every ID must then be a full id."),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    as_json: JsonOption = False,
+) -> None:
+    """Delete whole sessions: their rows, every event and the surface.
+
+    An operator's action (retention, a mistaken import), not an edit of a session's history:
+    to take messages off what a model sees, append a surface/removed event instead, and the
+    log keeps them. Lists what it will delete and asks first (reading the answer from stdin);
+    --yes skips the question, and then a prefix is refused, so that a script never deletes a
+    session it did not name. Forks keep their own copies of the events they inherited; other
+    sessions are not touched. Nothing is deleted unless every ID names a session.
+    """
+    out = Out()
+    with cli_store(url, schema) as store:
+        targets: dict[str, int] = {}
+        for given in session_ids:
+            session_id = resolve_id(store, given)
+            if yes and session_id != given:
+                raise CliError(
+                    f"{given!r} is a prefix of {session_id}: with --yes, give the full id", code=2
+                )
+            targets[session_id] = store.head_seq(session_id) + 1
+        if not yes:
+            for session_id, count in targets.items():
+                forks = len(store.list_sessions(parent=session_id, limit=1000))
+                kept = f"; its {forks} fork(s) keep their copies" if forks else ""
+                sys.stderr.write(f"  {session_id}  {count} events{kept}\n")
+            question = (
+                f"Delete these {len(targets)} sessions?" if len(targets) > 1 else "Delete it?"
+            )
+            try:
+                confirmed = typer.confirm(question, default=False, err=True)
+            except typer.Abort:  # stdin ended (or Ctrl-C) before an answer
+                confirmed = False
+            if not isatty(sys.stdin):
+                sys.stderr.write("\n")  # the answer was not echoed: end the prompt's line
+            if not confirmed:
+                raise CliError("nothing deleted")
+        for session_id in targets:
+            store.delete_session(session_id)
+    if as_json:
+        out.json([{"session_id": sid, "events": n} for sid, n in targets.items()])
+        return
+    for session_id, count in targets.items():
+        out.line(f"deleted {session_id} ({count} events)")
+
+
 @app.command(epilog=_example("session-sql stats", "session-sql stats 3f2a9c --json"))
 def stats(
     session_id: Annotated[
         str | None,
         typer.Argument(
-            metavar="ID", help="Only this session (default: the whole store).", show_default=False
+            metavar="ID",
+            help="Only this session, by id or unique prefix (default: the whole store).",
+            show_default=False,
+            autocompletion=complete_session_id,
         ),
     ] = None,
     url: UrlOption = DEFAULT_URL,
@@ -636,6 +873,8 @@ def stats(
     by SQL over the tables. A fork's inherited events count once, in its parent.
     """
     with cli_store(url, schema) as store:
+        if session_id is not None:
+            session_id = resolve_id(store, session_id)
         result = store.stats(session_id)
     out = Out()
     if as_json:

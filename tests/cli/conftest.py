@@ -51,9 +51,11 @@ class Cli:
         self.cwd = cwd
         self.env = {"SESSION_SQL_URL": url, "SESSION_SQL_SCHEMA": schema}
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None) -> Outcome:
-        """Run in process (``CliRunner``)."""
-        result = CliRunner().invoke(app, list(args), env={**self.env, **(env or {})})
+    def __call__(
+        self, *args: str, env: dict[str, str] | None = None, input: str | None = None
+    ) -> Outcome:
+        """Run in process (``CliRunner``); ``input`` is what stdin holds."""
+        result = CliRunner().invoke(app, list(args), env={**self.env, **(env or {})}, input=input)
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise result.exception
         return Outcome(result.exit_code, result.stdout, result.stderr)

@@ -87,6 +87,33 @@ def test_show_events_prints_the_raw_log(shared):
     assert empty == []
 
 
+def test_show_from_and_to_print_the_raw_log_without_events(shared):
+    cli, demo = shared.cli, shared.demo
+    for window in (["--from", "10", "--to", "13"], ["--to", "3"], ["--from", "100"]):
+        ranged = cli("show", demo.session_id, *window)
+        assert ranged.code == 0, ranged.stderr
+        assert ranged.stdout == cli("show", demo.session_id, "--events", *window).stdout
+    printed = cli("show", demo.session_id, "--to", "3").stdout.splitlines()
+    assert [line.split()[0] for line in printed] == ["0", "1", "2"]
+    as_json = json.loads(cli("show", demo.session_id, "--from", "104", "--json").stdout)
+    assert [e["seq"] for e in as_json] == [104, 105]
+
+
+def test_an_empty_range_says_so(shared):
+    cli, demo, store = shared.cli, shared.demo, shared.store
+    sid, head = demo.session_id, store.head_seq(demo.session_id)
+    past = cli("show", sid, "--from", "999")
+    assert (past.code, past.stderr) == (0, "")
+    assert past.stdout == f"no events from seq 999 on: the log of {sid} holds seqs 0 to {head}\n"
+    window = cli("show", sid, "--events", "--from", "500", "--to", "600")
+    assert window.stdout == (
+        f"no events from seqs 500 to 599: the log of {sid} holds seqs 0 to {head}\n"
+    )
+    backwards = cli("show", sid, "--from", "10", "--to", "5")
+    assert (backwards.code, backwards.stdout) == (0, "no events: --to 5 is not after --from 10\n")
+    assert cli("show", sid, "--from", "10", "--to", "10", "--json").stdout == "[]\n"
+
+
 def test_show_surface_lists_nodes_and_what_replacements_shadow(shared):
     cli, demo, store = shared.cli, shared.demo, shared.store
     out = cli("show", demo.session_id, "--surface")
@@ -100,11 +127,12 @@ def test_show_surface_lists_nodes_and_what_replacements_shadow(shared):
     assert doc["replacements"][1]["shadowed"] == list(demo.summary_shadowed)
 
 
-def test_show_refuses_events_and_surface_together(shared):
+@pytest.mark.parametrize("extra", [["--events"], ["--from", "3"], ["--to", "9"]])
+def test_show_refuses_a_raw_log_option_with_surface(shared, extra):
     cli, demo = shared.cli, shared.demo
-    out = cli("show", demo.session_id, "--events", "--surface")
+    out = cli("show", demo.session_id, "--surface", *extra)
     assert out.code == 2
-    assert out.error_lines == ["session-sql: error: --events and --surface exclude each other"]
+    assert out.error_lines == ["session-sql: error: --surface excludes --events, --from and --to"]
 
 
 def test_tail_prints_the_last_events(shared):
@@ -177,7 +205,10 @@ def test_stats_on_a_missing_session(shared):
     cli = shared.cli
     out = cli("stats", "no-such-session")
     assert out.code == 1
-    assert out.error_lines == ["session-sql: error: session 'no-such-session' not found"]
+    assert out.error_lines == [
+        "session-sql: error: session 'no-such-session' not found: no session id is or starts "
+        "with it (see 'session-sql ls')"
+    ]
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
@@ -211,3 +242,13 @@ def test_the_demo_fork_forgets_a_turn_without_losing_it(shared):
         fork[s].data.get("id") or fork[s].data["message"]["id"] for s in demo.forgotten
     }
     assert store.verify(demo.fork_id).ok
+
+
+def test_an_empty_session_says_so(cli, store):
+    sid = store.create_session().id
+    assert store.head_seq(sid) == -1
+    assert cli("show", sid).stdout == f"no messages: the surface of {sid} is empty\n"
+    assert cli("show", sid, "--events").stdout == f"no events: the log of {sid} is empty\n"
+    assert cli("tail", sid).stdout == f"no events: the log of {sid} is empty\n"
+    assert cli("tail", sid, "--json").stdout == ""
+    assert cli("show", sid, "--json").stdout == "[]\n"

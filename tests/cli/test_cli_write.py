@@ -14,6 +14,10 @@ from sqlalchemy import delete, update
 from session_sql import jsonl_file_name, thaw
 from session_sql._store.schema import tables_for
 
+NOT_FOUND = (
+    "session-sql: error: session {!r} not found: no session id is or starts with it "
+    "(see 'session-sql ls')"
+)
 SECTIONS = [
     "1. What the model sees now",
     "2. The raw log, in brief",
@@ -171,7 +175,7 @@ def test_export_failures_leave_no_file(cli, store, tmp_path):
     session = _small_session(store)
     missing = cli("export", "nope", "-o", str(tmp_path / "x.jsonl"))
     assert missing.code == 1
-    assert missing.error_lines == ["session-sql: error: session 'nope' not found"]
+    assert missing.error_lines == [NOT_FOUND.format("nope")]
     unwritable = cli("export", session.id, "-o", str(tmp_path / "no" / "dir" / "x.jsonl"))
     assert unwritable.code == 1
     assert unwritable.error_lines[0].startswith("session-sql: error: cannot write ")
@@ -193,7 +197,8 @@ def test_import_round_trips_an_export(cli, store, tmp_path):
     again = cli("import", str(path))
     assert again.code == 1
     assert again.error_lines == [
-        f"session-sql: error: {path}: session {session.id!r} already exists"
+        f"session-sql: error: {path}: session {session.id!r} already exists "
+        "(pass --skip-existing to skip it)"
     ]
 
 
@@ -217,8 +222,8 @@ def test_import_reports_each_file(cli, store, tmp_path):
     out = cli("import", str(paths["good"]), str(paths["bad"]), str(paths["torn"]), "--json")
     assert out.code == 1
     assert json.loads(out.stdout) == [
-        {"file": str(paths["good"]), "session_id": good.id},
-        {"file": str(paths["torn"]), "session_id": torn.id},
+        {"file": str(paths["good"]), "session_id": good.id, "skipped": False},
+        {"file": str(paths["torn"]), "session_id": torn.id, "skipped": False},
     ]
     errors = out.error_lines
     assert len(errors) == 2
@@ -286,7 +291,7 @@ def test_verify_needs_exactly_one_target(cli, args):
 def test_verify_a_missing_session(cli, store):
     out = cli("verify", "nope")
     assert out.code == 1
-    assert out.error_lines == ["session-sql: error: session 'nope' not found"]
+    assert out.error_lines == [NOT_FOUND.format("nope")]
 
 
 def test_repair_closes_an_open_turn_once(cli, store):

@@ -2,7 +2,7 @@
 
 The blocks of one file share a namespace (like a notebook), so a later block can use what an
 earlier one made. They run against ``sqlite:///sessions.db`` in a fresh temp directory, with
-warnings as errors.
+warnings as errors, and what they print must show no ``FrozenDict(...)`` reprs.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ def test_python_blocks_run(path, tmp_path, monkeypatch, capsys):
         # ``from __future__ import annotations`` (declarative ORM classes read annotations).
         code = compile(block, f"{path.name}[python block {i + 1}]", "exec", dont_inherit=True)
         exec(code, namespace)
-    capsys.readouterr()
+    printed = capsys.readouterr().out
+    # What a reader sees when running an example is plain JSON-like data, not the reprs of the
+    # library's frozen containers.
+    assert "FrozenDict(" not in printed and "FrozenList(" not in printed, printed
 
 
 def test_docs_have_python_examples():

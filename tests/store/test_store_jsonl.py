@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import io
 import json
+import re
 import threading
 import tracemalloc
 from pathlib import Path
@@ -15,6 +16,7 @@ from sqlalchemy import delete
 
 from session_sql import (
     CorruptSessionError,
+    InvalidArgumentError,
     InvalidEventError,
     Replace,
     SessionExistsError,
@@ -388,3 +390,39 @@ def test_import_prunes_a_tool_result_written_in_an_earlier_batch(store, tmp_path
     assert wires(store.events("copy")) == wires(store.events("src"))
     assert store.surface("copy") == store.surface("src")
     assert store.verify("copy").ok
+
+
+def test_import_reads_a_binary_file_object_and_leaves_it_open(store, other_store, tmp_path):
+    rich_session(store)
+    path = tmp_path / "s1.jsonl"
+    store.export_jsonl("s1", path)
+    with path.open("rb") as fh:
+        assert other_store.import_jsonl(fh) == "s1"
+        assert not fh.closed
+        assert fh.read() == b""  # read to the end
+    same_session(store, other_store, "s1")
+
+
+def test_import_names_one_line_of_a_bad_file_object(store, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        '{"version": 0, "id": "s9", "createdAt": 1, "isSeeded": false}\n{"type": \n',
+        encoding="utf-8",
+    )
+    with path.open("rb") as fh, pytest.raises(CorruptSessionError) as bad:
+        store.import_jsonl(fh)
+    assert str(bad.value).startswith(f"{path}: line 2 is not a valid event line: ")
+    assert re.findall(r"line \d+", str(bad.value)) == ["line 2"]  # one line number only
+    assert "column 11" in str(bad.value)
+    assert bad.value.line == 2
+    with pytest.raises(SessionNotFoundError):
+        store.head_seq("s9")
+
+
+def test_import_refuses_a_text_file_object(store, tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"version": 0, "id": "s8", "createdAt": 1, "isSeeded": false}\n')
+    with path.open(encoding="utf-8") as fh, pytest.raises(InvalidArgumentError) as refused_arg:
+        store.import_jsonl(fh)  # type: ignore[arg-type]
+    assert "binary mode" in str(refused_arg.value)
+    assert store.list_sessions() == []

@@ -14,6 +14,7 @@ from sqlalchemy import event, update
 
 from session_sql import (
     CorruptSessionError,
+    InvalidArgumentError,
     Session,
     SessionFormatUnsupportedError,
     SessionInfo,
@@ -326,6 +327,32 @@ def test_list_sessions_filters(store, listed):
     assert [i.id for i in window] == ["e", "d", "c"]
     assert [i.id for i in store.list_sessions(created_before=1001)] == ["a"]
     assert store.list_sessions(limit=0) == []
+
+
+def test_list_sessions_by_id_prefix_compares_exactly(store):
+    ids = ["abc-1", "abc-2", "abd", "ab", "a_b", "axb", "a%b", "ABC-3", "☃-1"]
+    for sid in ids:
+        store.create_session(sid)
+
+    def prefixed(prefix: str) -> list[str]:
+        return sorted(i.id for i in store.list_sessions(id_prefix=prefix))
+
+    assert prefixed("abc") == ["abc-1", "abc-2"]
+    assert prefixed("ab") == ["ab", "abc-1", "abc-2", "abd"]
+    assert prefixed("abc-2") == ["abc-2"]
+    assert prefixed("ABC") == ["ABC-3"]  # no case folding (SQLite's LIKE would fold it)
+    assert prefixed("a_") == ["a_b"]  # no wildcards: '_' and '%' are plain characters
+    assert prefixed("a%") == ["a%b"]
+    assert prefixed("☃") == ["☃-1"]
+    assert prefixed("abc-10") == []
+    assert prefixed("a\x00") == []
+    assert prefixed("") == sorted(ids)
+    assert [i.id for i in store.list_sessions(id_prefix="abc", limit=1, order="created")] == [
+        "abc-1"
+    ]
+    with pytest.raises(InvalidArgumentError) as refused_arg:
+        store.list_sessions(id_prefix=3)  # type: ignore[arg-type]
+    assert refused_arg.value.argument == "id_prefix"
 
 
 # -- follow -----------------------------------------------------------------------------------
