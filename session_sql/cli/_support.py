@@ -186,7 +186,7 @@ class GuardedGroup(TyperGroup):
             sys.exit(code)
         return code
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # click's Context (vendored by typer, typed privately)
         try:
             return super().invoke(ctx)
         except BrokenPipeError as exc:
