@@ -19,6 +19,7 @@ CREATE TABLE session_sql.sessions (
 	head_seq BIGINT NOT NULL,
 	surface_next_pos BIGINT NOT NULL,
 	replace_generation BIGINT NOT NULL,
+	surface_digest BIGINT DEFAULT '0' NOT NULL,
 	updated_at BIGINT NOT NULL,
 	incarnation TEXT NOT NULL,
 	CONSTRAINT pk_sessions PRIMARY KEY (id)

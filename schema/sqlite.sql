@@ -17,6 +17,7 @@ CREATE TABLE sessions (
 	head_seq BIGINT NOT NULL,
 	surface_next_pos BIGINT NOT NULL,
 	replace_generation BIGINT NOT NULL,
+	surface_digest BIGINT DEFAULT '0' NOT NULL,
 	updated_at BIGINT NOT NULL,
 	incarnation TEXT NOT NULL,
 	CONSTRAINT pk_sessions PRIMARY KEY (id)

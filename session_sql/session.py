@@ -66,12 +66,25 @@ class _SeedSurfaceError(InvalidSeedError, SurfaceError):
     """A seed event breaks a surface rule: both an ``InvalidSeedError`` and a ``SurfaceError``."""
 
 
+class EventLog(Protocol):
+    """What a session keeps its log in: a list, or a store handle's lazily read log."""
+
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SessionEvent]: ...
+    def append(self, event: SessionEvent) -> None: ...
+    def extend(self, events: Iterable[SessionEvent]) -> None: ...
+    def __delitem__(self, index: slice) -> None: ...
+
+
 class EventsView(Sequence[SessionEvent]):
     """An immutable view of a log prefix; it never grows, even when the log does."""
 
     __slots__ = ("_len", "_log")
 
-    def __init__(self, log: list[SessionEvent], length: int) -> None:
+    def __init__(self, log: EventLog, length: int) -> None:
         self._log = log
         self._len = length
 
@@ -210,7 +223,7 @@ def replay_checked(
 
 def fold_checked(
     events: Iterable[SessionEvent | Mapping[str, Any]],
-    log: list[SessionEvent],
+    log: EventLog,
     state: Replay,
     catalog: Catalog,
     *,
@@ -310,7 +323,7 @@ class Session:
     def _adopt(
         self,
         header: FrozenDict,
-        log: list[SessionEvent],
+        log: EventLog,
         state: Replay,
         inherited_event_count: int,
     ) -> None:
@@ -626,6 +639,15 @@ class Session:
         )
 
     @classmethod
+    def _bare(cls, catalog: Catalog, clock: Clock, max_event_bytes: int | None) -> Session:
+        """An instance with its settings only; the caller ``_adopt``s a log and a state."""
+        session = cls.__new__(cls)
+        session._catalog = catalog
+        session._clock = clock
+        session._max_event_bytes = max_event_bytes
+        return session
+
+    @classmethod
     def _from_checked(
         cls,
         header: FrozenDict,
@@ -643,10 +665,7 @@ class Session:
         ``state`` is the log's replay when the caller has it; ``seeded`` adds the end-of-seed
         marker as ``Session(seed=log)`` would.
         """
-        session = cls.__new__(cls)
-        session._catalog = catalog
-        session._clock = clock
-        session._max_event_bytes = max_event_bytes
+        session = cls._bare(catalog, clock, max_event_bytes)
         if state is None:
             state = Replay()
             for _ in replay(log, state, catalog, log.__getitem__):

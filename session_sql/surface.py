@@ -229,6 +229,37 @@ class Step(NamedTuple):
     position: int | None
 
 
+_MASK64 = (1 << 64) - 1
+DIGEST_MODULUS = 1 << 63
+"""Digests live in ``[0, 2**63)``: every backend stores them in a BIGINT."""
+
+
+def _mix(a: int, b: int) -> int:
+    """A 64-bit mix of two ints (splitmix64's finaliser): any change to either moves it."""
+    x = (a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + 0x165667B19E3779F9) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def node_digest(pos: int, seq: int) -> int:
+    """One surface row's share of a surface digest."""
+    return _mix(pos, seq) % DIGEST_MODULUS
+
+
+_EMPTY_COUNTERS = _mix(-1, 0)
+
+
+def surface_digest(row_sum: int, next_pos: int, replace_generation: int) -> int:
+    """The digest of a surface: its rows' shares (summed), sealed with the two counters.
+
+    Order-independent over the rows (a replace updates it by subtracting the shares of the
+    rows it takes off), so every write keeps it in O(1) per row; 0 for an empty session.
+    """
+    counters = _mix(-1 - next_pos, replace_generation) - _EMPTY_COUNTERS
+    return (row_sum + counters) % DIGEST_MODULUS
+
+
 class Replay:
     """A fold in progress: the surface, the stored position of each node, the log length.
 
@@ -240,9 +271,12 @@ class Replay:
     ``plan`` needs earlier events only for the tool/result replacement rule, and only events
     still on the surface; with ``keep_surface_events`` the replay keeps exactly those, so a
     caller streaming a log needs memory for its surface, never for the whole log.
+
+    ``digest`` (``surface_digest``) seals the stored rows and counters: a write handle opened
+    without a replay compares it with the rows it reads, and ``verify`` with the replay.
     """
 
-    __slots__ = ("_kept", "length", "next_pos", "positions", "surface")
+    __slots__ = ("_kept", "_row_sum", "length", "next_pos", "positions", "surface")
 
     def __init__(
         self,
@@ -258,10 +292,18 @@ class Replay:
         self.next_pos = next_pos
         self.length = length  # the next seq
         self._kept: dict[int, SessionEvent] | None = {} if keep_surface_events else None
+        self._row_sum = sum(
+            node_digest(p, s) for p, s in zip(self.positions, self.surface.node_list(), strict=True)
+        )
 
     @property
     def replace_generation(self) -> int:
         return self.surface.replace_generation
+
+    @property
+    def digest(self) -> int:
+        """The ``surface_digest`` of this state (see ``surface_digest``)."""
+        return surface_digest(self._row_sum, self.next_pos, self.replace_generation)
 
     def rows(self) -> list[tuple[int, int]]:
         """The ``(pos, event_seq)`` rows of the surface table, in surface order."""
@@ -298,15 +340,18 @@ class Replay:
             position = self.next_pos
             self.positions.append(position)
             self.next_pos += 1
+            self._row_sum += node_digest(position, event.seq)
         else:
             assert isinstance(transition, ReplaceNodes)
             start, end = transition.start_pos, transition.end_pos
+            self._row_sum -= _shares(self.positions[start : end + 1], transition.shadowed)
             if transition.seq is None:  # a removal: the range goes, nothing takes its place
                 position = None
                 del self.positions[start : end + 1]
             else:
                 position = self.positions[start]
                 self.positions[start : end + 1] = [position]
+                self._row_sum += node_digest(position, transition.seq)
             if kept is not None:
                 for seq in transition.shadowed:
                     del kept[seq]
@@ -315,18 +360,51 @@ class Replay:
         self.surface.apply(transition)
         return position
 
-    def counters_after(self, transitions: Iterable[Transition]) -> tuple[int, int]:
-        """``(next_pos, replace_generation)`` once ``transitions`` are applied; changes nothing."""
-        next_pos, generation = self.next_pos, self.surface.replace_generation
-        for transition in transitions:
+    def counters_after(self, transitions: Sequence[Transition]) -> tuple[int, int, int]:
+        """``(next_pos, replace_generation, digest)`` once ``transitions`` are applied.
+
+        Changes nothing; copies the positions only for a batch holding a replace after
+        another transition (whose range then refers to the batch's own staged surface).
+        """
+        next_pos, generation, row_sum = self.next_pos, self.replace_generation, self._row_sum
+        positions: list[int] = self.positions
+        staged = False
+        for i, transition in enumerate(transitions):
             if type(transition) is AppendNode:
+                if staged:
+                    positions.append(next_pos)
+                row_sum += node_digest(next_pos, transition.seq)
                 next_pos += 1
             elif type(transition) is ReplaceNodes:
+                if i and not staged:
+                    positions, staged = self._staged(transitions[:i]), True
+                start, end = transition.start_pos, transition.end_pos
+                row_sum -= _shares(positions[start : end + 1], transition.shadowed)
+                kept = [] if transition.seq is None else [positions[start]]
+                if transition.seq is not None:
+                    row_sum += node_digest(positions[start], transition.seq)
+                if staged:
+                    positions[start : end + 1] = kept
                 generation += 1
-        return next_pos, generation
+        return next_pos, generation, surface_digest(row_sum, next_pos, generation)
+
+    def _staged(self, transitions: Sequence[Transition]) -> list[int]:
+        """The positions after ``transitions`` (a copy)."""
+        positions, next_pos = list(self.positions), self.next_pos
+        for transition in transitions:
+            if type(transition) is AppendNode:
+                positions.append(next_pos)
+                next_pos += 1
+            elif type(transition) is ReplaceNodes:
+                start, end = transition.start_pos, transition.end_pos
+                positions[start : end + 1] = [] if transition.seq is None else [positions[start]]
+        return positions
 
     def copy(self) -> Replay:
-        twin = Replay(self.surface.copy(), self.positions, self.next_pos, self.length)
+        twin = Replay.__new__(Replay)
+        twin.surface = self.surface.copy()
+        twin.positions = list(self.positions)
+        twin.next_pos, twin.length, twin._row_sum = self.next_pos, self.length, self._row_sum
         twin._kept = None if self._kept is None else dict(self._kept)
         return twin
 
@@ -335,6 +413,10 @@ class Replay:
             f"Replay(nodes={self.surface.nodes!r}, positions={self.positions!r}, "
             f"next_pos={self.next_pos}, length={self.length})"
         )
+
+
+def _shares(positions: Sequence[int], seqs: Sequence[int]) -> int:
+    return sum(node_digest(p, s) for p, s in zip(positions, seqs, strict=True))
 
 
 def replay(
@@ -403,6 +485,8 @@ __all__ = [
     "Transition",
     "fold_surface",
     "is_exempt",
+    "node_digest",
     "plan",
     "replay",
+    "surface_digest",
 ]

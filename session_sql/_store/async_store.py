@@ -42,6 +42,7 @@ from sqlalchemy.util import await_, greenlet_spawn
 
 from session_sql._store import reader
 from session_sql._store.engine import translate_errors
+from session_sql._store.opening import StoredLog
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats
 from session_sql._store.store import (
@@ -164,10 +165,17 @@ class AsyncStoredSession(StoredSession):
     The readers (``seq``, ``surface``, ``messages()``, ``events``, ``first_live_seq``, ...)
     and ``add_validator``/``subscribe`` are ``StoredSession``'s, synchronous (no I/O).
     Appends and refreshes on one handle run one at a time, in call order.
+
+    A handle from ``open_session`` holds the surface's events and the last event; the rest
+    of its log is read by ``await read_log()``. ``events``, ``request_header()`` and
+    ``fork()`` need it: on the event loop they raise ``StoreError`` until it is read (they
+    cannot wait for I/O there); from another thread they read it through the loop.
     """
 
     _runner: _Runner
     _lock: asyncio.Lock
+    _loop: asyncio.AbstractEventLoop
+    _read_stored: Callable[[int], list[SessionEvent]]
 
     @classmethod
     def _adopt_handle(cls, handle: StoredSession, runner: _Runner) -> AsyncStoredSession:
@@ -176,7 +184,41 @@ class AsyncStoredSession(StoredSession):
         session.__dict__.update(handle.__dict__)
         session._runner = runner
         session._lock = asyncio.Lock()
+        session._loop = asyncio.get_running_loop()
+        log = session._log
+        if isinstance(log, StoredLog) and not log.is_read:
+            session._read_stored = log.fetch  # the sync read, run by the runner from now on
+            log.fetch = session._fetch_through_loop
         return session
+
+    async def read_log(self) -> None:
+        """Read the stored events that ``open_session`` left in the store (checked as a load
+        checks them), so that ``events``, ``request_header()`` and ``fork()`` need no I/O;
+        nothing to do when they are in memory already."""
+        log = self._log
+        if isinstance(log, StoredLog) and not log.is_read:
+            events = await self._runner.call(self._read_stored, log.stored)
+            if not log.is_read:
+                log.adopt(events)
+
+    def _fetch_through_loop(self, count: int) -> list[SessionEvent]:
+        """The stored events read by the handle's loop, for a reader called outside it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise StoreError(
+                f"session {self.id!r}: this handle has not read its whole log (open_session "
+                "reads the surface and the last event); await handle.read_log() before "
+                "using events, request_header() or fork() on the event loop"
+            )
+        if self._loop.is_closed() or not self._loop.is_running():
+            raise StoreError(f"session {self.id!r}: the handle's event loop is not running")
+        future = asyncio.run_coroutine_threadsafe(
+            self._runner.call(self._read_stored, count), self._loop
+        )
+        return future.result()
 
     async def append(  # type: ignore[override]
         self,

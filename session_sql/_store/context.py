@@ -47,6 +47,7 @@ class Statements:
                 head_seq=bindparam("b_head"),
                 surface_next_pos=bindparam("b_pos"),
                 replace_generation=bindparam("b_gen"),
+                surface_digest=bindparam("b_digest"),
                 updated_at=bindparam("b_now"),
             )
         )
@@ -67,7 +68,11 @@ class Statements:
         self.insert_node = upsert(sf).on_conflict_do_nothing()
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
         self.session_row = select(
-            s.c.head_seq, s.c.surface_next_pos, s.c.replace_generation, s.c.incarnation
+            s.c.head_seq,
+            s.c.surface_next_pos,
+            s.c.replace_generation,
+            s.c.surface_digest,
+            s.c.incarnation,
         ).where(s.c.id == bindparam("b_id"))
         self.events_from = (
             select(*event_columns(tables))
@@ -78,6 +83,12 @@ class Statements:
             )
             .order_by(e.c.seq)
         )
+
+        # -- open_session: the row, and the surface with its whole events (see opening.py)
+        self.open_row = select(
+            *(c for c in s.c if c.name != "header"), cast(s.c.header, Text).label("header")
+        ).where(s.c.id == bindparam("b_id"))
+        self.surface_events = _surface_events(tables, sqlite)
 
         # -- reads
         self.exists = select(s.c.id).where(s.c.id == bindparam("b_id"))
@@ -153,6 +164,19 @@ def _with_events(nodes: Any, e: Any, sqlite: bool) -> Select[Any]:
     return select(nodes.c.pos, nodes.c.event_seq, lookup.c.type, lookup.c.data).select_from(
         nodes.join(lookup, true())
     )
+
+
+def _surface_events(tables: SchemaTables, sqlite: bool) -> Select[Any]:
+    """``(pos, *event_columns)`` of a session's surface rows in ``pos`` order: one events
+    primary-key lookup per node, as in ``_with_events`` (LATERAL on PostgreSQL)."""
+    sf, e = tables.surface, tables.events
+    by_key = (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq)
+    if sqlite:
+        query = select(sf.c.pos, *event_columns(tables)).select_from(sf.join(e, by_key))
+    else:
+        lookup = select(*event_columns(tables)).where(by_key).limit(1).lateral("ev")
+        query = select(sf.c.pos, *lookup.c).select_from(sf.join(lookup, true()))
+    return query.where(sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
 
 
 class Compiled:

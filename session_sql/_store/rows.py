@@ -18,16 +18,18 @@ from session_sql.errors import (
     InvalidEventError,
     InvalidHeaderError,
     NotJSONError,
+    SessionFormatUnsupportedError,
 )
 from session_sql.events import (
     Replace,
     SessionEvent,
+    check_header,
     check_type_name,
     is_safe_int,
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsonvalue import json_depth, loads_frozen
+from session_sql.jsonvalue import FrozenDict, json_depth, loads_frozen
 from session_sql.session import check_json_size
 from session_sql.surface import Replay
 
@@ -101,6 +103,18 @@ def check_header_limits(header: Any, max_event_bytes: int | None) -> None:
             )
 
 
+def frozen_header(session_id: str, raw: Any) -> FrozenDict:
+    """The stored header text, parsed and checked; ``CorruptSessionError`` when it is broken."""
+    try:
+        return check_header(loads_frozen(raw, root="header"))
+    except SessionFormatUnsupportedError:
+        raise  # another format version (§1.3) is not corruption: say newer or older
+    except (ValueError, TypeError) as exc:
+        raise CorruptSessionError(
+            f"session {session_id!r}: stored header is invalid: {exc}", session_id=session_id
+        ) from exc
+
+
 def event_columns(tables: SchemaTables) -> list[Any]:
     """The ``events`` columns a reader selects; ``data`` arrives as JSON text."""
     e = tables.events
@@ -146,7 +160,8 @@ def stored_problems(
 ) -> list[str]:
     """How the stored session row, and the ``surface`` rows when given, differ from a replay.
 
-    ``row`` has ``head_seq``, ``surface_next_pos`` and ``replace_generation``; ``state`` is the
+    ``row`` has ``head_seq``, ``surface_next_pos``, ``replace_generation`` and
+    ``surface_digest``; ``state`` is the
     replay of the log; ``table`` is the surface table as ``(pos, event_seq)`` in ``pos`` order.
     Empty when they match: the one "stored rows match the log" check, for ``verify``, for a
     writer's load and for ``refresh``.
@@ -160,6 +175,7 @@ def stored_problems(
         ("head_seq", state.length - 1),
         ("surface_next_pos", state.next_pos),
         ("replace_generation", state.replace_generation),
+        ("surface_digest", state.digest),
     ):
         if getattr(row, column) != want:
             problems.append(f"sessions.{column} is {getattr(row, column)}, the log implies {want}")

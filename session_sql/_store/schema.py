@@ -137,6 +137,10 @@ def tables_for(schema: str | None) -> SchemaTables:
         Column("head_seq", BigInteger, nullable=False),  # -1 while the log is empty
         Column("surface_next_pos", BigInteger, nullable=False),
         Column("replace_generation", BigInteger, nullable=False),
+        # A checksum of the surface rows and the two counters above (surface.surface_digest),
+        # kept by every write: a write handle compares it with the rows it reads instead of
+        # replaying the log; verify compares it with the replay. 0 is an empty session's.
+        Column("surface_digest", BigInteger, nullable=False, server_default="0"),
         Column("updated_at", BigInteger, nullable=False),
         # A fresh uuid4 hex per creation (create, fork, import), not part of the header: a
         # handle on a session that was deleted and recreated under the same id sees it differ.

@@ -44,6 +44,7 @@ from session_sql._store.rows import (
     check_header_limits,
     event_from_row,
     event_row_json,
+    frozen_header,
     stored_problems,
 )
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
@@ -58,14 +59,13 @@ from session_sql.errors import (
     InvalidSeedError,
     NotJSONError,
     SessionExistsError,
-    SessionFormatUnsupportedError,
     SessionNotFoundError,
     SessionSQLError,
     StoreError,
 )
-from session_sql.events import SessionEvent, check_header, is_session_id
+from session_sql.events import SessionEvent, is_session_id
 from session_sql.jsonl import JsonlReader, published_file, write_jsonl
-from session_sql.jsonvalue import FrozenDict, loads_frozen
+from session_sql.jsonvalue import FrozenDict
 from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_inherited_marker, is_inherited_marker
@@ -248,19 +248,16 @@ class SessionStore:
     def open_session(self, session_id: str, *, resume: bool = False) -> StoredSession:
         """A write handle on a stored session. Writes nothing unless ``resume=True``.
 
+        Costs O(surface), not O(log): it reads the session row, the surface with its events
+        and the last event, checked against the row (``surface_digest``) instead of a replay;
+        the rest of the log is read on first use of ``events``, ``request_header()`` or
+        ``fork()``. ``load_session`` and ``verify`` replay the whole log.
+
         With ``resume`` (a process taking over an interrupted lifecycle) the end-of-seed marker
         is appended durably unless the log is empty or already ends with one.
         """
-        loaded = self._load(session_id, check_surface=True)
-        handle = StoredSession._attach(
-            self._ctx,
-            loaded.header,
-            loaded.log,
-            loaded.inherited_event_count,
-            loaded.incarnation,
-            loaded.state,
-        )
-        if resume and loaded.log and loaded.log[-1].type != END_SEED:
+        handle = StoredSession._open(self._ctx, _lookup_id(session_id))
+        if resume and handle.seq and handle._log[-1].type != END_SEED:
             # first_live_seq stays the stored length at open time (§8.4): the marker, like
             # the one Session(seed=...) appends (§7.1), is the first live event.
             handle.append(END_SEED, {})
@@ -320,7 +317,7 @@ class SessionStore:
                         f"session {session_id!r} already exists", session_id=session_id
                     )
                 # The row goes first (the events reference it); its counters are set at the end.
-                row = _session_row(header, 0, -1, 0, 0, ctx.clock(), uuid.uuid4().hex)
+                row = _session_row(header, 0, -1, 0, 0, 0, ctx.clock(), uuid.uuid4().hex)
                 conn.execute(insert(s), row)
                 folded = _ImportFold(conn, ctx, session_id, bool(header["isSeeded"]))
                 for line, raw in source.raw_events():
@@ -333,6 +330,7 @@ class SessionStore:
                         head_seq=folded.state.length - 1,
                         surface_next_pos=folded.state.next_pos,
                         replace_generation=folded.state.replace_generation,
+                        surface_digest=folded.state.digest,
                         inherited_event_count=folded.inherited,
                     )
                 )
@@ -368,7 +366,7 @@ class SessionStore:
                 raise SessionNotFoundError(
                     f"session {session_id!r} not found", session_id=session_id
                 )
-            header = _frozen_header(session_id, row.header)
+            header = frozen_header(session_id, row.header)
             events = reader.snapshot_events(conn, self._ctx, session_id, row.head_seq)
             return write_jsonl(out, header, events)
 
@@ -564,7 +562,7 @@ class SessionStore:
         if not problems:
             problems.extend(stored_problems(row, state, table))
         try:
-            header = _frozen_header(session_id, row.header)
+            header = frozen_header(session_id, row.header)
         except SessionSQLError as exc:
             problems.append(f"header: {exc}")
             header = FrozenDict()
@@ -614,7 +612,7 @@ class SessionStore:
             row = conn.execute(select(_header_text(s)).where(s.c.id == session_id)).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
-        return _frozen_header(session_id, row.header)
+        return frozen_header(session_id, row.header)
 
     def _session_row(self, conn: Connection, session_id: str) -> Any:
         """The session row (``header`` as JSON text); ``SessionNotFoundError`` when missing."""
@@ -644,12 +642,10 @@ class SessionStore:
             seeded=seeded,
         )
 
-    def _load(self, session_id: str, *, check_surface: bool = False) -> _Loaded:
-        """Read and fully validate a stored session; ``check_surface`` also compares the table.
+    def _load(self, session_id: str) -> _Loaded:
+        """Read and fully validate a stored session (its log up to the row's head).
 
-        Row, log and surface table come from one snapshot, and each event is planned once. A
-        writer (``check_surface``) reads past the head too: rows there can only come from an
-        edit underneath, and appending on top of them would collide with them.
+        Row and log come from one snapshot, and each event is planned once.
         """
         _lookup_id(session_id)
         ctx = self._ctx
@@ -657,9 +653,8 @@ class SessionStore:
         state = Replay()
         with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
             row = self._session_row(conn, session_id)
-            header = _frozen_header(session_id, row.header)
-            bound = None if check_surface else row.head_seq
-            rows = reader.event_rows_in(conn, ctx, session_id, bound)
+            header = frozen_header(session_id, row.header)
+            rows = reader.event_rows_in(conn, ctx, session_id, row.head_seq)
             try:
                 fold_checked(
                     (event_from_row(session_id, r) for r in rows),
@@ -674,13 +669,6 @@ class SessionStore:
                     session_id=session_id,
                     seq=exc.seq,
                 ) from exc
-            table = self._surface_table(conn, session_id) if check_surface else None
-        if check_surface and stored_problems(row, state, table):
-            raise CorruptSessionError(
-                f"session {session_id!r}: the surface table or session row disagrees with "
-                "the log; run verify (refusing to write on top of it)",
-                session_id=session_id,
-            )
         return _Loaded(header, log, row.inherited_event_count, row.incarnation, state)
 
     def _insert_session(
@@ -705,6 +693,7 @@ class SessionStore:
             len(log) - 1,
             state.next_pos,
             state.replace_generation,
+            state.digest,
             ctx.clock(),
             incarnation,
         )
@@ -719,6 +708,7 @@ def _session_row(
     head_seq: int,
     surface_next_pos: int,
     replace_generation: int,
+    surface_digest: int,
     updated_at: int,
     incarnation: str,
 ) -> dict[str, Any]:
@@ -733,6 +723,7 @@ def _session_row(
         "head_seq": head_seq,
         "surface_next_pos": surface_next_pos,
         "replace_generation": replace_generation,
+        "surface_digest": surface_digest,
         "updated_at": updated_at,
         "incarnation": incarnation,
     }
@@ -902,20 +893,8 @@ def _lookup_id(session_id: Any) -> str:
 
 
 def _header_text(sessions: Any) -> Any:
-    """The header column as JSON text: parsed by ``_frozen_header``, never by the driver."""
+    """The header column as JSON text: parsed by ``rows.frozen_header``, never by the driver."""
     return cast(sessions.c.header, Text).label("header")
-
-
-def _frozen_header(session_id: str, raw: Any) -> FrozenDict:
-    """The stored header text, parsed and checked; ``CorruptSessionError`` when it is broken."""
-    try:
-        return check_header(loads_frozen(raw, root="header"))
-    except SessionFormatUnsupportedError:
-        raise  # another format version (§1.3) is not corruption: say newer or older
-    except (ValueError, TypeError) as exc:
-        raise CorruptSessionError(
-            f"session {session_id!r}: stored header is invalid: {exc}", session_id=session_id
-        ) from exc
 
 
 def open_store(

@@ -7,6 +7,7 @@ Transitions to the ``surface`` side table. Memory changes only after the transac
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,8 @@ from sqlalchemy import Connection
 from session_sql._store import fastpath
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, translate_errors
-from session_sql._store.rows import event_from_row, stored_problems
+from session_sql._store.opening import StoredLog, read_log, read_open
+from session_sql._store.rows import event_from_row, frozen_header, stored_problems
 from session_sql.errors import (
     ConcurrencyError,
     CorruptSessionError,
@@ -64,6 +66,27 @@ class StoredSession(Session):
         session._incarnation = incarnation
         return session
 
+    @classmethod
+    def _open(cls, ctx: StoreContext, session_id: str) -> StoredSession:
+        """A handle on a stored session without a replay (see ``opening``): O(surface).
+
+        Its log is a ``StoredLog``: the surface's events and the head are in memory, the
+        rest is read (and checked) on first use of ``events``, ``request_header()`` or
+        ``fork()``.
+        """
+        row, state, known = read_open(ctx, session_id)
+        header = frozen_header(session_id, row.header)
+        incarnation = row.incarnation
+        fetch = functools.partial(read_log, ctx, session_id, incarnation)
+        log = StoredLog(session_id, state.length, known, fetch)
+        session = cls._bare(ctx.catalog, ctx.clock, ctx.max_event_bytes)
+        assert isinstance(session, StoredSession)
+        session._adopt(header, log, state, row.inherited_event_count)
+        session.first_live_seq = len(log)
+        session._ctx = ctx
+        session._incarnation = incarnation
+        return session
+
     def _check_event_size(self, event: SessionEvent) -> None:
         """Checked by the writer on the very text it stores (one serialisation per event)."""
 
@@ -77,7 +100,7 @@ class StoredSession(Session):
         ctx = self._ctx
         head = events[-1].seq
         state = self._state  # advanced by _commit, once the transaction has committed
-        next_pos, generation = state.counters_after(transitions)
+        next_pos, generation, digest = state.counters_after(transitions)
         advance = {
             "b_id": self.id,
             "b_incarnation": self._incarnation,
@@ -87,6 +110,7 @@ class StoredSession(Session):
             "b_head": head,
             "b_pos": next_pos,
             "b_gen": generation,
+            "b_digest": digest,
             "b_now": ctx.clock(),
         }
         return fastpath.AppendPart(self.id, advance, events, transitions, state.next_pos, head)
@@ -166,7 +190,8 @@ class StoredSession(Session):
             raise CorruptSessionError(
                 f"session {self.id!r}: the session row (head_seq {row.head_seq}, "
                 f"surface_next_pos {row.surface_next_pos}, replace_generation "
-                f"{row.replace_generation}) disagrees with its log; run verify",
+                f"{row.replace_generation}, surface_digest {row.surface_digest}) disagrees with "
+                "its log; run verify",
                 session_id=self.id,
             )
         self._state = state

@@ -1,0 +1,240 @@
+"""What ``open_session`` reads: the planner's state without a replay, and a lazily read log.
+
+To accept the next append, the planner and the session's rules need the surface (its seqs and
+stored positions), the two counters and the head of the session row, the header's
+``isSeeded`` and ``inherited_event_count`` (the inherited-marker rule), and, for the
+tool/result replacement rule, the events still on the surface (a replace can only shadow
+those). ``resume`` needs the last event's type. None of it needs the rest of the log, so a
+write handle reads the ``surface`` table joined to its events, the session row and the head
+event: O(surface), whatever the length of the log.
+
+Instead of replaying, the reads are checked against the session row: ``surface_digest``
+(every write keeps it) must be the digest of the surface rows read and of the counters, the
+head event must exist with nothing past it, every surface event must be a valid node. The
+rest of the log is read on first use (``StoredLog``), each event checked as a load checks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple, overload
+
+from session_sql._store.context import StoreContext
+from session_sql._store.engine import snapshot_tx, translate_errors
+from session_sql._store.reader import MAX_SEQ, event_rows_in
+from session_sql._store.rows import event_from_row
+from session_sql.catalog import NODE_TYPES
+from session_sql.errors import (
+    CorruptSessionError,
+    InvalidEventError,
+    NotJSONError,
+    SessionNotFoundError,
+)
+from session_sql.events import SessionEvent
+from session_sql.session import check_logged
+from session_sql.surface import Replay, Surface, is_exempt, node_digest, surface_digest
+
+
+class Opened(NamedTuple):
+    """A stored session as a write handle reads it: row, header text, state, known events."""
+
+    row: Any
+    state: Replay
+    known: dict[int, SessionEvent]
+    """The surface's events and the head event, by seq."""
+
+
+def read_open(ctx: StoreContext, session_id: str) -> Opened:
+    """Read (one snapshot) and check what a write handle needs; ``CorruptSessionError`` when
+    the reads disagree with the session row, ``SessionNotFoundError`` when there is no row."""
+    st = ctx.statements
+    params = {"b_id": session_id}
+    with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+        row = conn.execute(st.open_row, params).first()
+        if row is None:
+            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        nodes = conn.execute(st.surface_events, params).all()
+        # The head and anything past it: a PK range read of at most two rows.
+        ends = conn.execute(
+            st.events_page, {**params, "b_after": row.head_seq - 1, "b_to": MAX_SEQ, "b_limit": 2}
+        ).all()
+    head = row.head_seq
+    known: dict[int, SessionEvent] = {}
+    if head >= 0:
+        if not ends or ends[0].seq != head:
+            raise _corrupt(session_id, f"the event at head_seq {head} is missing", seq=head)
+        known[head] = _checked(ctx, session_id, ends[0])
+    if len(ends) > (1 if head >= 0 else 0):
+        raise _corrupt(session_id, f"events are stored past head_seq {head}")
+    positions: list[int] = []
+    seqs: list[int] = []
+    for pos, *event_row in nodes:
+        event = known.get(event_row[0])
+        if event is None:
+            event = _checked(ctx, session_id, event_row)
+        if event.seq > head or pos >= row.surface_next_pos:
+            raise _corrupt(
+                session_id,
+                f"surface row (pos {pos}, seq {event.seq}) lies past the session row's "
+                f"head_seq {head} or surface_next_pos {row.surface_next_pos}",
+            )
+        if event.type not in NODE_TYPES or is_exempt(event, ctx.catalog):
+            raise _corrupt(session_id, f"a {event.type} event is on the surface", seq=event.seq)
+        known[event.seq] = event
+        positions.append(pos)
+        seqs.append(event.seq)
+    row_sum = sum(node_digest(p, s) for p, s in zip(positions, seqs, strict=True))
+    if surface_digest(row_sum, row.surface_next_pos, row.replace_generation) != row.surface_digest:
+        raise _corrupt(
+            session_id,
+            "the surface table, surface_next_pos or replace_generation disagrees with "
+            f"surface_digest {row.surface_digest}",
+        )
+    state = Replay(Surface(seqs, row.replace_generation), positions, row.surface_next_pos, head + 1)
+    return Opened(row, state, known)
+
+
+def _checked(ctx: StoreContext, session_id: str, event_row: Any) -> SessionEvent:
+    """A stored event, checked as a load checks it (envelope, catalog gate, data rules)."""
+    event = event_from_row(session_id, event_row)
+    try:
+        return check_logged(event, event.seq, ctx.catalog, parsed=True)
+    except (InvalidEventError, NotJSONError) as exc:
+        raise CorruptSessionError(
+            f"session {session_id!r} seq {event.seq}: stored event is invalid: {exc}",
+            session_id=session_id,
+            seq=event.seq,
+        ) from exc
+
+
+def _corrupt(session_id: str, why: str, *, seq: int | None = None) -> CorruptSessionError:
+    return CorruptSessionError(
+        f"session {session_id!r}: {why}; run verify (refusing to write on top of it)",
+        session_id=session_id,
+        seq=seq,
+    )
+
+
+def read_log(
+    ctx: StoreContext, session_id: str, incarnation: str, count: int
+) -> list[SessionEvent]:
+    """Events ``0..count-1`` of a stored session, each checked, from one snapshot.
+
+    ``SessionNotFoundError`` when the session was deleted (or recreated) since the handle
+    opened it; ``CorruptSessionError`` when an event is missing or invalid.
+    """
+    events: list[SessionEvent] = []
+    with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+        row = conn.execute(ctx.statements.session_row, {"b_id": session_id}).first()
+        if row is None or row.incarnation != incarnation:
+            raise SessionNotFoundError(
+                f"session {session_id!r} was deleted since this handle opened it",
+                session_id=session_id,
+            )
+        for event_row in event_rows_in(conn, ctx, session_id, count - 1):
+            if event_row.seq != len(events):
+                break
+            events.append(_checked(ctx, session_id, event_row))
+    if len(events) != count:
+        raise _corrupt(
+            session_id, f"event seq {len(events)} is missing below the head", seq=len(events)
+        )
+    return events
+
+
+class StoredLog:
+    """A write handle's log: what ``open_session`` read, the rest read on first use.
+
+    Holds the stored length at open, the events read then (the surface's and the head), and
+    the events appended or refreshed since. Any access to another stored event reads every
+    stored event once (``read``); the events already held keep their identity. Only what a
+    session does with its log is supported (``EventLog``).
+    """
+
+    __slots__ = ("_known", "_new", "_read", "fetch", "session_id", "stored")
+
+    def __init__(
+        self,
+        session_id: str,
+        stored: int,
+        known: dict[int, SessionEvent],
+        fetch: Callable[[int], list[SessionEvent]],
+    ) -> None:
+        self.session_id = session_id
+        self.stored = stored
+        self._known = known
+        self._read: list[SessionEvent] | None = None
+        self._new: list[SessionEvent] = []
+        self.fetch = fetch
+        """Reads stored events ``0..count-1``; the async handle swaps in its own way."""
+        if len(known) == stored:
+            self.adopt([known[seq] for seq in range(stored)])
+
+    @property
+    def is_read(self) -> bool:
+        """Whether every stored event is in memory."""
+        return self._read is not None
+
+    def adopt(self, events: list[SessionEvent]) -> None:
+        """Take the stored events read elsewhere; keeps the objects already held."""
+        if len(events) != self.stored:
+            raise ValueError(f"expected {self.stored} stored events, got {len(events)}")
+        for seq, event in self._known.items():
+            if events[seq] != event:
+                raise CorruptSessionError(
+                    f"session {self.session_id!r}: stored event seq {seq} changed since the "
+                    "handle opened the session; run verify",
+                    session_id=self.session_id,
+                    seq=seq,
+                )
+            events[seq] = event
+        self._read = events
+        self._known = {}
+
+    def read(self) -> list[SessionEvent]:
+        if self._read is None:
+            self.adopt(self.fetch(self.stored))
+        assert self._read is not None
+        return self._read
+
+    def __len__(self) -> int:
+        return self.stored + len(self._new)
+
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SessionEvent]: ...
+    def __getitem__(self, index: int | slice) -> SessionEvent | list[SessionEvent]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError("event index out of range")
+        if index >= self.stored:
+            return self._new[index - self.stored]
+        if self._read is not None:
+            return self._read[index]
+        event = self._known.get(index)
+        return self.read()[index] if event is None else event
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def append(self, event: SessionEvent) -> None:
+        self._new.append(event)
+
+    def extend(self, events: Iterable[SessionEvent]) -> None:
+        self._new.extend(events)
+
+    def __delitem__(self, index: slice) -> None:
+        """Drop events taken in since open (a refresh that failed); never stored ones."""
+        start = index.start if index.start is not None else 0
+        if index.stop is not None or index.step is not None or start < self.stored:
+            raise ValueError("only events taken in since the handle opened can be dropped")
+        del self._new[start - self.stored :]
+
+    def __repr__(self) -> str:
+        held = "all" if self._read is not None else f"{len(self._known)} of"
+        return f"StoredLog({held} {self.stored} stored events read, {len(self._new)} since)"
