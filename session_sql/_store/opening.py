@@ -32,21 +32,25 @@ from session_sql.errors import (
 )
 from session_sql.events import SessionEvent
 from session_sql.session import check_logged
-from session_sql.surface import Replay, Surface, is_exempt, node_digest, surface_digest
+from session_sql.surface import Replay, Surface, node_digest, surface_digest
 
 
 class Opened(NamedTuple):
-    """A stored session as a write handle reads it: row, header text, state, known events."""
+    """A stored session as a write handle reads it: its row, its state, its known events."""
 
     row: Any
     state: Replay
-    known: dict[int, SessionEvent]
-    """The surface's events and the head event, by seq."""
+    known: dict[int, Any]
+    """The head event (checked) and the surface's event rows (checked on first use), by seq."""
 
 
 def read_open(ctx: StoreContext, session_id: str) -> Opened:
     """Read (one snapshot) and check what a write handle needs; ``CorruptSessionError`` when
-    the reads disagree with the session row, ``SessionNotFoundError`` when there is no row."""
+    the reads disagree with the session row, ``SessionNotFoundError`` when there is no row.
+
+    The surface's events are fetched but parsed and checked only when first used (a message
+    read, the tool/result rule): that is most of an open's time on a long surface.
+    """
     st = ctx.statements
     params = {"b_id": session_id}
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
@@ -59,30 +63,29 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
             st.events_page, {**params, "b_after": row.head_seq - 1, "b_to": MAX_SEQ, "b_limit": 2}
         ).all()
     head = row.head_seq
-    known: dict[int, SessionEvent] = {}
+    known: dict[int, Any] = {}
     if head >= 0:
         if not ends or ends[0].seq != head:
             raise _corrupt(session_id, f"the event at head_seq {head} is missing", seq=head)
-        known[head] = _checked(ctx, session_id, ends[0])
+        known[head] = checked_event(ctx, session_id, ends[0])
     if len(ends) > (1 if head >= 0 else 0):
         raise _corrupt(session_id, f"events are stored past head_seq {head}")
     positions: list[int] = []
     seqs: list[int] = []
-    for pos, *event_row in nodes:
-        event = known.get(event_row[0])
-        if event is None:
-            event = _checked(ctx, session_id, event_row)
-        if event.seq > head or pos >= row.surface_next_pos:
+    for node in nodes:
+        pos, seq, type_ = node[0], node[1], node[2]
+        if seq > head or pos >= row.surface_next_pos:
             raise _corrupt(
                 session_id,
-                f"surface row (pos {pos}, seq {event.seq}) lies past the session row's "
+                f"surface row (pos {pos}, seq {seq}) lies past the session row's "
                 f"head_seq {head} or surface_next_pos {row.surface_next_pos}",
             )
-        if event.type not in NODE_TYPES or is_exempt(event, ctx.catalog):
-            raise _corrupt(session_id, f"a {event.type} event is on the surface", seq=event.seq)
-        known[event.seq] = event
+        if type_ not in NODE_TYPES:
+            raise _corrupt(session_id, f"a {type_} event is on the surface", seq=seq)
+        if seq != head:
+            known[seq] = tuple(node[1:])
         positions.append(pos)
-        seqs.append(event.seq)
+        seqs.append(seq)
     row_sum = sum(node_digest(p, s) for p, s in zip(positions, seqs, strict=True))
     if surface_digest(row_sum, row.surface_next_pos, row.replace_generation) != row.surface_digest:
         raise _corrupt(
@@ -94,7 +97,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     return Opened(row, state, known)
 
 
-def _checked(ctx: StoreContext, session_id: str, event_row: Any) -> SessionEvent:
+def checked_event(ctx: StoreContext, session_id: str, event_row: Any) -> SessionEvent:
     """A stored event, checked as a load checks it (envelope, catalog gate, data rules)."""
     event = event_from_row(session_id, event_row)
     try:
@@ -134,7 +137,7 @@ def read_log(
         for event_row in event_rows_in(conn, ctx, session_id, count - 1):
             if event_row.seq != len(events):
                 break
-            events.append(_checked(ctx, session_id, event_row))
+            events.append(checked_event(ctx, session_id, event_row))
     if len(events) != count:
         raise _corrupt(
             session_id, f"event seq {len(events)} is missing below the head", seq=len(events)
@@ -145,30 +148,33 @@ def read_log(
 class StoredLog:
     """A write handle's log: what ``open_session`` read, the rest read on first use.
 
-    Holds the stored length at open, the events read then (the surface's and the head), and
-    the events appended or refreshed since. Any access to another stored event reads every
-    stored event once (``read``); the events already held keep their identity. Only what a
-    session does with its log is supported (``EventLog``).
+    Holds the stored length at open, what was read then (the head event, and the surface's
+    event rows, which ``parse`` turns into checked events on first use), and the events
+    appended or refreshed since. Any access to another stored event reads every stored event
+    once (``read``); the events already held keep their identity. Only what a session does
+    with its log is supported (``EventLog``).
     """
 
-    __slots__ = ("_known", "_new", "_read", "fetch", "session_id", "stored")
+    __slots__ = ("_known", "_new", "_read", "fetch", "parse", "session_id", "stored")
 
     def __init__(
         self,
         session_id: str,
         stored: int,
-        known: dict[int, SessionEvent],
+        known: dict[int, Any],
         fetch: Callable[[int], list[SessionEvent]],
+        parse: Callable[[Any], SessionEvent],
     ) -> None:
         self.session_id = session_id
         self.stored = stored
+        self.parse = parse
         self._known = known
         self._read: list[SessionEvent] | None = None
         self._new: list[SessionEvent] = []
         self.fetch = fetch
         """Reads stored events ``0..count-1``; the async handle swaps in its own way."""
         if len(known) == stored:
-            self.adopt([known[seq] for seq in range(stored)])
+            self.adopt([self._event(seq) for seq in range(stored)])
 
     @property
     def is_read(self) -> bool:
@@ -180,6 +186,8 @@ class StoredLog:
         if len(events) != self.stored:
             raise ValueError(f"expected {self.stored} stored events, got {len(events)}")
         for seq, event in self._known.items():
+            if not isinstance(event, SessionEvent):
+                continue  # never used: the event just read serves
             if events[seq] != event:
                 raise CorruptSessionError(
                     f"session {self.session_id!r}: stored event seq {seq} changed since the "
@@ -215,8 +223,14 @@ class StoredLog:
             return self._new[index - self.stored]
         if self._read is not None:
             return self._read[index]
-        event = self._known.get(index)
-        return self.read()[index] if event is None else event
+        return self._event(index) if index in self._known else self.read()[index]
+
+    def _event(self, seq: int) -> SessionEvent:
+        """A known stored event, parsed and checked on first use."""
+        event = self._known[seq]
+        if not isinstance(event, SessionEvent):
+            event = self._known[seq] = self.parse(event)
+        return event
 
     def __iter__(self) -> Iterator[SessionEvent]:
         for i in range(len(self)):

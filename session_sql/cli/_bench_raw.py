@@ -116,6 +116,7 @@ def _session_row(session_id: str) -> dict[str, Any]:
         "head_seq": -1,
         "surface_next_pos": 0,
         "replace_generation": 0,
+        "surface_digest": 0,  # an empty surface's (the baseline keeps no surface)
         "updated_at": header["createdAt"],
         "incarnation": uuid.uuid4().hex,  # new at every creation, as the store's
     }

@@ -8,7 +8,8 @@ for throughput, lower is better for times).
 
 The baseline's SQL comes from the store: Core statements over ``tables_for(schema)``, compiled
 once per dialect and run on the raw driver connection; its SQLite connection runs the engine's
-``sqlite_pragmas``. W8 measures on a fresh database of its own; W9 reads W4's big session.
+``sqlite_pragmas``. W8 measures on a fresh database of its own; W9 reads W4's big session, and
+W10 opens W4's sessions (compacted) and appends to them.
 """
 
 from __future__ import annotations
@@ -353,8 +354,9 @@ TAIL_CALLS = 20
 
 
 def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[Workload]:
-    """W4 (messages + surface, flat in log length), W5 (load_session vs raw fetch+parse) and
-    W9 (``messages(last=20)`` vs the raw ``ORDER BY pos DESC LIMIT 20`` + fetch + parse)."""
+    """W4 (messages + surface, flat in log length), W5 (load_session vs raw fetch+parse),
+    W9 (``messages(last=20)`` vs the raw ``ORDER BY pos DESC LIMIT 20`` + fetch + parse) and
+    W10 (``open_session`` + one append, flat in log length; it compacts the sessions last)."""
     out = []
     with target.store() as store, _closing(target.raw()) as raw:
         big_id = _big_session(store, big, nodes)
@@ -406,7 +408,67 @@ def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[
             "last": TAIL,
         }
         out.append(w9)
+        out.append(w_open(store, raw, big_id, small_id, nodes, reps))
     return out
+
+
+KEPT = 10
+"""W10 compacts W4's sessions to keep every ``KEPT``-th node: a long session whose context
+was summarised (the cost of an open follows the surface, the ratio the log's length)."""
+
+
+def _compact(store: SessionStore, session_id: str) -> int:
+    """Replace the surface's first 90% with one summary; returns the surface size left."""
+    handle = store.open_session(session_id)
+    nodes = handle.surface.nodes
+    covered = nodes[: len(nodes) - len(nodes) // KEPT]
+    handle.append(
+        "user/message",
+        _user(handle.seq),
+        surface_op={"op": "replace", "start": covered[0], "end": covered[-1]},
+        source_event_seqs=list(covered),
+    )
+    return len(handle.surface.nodes)
+
+
+def w_open(
+    store: SessionStore, raw: Raw, big_id: str, small_id: str, nodes: int, reps: int
+) -> Workload:
+    """W10: ``open_session`` + one append, on W4's 100k-event and 10k-event sessions (after a
+    compaction), vs the raw driver reading the same surface rows (fetch + parse) and writing
+    one event; the figure is per open-and-append, the growth is 100k over 10k."""
+    surface = _compact(store, big_id)
+    _compact(store, small_id)
+    chunk = chunk_events(1)[0]
+    raw_sid = raw.new_session()
+    raw_head = -1
+
+    def open_and_append(sid: str) -> None:
+        handle = store.open_session(sid)
+        handle.append(chunk["type"], chunk["data"])
+
+    def raw_open_and_append() -> None:
+        nonlocal raw_head
+        raw.fetch_surface(big_id)
+        raw_head = raw.write(raw_sid, raw_head, [chunk])
+
+    open_and_append(big_id)  # warm both sides
+    raw_open_and_append()
+    t_big, t_small, t_raw = [], [], []
+    for _ in range(max(reps, 9)):  # interleaved, so drift hits all three alike
+        t_big.append(_timed(lambda: open_and_append(big_id)))
+        t_small.append(_timed(lambda: open_and_append(small_id)))
+        t_raw.append(_timed(raw_open_and_append))
+    w10 = _workload("W10 open_session + append", 1, t_big, t_raw, {})
+    w10.extra = {
+        "open_append_ms": round(statistics.median(t_big) * 1000, 2),
+        "log_growth_100k_over_10k": round(statistics.median(t_big) / statistics.median(t_small), 3),
+        "open_over_raw_time": round(1 / w10.ratio, 3) if w10.ratio else None,
+        "log": store.head_seq(big_id) + 1,
+        "small_log": store.head_seq(small_id) + 1,
+        "surface_nodes": surface,
+    }
+    return w10
 
 
 # -- multi-process workloads ---------------------------------------------------------------
@@ -664,10 +726,10 @@ def run(
         workloads.append(w_append_many(main, size(100, 20), reps))
         progress("W3 compaction")
         workloads.append(w_compaction(main, n1, reps))
-        progress("W4/W5/W9 reads")
+        progress("W4/W5/W9/W10 reads and opens")
         nodes = size(2000, 400, 10)
         big, small = size(100_000, 20_000, nodes * 10), size(10_000, 2_000, nodes * 2)
-        w4, w5, w9 = w_read(main, big, small, nodes, reps)
+        w4, w5, w9, w10 = w_read(main, big, small, nodes, reps)
         workloads.extend((w4, w5))
         progress("W6 follow")
         workloads.append(w_follow(main, size(200, 50, 10)))
@@ -677,6 +739,7 @@ def run(
         progress("W8 storage")
         workloads.append(w_storage(main, size(10_000, 2000, 100)))
         workloads.append(w9)  # measured with W4/W5, on their 100k-event session
+        workloads.append(w10)  # and W10 on the same sessions, compacted
     return {
         "backend": targets[0].backend,
         "quick": quick,

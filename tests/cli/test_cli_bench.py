@@ -24,6 +24,7 @@ SQLITE_WORKLOADS = [
     "W6 follow latency",
     "W8 storage",
     "W9 messages(last=20)",
+    "W10 open_session + append",
 ]
 POSTGRES_WORKLOADS = [
     "W1 append",
@@ -36,6 +37,7 @@ POSTGRES_WORKLOADS = [
     "W7 4 writers x 1 session",
     "W8 storage",
     "W9 messages(last=20)",
+    "W10 open_session + append",
 ]
 
 
@@ -48,13 +50,17 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     assert names == (SQLITE_WORKLOADS if backend.name == "sqlite" else POSTGRES_WORKLOADS)
     by_name = {w["name"]: w for w in report["workloads"]}
     for name in names:
-        if name.startswith(("W1", "W2", "W3", "W4", "W5", "W9")):
+        if name.startswith(("W1 ", "W2", "W3", "W4", "W5", "W9", "W10")):
             w = by_name[name]
             assert w["events_per_s"] > 0 and w["raw_events_per_s"] > 0 and w["ratio"] > 0
             assert w["reps"] >= 2
     assert by_name["W4 messages() of 2k nodes"]["extra"]["log_growth_100k_over_10k"] > 0
     tail = by_name["W9 messages(last=20)"]["extra"]
     assert tail["tail_over_raw_time"] > 0 and tail["last"] == 20
+    opened = by_name["W10 open_session + append"]["extra"]
+    assert opened["open_append_ms"] > 0 and opened["log_growth_100k_over_10k"] > 0
+    assert opened["open_over_raw_time"] > 0
+    assert opened["log"] > opened["small_log"] > opened["surface_nodes"] > 0
     follow = by_name["W6 follow latency"]["extra"]
     assert follow["events"] > 0 and 0 < follow["p50_ms"] <= follow["p99_ms"]
     storage = by_name["W8 storage"]["extra"]
@@ -213,3 +219,20 @@ def test_bench_json_is_the_report(sqlite_cli: Cli, fake_run):
     assert out.code == 0
     assert json.loads(out.stdout) == FAKE
     assert fake_run == [("postgresql://u@h/db", False)]
+
+
+def test_w10_opens_and_appends_to_compacted_sessions_of_two_lengths(backend):
+    """W10's sessions: W4's, compacted (a tenth of the surface left), one event longer per
+    open-and-append; the store reads them back whole."""
+    with bench.bench_targets(_backend_url(backend)) as targets:
+        target = targets[0]
+        with target.store() as store, bench._closing(target.raw()) as raw:
+            big = bench._big_session(store, 2000, 40)
+            small = bench._big_session(store, 400, 40)
+            w10 = bench.w_open(store, raw, big, small, 40, reps=2)
+            assert w10.name == "W10 open_session + append"
+            assert w10.reps >= 9  # interleaved samples, as W4's
+            assert len(store.surface(big)) == len(store.surface(small)) == 5  # 4 kept + summary
+            assert w10.extra["surface_nodes"] == 5
+            assert w10.extra["log"] == store.head_seq(big) + 1 == 2000 + 1 + 1 + w10.reps
+            assert store.verify(big).ok and store.verify(small).ok

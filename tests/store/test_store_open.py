@@ -1,0 +1,208 @@
+"""open_session without a replay: what it reads, what it checks, and what it reads later."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from session_sql import (
+    CorruptSessionError,
+    Replace,
+    SessionStore,
+    StoredSession,
+    StoreError,
+    SurfaceError,
+    open_async_store,
+)
+from session_sql._store import opening, reader
+from session_sql._store import writer as writer_module
+from session_sql._store.opening import StoredLog
+
+from .store_builders import (
+    answer,
+    chunk,
+    execute,
+    recorded,
+    refused,
+    say,
+    session_row,
+    summarize,
+    tables,
+    tool_turn,
+    user_message,
+    view,
+)
+
+# The same tests drive the async API (tests/store/async_facade.py).
+BOTH_APIS = True
+# They patch or record the sync store's reads (the async store runs the same code).
+SYNC_ONLY = {
+    "test_open_reads_the_surface_and_the_head_never_the_log",
+    "test_the_log_is_read_on_first_use_once",
+}
+
+
+def long_session(store: SessionStore, sid: str, chunks: int) -> StoredSession:
+    """A tool turn, ``chunks`` chunk events, a summary of the first two nodes and a message."""
+    handle = store.create_session(sid)
+    tool_turn(handle)
+    handle.append_many(
+        [
+            {"type": "assistant/chunk", "data": {"turn": 2, "step": 1, "chunk": {"i": i}}}
+            for i in range(chunks)
+        ]
+    )
+    nodes = handle.surface.nodes
+    summarize(handle, nodes[0], nodes[1], sources=list(nodes[:2]))
+    say(handle, "last")
+    return handle
+
+
+def test_open_reads_the_surface_and_the_head_never_the_log(store, monkeypatch):
+    parsed: list[int] = []
+    real = opening.checked_event
+
+    def counting(ctx: Any, sid: str, row: Any) -> Any:
+        parsed.append(row[0])
+        return real(ctx, sid, row)
+
+    def whole_log(*args: Any) -> Any:
+        raise AssertionError("open_session read the whole log")
+
+    monkeypatch.setattr(opening, "checked_event", counting)
+    monkeypatch.setattr(writer_module, "checked_event", counting)
+    statements = {}
+    for sid, chunks in (("short", 10), ("long", 2000)):
+        writer = long_session(store, sid, chunks)
+        with monkeypatch.context() as patched:
+            patched.setattr(opening, "event_rows_in", whole_log)
+            patched.setattr(reader, "event_rows_in", whole_log)
+            parsed.clear()
+            with recorded(store.engine) as rec:
+                handle = store.open_session(sid)
+            assert parsed == [writer.seq - 1]  # the head alone is parsed at open
+            assert handle.seq == writer.seq and handle.surface.nodes == writer.surface.nodes
+            assert handle.messages() == writer.messages()  # the surface, parsed on first use
+            assert sorted(parsed) == sorted({writer.seq - 1, *writer.surface.nodes})
+            say(handle, "from a fresh handle")
+        statements[sid] = [s for s, _ in rec.executed]
+        assert all(
+            2 in (p.values() if isinstance(p, dict) else p)
+            for s, p in rec.executed
+            if "LIMIT" in s.upper() and "surface" not in s
+        )
+        assert store.verify(sid).ok
+    # The same reads whatever the length of the log.
+    assert statements["short"] == statements["long"]
+
+
+def test_the_log_is_read_on_first_use_once(store, monkeypatch):
+    writer = long_session(store, "s1", 30)
+    handle = store.open_session("s1")
+    log = handle._log
+    assert isinstance(log, StoredLog) and not log.is_read
+    reads: list[int] = []
+    real = log.fetch
+
+    def fetch(count: int) -> Any:
+        reads.append(count)
+        return real(count)
+
+    log.fetch = fetch
+    say(handle, "before reading")  # appending needs no read
+    assert reads == [] and len(handle.events) == writer.seq + 1
+    assert list(handle.events)[: writer.seq] == list(writer.events)
+    assert handle.request_header() == writer.request_header()
+    handle.fork(boundary=3)
+    assert reads == [writer.seq] and log.is_read
+
+
+def test_a_fresh_handle_equals_a_loaded_session(store):
+    writer = long_session(store, "s1", 20)
+    handle = store.open_session("s1")
+    loaded = store.load_session("s1")
+    assert view(handle) == view(writer)
+    assert handle.first_live_seq == writer.seq
+    assert list(handle.events) == list(loaded.events)[:-1]  # load adds its end-of-seed marker
+    assert handle.request_header() == loaded.request_header()
+    assert handle.surface_messages() == loaded.surface_messages()
+    assert handle.messages(last=2) == loaded.messages(last=2)
+    child = handle.fork(boundary=5)
+    assert list(child.events)[:6] == list(loaded.events)[:6]
+
+
+def test_a_fresh_handle_applies_every_surface_rule(store):
+    writer = store.create_session("s1")
+    seqs = tool_turn(writer)
+    for _ in range(50):
+        chunk(writer, turn=2)
+    handle = store.open_session("s1")
+    # The tool/result rule looks the shadowed result up: it is on the surface, parsed lazily.
+    result = seqs["tool/result"]
+    pruned = answer(handle, "c1", "pruned", sources=[result], surface_op=Replace(result, result))
+    with refused(store, SurfaceError, handle, match="may change only"):
+        answer(handle, "c2", "other", sources=[pruned], surface_op=Replace(pruned, pruned))
+    handle.append_many(
+        [
+            {"type": "user/message", "data": user_message("a"), "surface_op": "append"},
+            {
+                "type": "surface/removed",
+                "data": {"reason": "forget"},
+                "surface_op": {"op": "replace", "start": seqs["user"], "end": seqs["user"]},
+                "source_event_seqs": [seqs["user"]],
+            },
+            {"type": "user/message", "data": user_message("b"), "surface_op": "append"},
+        ]
+    )
+    assert store.verify("s1").ok
+    assert view(store.open_session("s1")) == view(handle)
+
+
+def test_verify_and_open_check_the_surface_digest(store):
+    writer = long_session(store, "s1", 5)
+    s = tables(store).sessions
+    row = session_row(store, "s1")
+    execute(store, update(s).where(s.c.id == "s1").values(surface_digest=row.surface_digest + 1))
+    report = store.verify("s1")
+    assert not report.ok
+    assert any("surface_digest" in p for p in report.problems), report.problems
+    with refused(store, CorruptSessionError, match="surface_digest"):
+        store.open_session("s1")
+    with refused(store, CorruptSessionError):
+        writer.refresh()  # an open handle sees the row disagree with its own state
+    execute(store, update(s).where(s.c.id == "s1").values(surface_digest=row.surface_digest))
+    assert store.verify("s1").ok
+    say(store.open_session("s1"))
+    assert store.verify("s1").ok
+
+
+def test_open_refuses_a_surface_event_that_may_not_be_there(store):
+    long_session(store, "s1", 5)
+    sf = tables(store).surface
+    # A chunk (seq 4 of the tool turn) put on the surface by hand.
+    execute(store, update(sf).where(sf.c.session_id == "s1", sf.c.pos == 3).values(event_seq=4))
+    with refused(store, CorruptSessionError):
+        store.open_session("s1")
+
+
+def test_async_handle_reads_its_log_with_read_log(backend):
+    async def body() -> None:
+        async with open_async_store(backend.url, schema=backend.schema) as store:
+            writer = await store.create_session("s1")
+            for i in range(5):
+                await writer.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"i": i}})
+            await writer.append("user/message", user_message("hi"), surface_op="append")
+            handle = await store.open_session("s1")
+            assert handle.messages() == writer.messages()  # no I/O: the surface is in memory
+            with pytest.raises(StoreError, match="read_log"):
+                list(handle.events)  # on the loop, the unread log cannot be waited for
+            await handle.append("user/message", user_message("more"), surface_op="append")
+            await handle.read_log()
+            assert [e.seq for e in handle.events] == list(range(7))
+            assert list(handle.events)[:6] == list(writer.events)
+            await handle.read_log()  # nothing left to read
+
+    asyncio.run(body())
