@@ -237,6 +237,13 @@ class _Tracked:
         return float(millis) / 1000
 
 
+async def _opened(store: AsyncSessionStore, key: str) -> AsyncStoredSession:
+    """A write handle with its whole log in memory: the service folds every event."""
+    handle = await store.open_session(key)
+    await handle.read_log()
+    return handle
+
+
 class SQLSessionService(BaseSessionService):
     """ADK's ``BaseSessionService`` on a session_sql async store (see the module docstring).
 
@@ -328,7 +335,7 @@ class SQLSessionService(BaseSessionService):
                     await cached.handle.refresh()
                 tracked = cached
             else:
-                handle = await store.open_session(key)
+                handle = await _opened(store, key)
                 tracked = _Tracked(handle, dict(handle.header.get("adk", {}).get("state", {})))
         except StoreNotFoundError:
             self._cache.pop(key, None)
@@ -346,7 +353,7 @@ class SQLSessionService(BaseSessionService):
                 await cached.refresh()
                 handle = cached
             else:
-                handle = await store.open_session(key)
+                handle = await _opened(store, key)
         except StoreNotFoundError:
             self._cache.pop(key, None)
             return None
@@ -387,7 +394,7 @@ class SQLSessionService(BaseSessionService):
                 labels={KIND: kind, APP: app_name},
             )
         except SessionExistsError:  # another writer created it first
-            handle = await store.open_session(key)
+            handle = await _opened(store, key)
         self._remember(key, handle)
         return handle
 
