@@ -454,15 +454,25 @@ def w_open(
 
     open_and_append(big_id)  # warm both sides
     raw_open_and_append()
-    t_big, t_small, t_raw = [], [], []
-    for _ in range(max(reps, 9)):  # interleaved, so drift hits all three alike
+    t_big, t_small, t_raw, t_open_big, t_open_small = [], [], [], [], []
+    for _ in range(max(reps, 9)):  # interleaved, so drift hits them all alike
         t_big.append(_timed(lambda: open_and_append(big_id)))
         t_small.append(_timed(lambda: open_and_append(small_id)))
         t_raw.append(_timed(raw_open_and_append))
+        t_open_big.append(_timed(lambda: store.open_session(big_id)))
+        t_open_small.append(_timed(lambda: store.open_session(small_id)))
     w10 = _workload("W10 open_session + append", 1, t_big, t_raw, {})
+
+    def ms(samples: list[float]) -> float:
+        return round(statistics.median(samples) * 1000, 2)
+
     w10.extra = {
-        "open_append_ms": round(statistics.median(t_big) * 1000, 2),
+        "open_append_ms": ms(t_big),
+        "open_ms": ms(t_open_big),
         "log_growth_100k_over_10k": round(statistics.median(t_big) / statistics.median(t_small), 3),
+        "open_growth_100k_over_10k": round(
+            statistics.median(t_open_big) / statistics.median(t_open_small), 3
+        ),
         "open_over_raw_time": round(1 / w10.ratio, 3) if w10.ratio else None,
         "log": store.head_seq(big_id) + 1,
         "small_log": store.head_seq(small_id) + 1,
