@@ -466,6 +466,10 @@ class SQLSessionService(BaseSessionService):
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
         app, user, own = split_state(to_jsonable_python(state or {}))
         cause = {"session": session_id, "user": user_id}
+        # The state sessions exist from the first session on, so that reads find them.
+        async with self._state_lock:
+            await self._state_session(store_id("app", app_name), app_name, None)
+            await self._state_session(store_id("user", app_name, user_id), app_name, user_id)
         await self._write(None, app_name, user_id, app, user, cause)
         identity = {"app": app_name, "user": user_id, "session": session_id, "state": own}
         labels = {KIND: "session", APP: app_name, SESSION: session_id}
