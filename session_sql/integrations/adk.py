@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import inspect
 import json
 import uuid
 from collections import OrderedDict
@@ -304,6 +305,21 @@ class SQLSessionService(BaseSessionService):
             self._checked = True
         return store
 
+    @staticmethod
+    def _has_metadata(store: AsyncSessionStore) -> bool:
+        """Whether the store keeps session metadata (user ids and labels)."""
+        return "labels" in inspect.signature(store.create_session).parameters
+
+    async def _create(
+        self, key: str, header: dict[str, Any], user_id: str | None, labels: dict[str, str]
+    ) -> AsyncStoredSession:
+        """Create a session with its scope in the header and, where kept, its metadata."""
+        store = await self._ready()
+        metadata: dict[str, Any] = {"user_id": user_id, "labels": labels}
+        if not self._has_metadata(store):
+            metadata = {}
+        return await store.create_session(key, header=header, **metadata)
+
     # -- locks and the handle cache --------------------------------------------------------
 
     @asynccontextmanager
@@ -387,12 +403,8 @@ class SQLSessionService(BaseSessionService):
         kind = "app-state" if user_id is None else "user-state"
         identity = {"kind": kind, "app": app_name} | ({} if user_id is None else {"user": user_id})
         try:
-            handle = await store.create_session(
-                key,
-                header=_header(key, identity),
-                user_id=user_id,
-                labels={KIND: kind, APP: app_name},
-            )
+            labels = {KIND: kind, APP: app_name}
+            handle = await self._create(key, _header(key, identity), user_id, labels)
         except SessionExistsError:  # another writer created it first
             handle = await _opened(store, key)
         self._remember(key, handle)
@@ -459,7 +471,7 @@ class SQLSessionService(BaseSessionService):
         The shared state is written first, then the session (two transactions): a crash in
         between leaves the shared state set, never a session without it.
         """
-        store = await self._ready()
+        await self._ready()
         session_id = (session_id.strip() if session_id else None) or str(uuid.uuid4())
         key = store_id("session", app_name, user_id, session_id)
         if await self._tracked(key) is not None:
@@ -474,9 +486,7 @@ class SQLSessionService(BaseSessionService):
         identity = {"app": app_name, "user": user_id, "session": session_id, "state": own}
         labels = {KIND: "session", APP: app_name, SESSION: session_id}
         try:
-            handle = await store.create_session(
-                key, header=_header(key, identity), user_id=user_id, labels=labels
-            )
+            handle = await self._create(key, _header(key, identity), user_id, labels)
         except SessionExistsError as exc:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from exc
         tracked = _Tracked(handle, dict(handle.header["adk"]["state"]))
@@ -543,20 +553,30 @@ class SQLSessionService(BaseSessionService):
         """
         store = await self._ready()
         found: list[AdkSession] = []
+        if not self._has_metadata(store):
+            async for info in await store.iter_sessions():
+                if info.id.startswith("adk-session-"):
+                    handle = await store.open_session(info.id)
+                    scope = handle.header["adk"]
+                    if scope["app"] == app_name and user_id in (None, scope["user"]):
+                        found.append(
+                            AdkSession(
+                                id=scope["session"],
+                                app_name=app_name,
+                                user_id=scope["user"],
+                                last_update_time=info.updated_at / 1000,
+                            )
+                        )
         after = None
-        while True:
-            page = await store.list_sessions(
-                limit=_LIST_PAGE,
-                after=after,
-                user_id=user_id,
-                labels={KIND: "session", APP: app_name},
-            )
+        while self._has_metadata(store):
+            query: dict[str, Any] = {"user_id": user_id, "labels": {KIND: "session", APP: app_name}}
+            page = await store.list_sessions(limit=_LIST_PAGE, after=after, **query)
             for info in page:
                 found.append(
                     AdkSession(
-                        id=info.labels[SESSION],
+                        id=getattr(info, "labels")[SESSION],  # noqa: B009
                         app_name=app_name,
-                        user_id=info.user_id or "",
+                        user_id=getattr(info, "user_id") or "",  # noqa: B009
                         last_update_time=info.updated_at / 1000,
                     )
                 )
