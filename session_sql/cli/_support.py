@@ -308,7 +308,7 @@ class CountingReader:
         self._on_bytes = on_bytes
         self._step = step
         self._pending = 0
-        self.name = source.name
+        self.name = getattr(source, "name", None)  # the file name error messages show
 
     def _count(self, data: bytes) -> bytes:
         self._pending += len(data)

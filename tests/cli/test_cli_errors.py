@@ -194,3 +194,25 @@ def test_module_has_no_side_effects_on_import():
         check=False,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
+def test_a_reader_that_stops_early_ends_the_command_quietly(cli, store):
+    """``session-sql show ID --events | head -1`` through a real shell pipe: the output is far
+    larger than the pipe's buffer, so the command is still writing when ``head`` exits."""
+    big = store.create_session("big")
+    big.append_many([{"type": "todo/write", "data": {"items": [{"text": "x" * 100}]}}] * 3000)
+    for command in ("show big --events", "export big"):
+        done = subprocess.run(
+            ["bash", "-c", f"'{SCRIPT}' {command} | head -1; echo \"exit=${{PIPESTATUS[0]}}\""],
+            capture_output=True,
+            text=True,
+            cwd=cli.cwd,
+            env={**os.environ, **cli.env},
+            timeout=120,
+            check=False,
+        )
+        first, status = done.stdout.splitlines()
+        assert status == "exit=0", (command, done.stderr)
+        assert done.stderr == "", command
+        assert ("todo/write" in first) if command.startswith("show") else '"id":"big"' in first
