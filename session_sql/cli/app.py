@@ -432,22 +432,22 @@ def tail(
             out.line(event_line(event, width=88, with_time=True))
         sys.stdout.flush()
 
-    with cli_store(url, schema) as store:
-        session_id = resolve_id(store, session_id)
-        head = store.head_seq(session_id)
-        last = head
-        recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
-        for event in deque(recent, lines):
-            emit(event)
-        if head < 0 and not as_json:
-            out.line(f"no events: the log of {session_id} is empty")
-        if not follow:
-            return
-        try:
-            for event in store.follow(session_id, after_seq=last, timeout=timeout):
+    try:
+        with cli_store(url, schema) as store:
+            session_id = resolve_id(store, session_id)
+            head = store.head_seq(session_id)
+            recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
+            for event in deque(recent, min(lines, head + 1)):  # (-n can be huge)
                 emit(event)
-        except KeyboardInterrupt:
-            return
+            if head < 0 and not as_json:
+                out.line(f"no events: the log of {session_id} is empty")
+            if follow:
+                for event in store.follow(session_id, after_seq=head, timeout=timeout):
+                    emit(event)
+    except KeyboardInterrupt:
+        if not follow:
+            raise
+        # Ctrl-C is how -f is meant to stop, at any moment: a normal end, exit code 0.
 
 
 @app.command(
@@ -558,7 +558,7 @@ def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
 @app.command(
     epilog=_example(
         "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
-        "session-sql export 3f2a9c -o session-1.jsonl",
+        "session-sql export 3f2a9c -o 3f2a9c.jsonl",
         "session-sql export --all backup/",
     )
 )
@@ -787,7 +787,7 @@ def repair(
 @app.command(
     epilog=_example(
         "session-sql delete 3f2a9c",
-        "session-sql delete --yes 3f2a9c4e5d6b4f0a9e8d7c6b5a493827",
+        "session-sql delete --yes 7b1e04c2a9d84f6e8b3c5d7e9f1a2b3c",
     )
 )
 def delete(

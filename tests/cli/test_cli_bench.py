@@ -237,3 +237,24 @@ def test_w10_opens_and_appends_to_compacted_sessions_of_two_lengths(backend):
             assert w10.extra["surface_nodes"] == 5
             assert w10.extra["log"] == store.head_seq(big) + 1 == 2000 + 1 + 1 + w10.reps
             assert store.verify(big).ok and store.verify(small).ok
+
+
+def test_bench_url_sqlite_puts_its_files_beside_that_path(sqlite_cli: Cli, tmp_path, monkeypatch):
+    """``bench --url sqlite:///dir/mine.db`` works in dir (same file system), never in the
+    system temp directory, and never opens mine.db."""
+    named = tmp_path / "data" / "mine.db"
+    named.parent.mkdir()
+    seen: list[str] = []
+
+    def run(url, *, quick, progress):
+        with bench.bench_targets(url) as targets:
+            for target in targets:
+                seen.append(target.workdir)
+                assert Path(target.workdir).exists()
+        return FAKE
+
+    monkeypatch.setattr(bench, "run", run)
+    out = sqlite_cli("bench", "--quick", "--url", f"sqlite:///{named}")
+    assert out.code == 0, out.stderr
+    assert seen and {Path(w).parent for w in seen} == {named.parent}
+    assert os.listdir(named.parent) == []  # the temp files are gone, mine.db never made

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, update
 from sqlalchemy.pool import NullPool
 
+from session_sql._store.schema import tables_for
 from session_sql.cli import main
 
 from .conftest import SCRIPT
@@ -216,3 +218,48 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(cli, store):
         assert status == "exit=0", (command, done.stderr)
         assert done.stderr == "", command
         assert ("todo/write" in first) if command.startswith("show") else '"id":"big"' in first
+
+
+PYTHON_NAMES = re.compile(
+    r"\w\(\)|\b(?:export|import)_jsonl\b|\bopen_store\b|\blist_sessions\b|\bsession_sql\.\w"
+    r"|\b(?:from|to|after)_seq\b|Traceback|Error:"
+)
+
+
+def test_errors_name_commands_and_options_not_python_functions(cli, store):
+    for sid in ("run-1", "run-2"):
+        store.create_session(sid).append("todo/write", {"items": [{"text": sid}]})
+    bad = cli.cwd / "bad.jsonl"
+    bad.write_text('{"version": 0, "id": "b", "createdAt": 1, "isSeeded": false}\n{"x": \n')
+    failing = [
+        ["show", "nope"],
+        ["show", "run"],
+        ["show", "run-1", "--surface", "--from", "1"],
+        ["export", "--all"],
+        ["export", "run-1", "--skip-existing"],
+        ["import", str(bad)],
+        ["delete", "--yes", "run"],
+        ["delete", "--yes", "run-"],
+        ["tail", "run-1", "-n", "-1"],
+        ["ls", "--url", "nosuchdb://x"],
+    ]
+    for args in failing:
+        out = cli(*args)
+        assert out.code in (1, 2), args
+        [line] = out.error_lines
+        assert line.startswith(ONE_LINE), args
+        assert not PYTHON_NAMES.search(line), (args, line)
+
+    meta = tables_for(store.schema).meta
+    with store.engine.begin() as conn:
+        conn.execute(update(meta).where(meta.c.key == "schema_version").values(value="999"))
+    [line] = cli("ls").error_lines
+    assert "'session-sql export --all DIR'" in line and "'session-sql import DIR'" in line
+    assert not PYTHON_NAMES.search(line), line
+
+
+def test_tail_takes_any_number_of_lines(cli, store):
+    store.create_session("s").append("todo/write", {"items": [{"text": "one"}]})
+    out = cli("tail", "s", "-n", str(10**30))
+    assert out.code == 0, out.stderr
+    assert len(out.stdout.splitlines()) == 1

@@ -25,6 +25,7 @@ COMMANDS = [
     "export",
     "verify",
     "repair",
+    "delete",
     "stats",
     "schema",
     "bench",
