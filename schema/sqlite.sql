@@ -1,4 +1,4 @@
--- session_sql schema version 2 for sqlite.
+-- session_sql schema version 3 for sqlite.
 -- Generated from session_sql/store/schema.py (render_ddl); do not edit by hand.
 
 CREATE TABLE session_sql_meta (
@@ -8,6 +8,7 @@ CREATE TABLE session_sql_meta (
 );
 
 CREATE TABLE sessions (
+	tenant TEXT DEFAULT '' NOT NULL,
 	id TEXT NOT NULL,
 	format_version INTEGER NOT NULL,
 	created_at BIGINT NOT NULL,
@@ -20,14 +21,22 @@ CREATE TABLE sessions (
 	surface_digest BIGINT DEFAULT '0' NOT NULL,
 	updated_at BIGINT NOT NULL,
 	incarnation TEXT NOT NULL,
-	CONSTRAINT pk_sessions PRIMARY KEY (id)
+	user_id TEXT,
+	title TEXT,
+	labels TEXT DEFAULT '{}' NOT NULL,
+	CONSTRAINT pk_sessions PRIMARY KEY (tenant, id)
 );
 
-CREATE INDEX ix_sessions_parent_session ON sessions (parent_session);
+CREATE INDEX ix_sessions_tenant_created_at_id ON sessions (tenant, created_at, id);
 
-CREATE INDEX ix_sessions_updated_at_id ON sessions (updated_at, id);
+CREATE INDEX ix_sessions_tenant_parent_session ON sessions (tenant, parent_session);
+
+CREATE INDEX ix_sessions_tenant_updated_at_id ON sessions (tenant, updated_at, id);
+
+CREATE INDEX ix_sessions_tenant_user_id_updated_at_id ON sessions (tenant, user_id, updated_at, id);
 
 CREATE TABLE events (
+	tenant TEXT DEFAULT '' NOT NULL,
 	session_id TEXT NOT NULL,
 	seq BIGINT NOT NULL,
 	type TEXT NOT NULL,
@@ -36,23 +45,24 @@ CREATE TABLE events (
 	source_event_seqs TEXT,
 	surface_op TEXT,
 	ignorable BOOLEAN,
-	CONSTRAINT pk_events PRIMARY KEY (session_id, seq),
-	CONSTRAINT fk_events_session_id_sessions FOREIGN KEY(session_id) REFERENCES sessions (id) ON DELETE CASCADE
+	CONSTRAINT pk_events PRIMARY KEY (tenant, session_id, seq),
+	CONSTRAINT fk_events_tenant_session_id_sessions FOREIGN KEY(tenant, session_id) REFERENCES sessions (tenant, id) ON DELETE CASCADE
 );
 
 CREATE INDEX ix_events_type ON events (type);
 
 CREATE TABLE surface (
+	tenant TEXT DEFAULT '' NOT NULL,
 	session_id TEXT NOT NULL,
 	pos BIGINT NOT NULL,
 	event_seq BIGINT NOT NULL,
-	CONSTRAINT pk_surface PRIMARY KEY (session_id, pos),
-	CONSTRAINT uq_surface_session_id_event_seq UNIQUE (session_id, event_seq),
-	CONSTRAINT fk_surface_session_id_sessions FOREIGN KEY(session_id) REFERENCES sessions (id) ON DELETE CASCADE,
-	CONSTRAINT fk_surface_session_id_event_seq_events FOREIGN KEY(session_id, event_seq) REFERENCES events (session_id, seq) ON DELETE CASCADE
+	CONSTRAINT pk_surface PRIMARY KEY (tenant, session_id, pos),
+	CONSTRAINT uq_surface_tenant_session_id_event_seq UNIQUE (tenant, session_id, event_seq),
+	CONSTRAINT fk_surface_tenant_session_id_sessions FOREIGN KEY(tenant, session_id) REFERENCES sessions (tenant, id) ON DELETE CASCADE,
+	CONSTRAINT fk_surface_tenant_session_id_event_seq_events FOREIGN KEY(tenant, session_id, event_seq) REFERENCES events (tenant, session_id, seq) ON DELETE CASCADE
 );
 
-CREATE VIEW surface_messages AS SELECT surface.session_id, surface.pos, events.seq, events.type, events.time, events.data
-FROM surface JOIN events ON surface.session_id = events.session_id AND surface.event_seq = events.seq;
+CREATE VIEW surface_messages AS SELECT surface.tenant, surface.session_id, surface.pos, events.seq, events.type, events.time, events.data
+FROM surface JOIN events ON surface.tenant = events.tenant AND surface.session_id = events.session_id AND surface.event_seq = events.seq;
 
-INSERT INTO session_sql_meta ("key", value) VALUES ('schema_version', '2'), ('application', 'session_sql');
+INSERT INTO session_sql_meta ("key", value) VALUES ('schema_version', '3'), ('application', 'session_sql');

@@ -7,7 +7,8 @@ nothing redeclared), for analysts and services that query sessions with the ORM,
 
 - ``SessionRow.events`` — the log, ordered by ``seq``; ``Event.session`` back;
 - ``SessionRow.surface`` — the surface, ordered by ``pos``; ``SurfaceNode.session`` back;
-- ``SurfaceNode.event`` — the event on that position (``session_id`` and ``event_seq = seq``);
+- ``SurfaceNode.event`` — the event on that position (``tenant``, ``session_id`` and
+  ``event_seq = seq``);
   ``Event.surface_node`` back (``None`` when the event is not on the surface).
 
 The module-level classes map the default PostgreSQL schema ``session_sql``.
@@ -70,6 +71,7 @@ class ReadModel:
 
 
 class _SessionRow(ReadModel):
+    tenant: Mapped[str]
     id: Mapped[str]
     format_version: Mapped[int]
     created_at: Mapped[int]
@@ -81,11 +83,15 @@ class _SessionRow(ReadModel):
     replace_generation: Mapped[int]
     updated_at: Mapped[int]
     incarnation: Mapped[str]
+    user_id: Mapped[str | None]
+    title: Mapped[str | None]
+    labels: Mapped[dict[str, str]]
     events: Mapped[list[_Event]]
     surface: Mapped[list[_SurfaceNode]]
 
 
 class _Event(ReadModel):
+    tenant: Mapped[str]
     session_id: Mapped[str]
     seq: Mapped[int]
     type: Mapped[str]
@@ -101,6 +107,7 @@ class _Event(ReadModel):
 
 
 class _SurfaceNode(ReadModel):
+    tenant: Mapped[str]
     session_id: Mapped[str]
     pos: Mapped[int]
     event_seq: Mapped[int]
@@ -155,7 +162,9 @@ def _build(schema: str | None) -> OrmModels:
         },
     )
     on_surface = and_(
-        surface.c.session_id == events.c.session_id, surface.c.event_seq == events.c.seq
+        surface.c.tenant == events.c.tenant,
+        surface.c.session_id == events.c.session_id,
+        surface.c.event_seq == events.c.seq,
     )
     reg.map_imperatively(
         ev,

@@ -42,6 +42,7 @@ from sqlalchemy.util import await_, greenlet_spawn
 
 from session_sql._store import reader
 from session_sql._store.engine import translate_errors
+from session_sql._store.metadata import UNSET, _Unset
 from session_sql._store.opening import StoredLog
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats
@@ -270,7 +271,13 @@ class AsyncSessionStore:
     """
 
     def __init__(
-        self, url: str, *, schema: str, catalog: Catalog | None, options: dict[str, Any]
+        self,
+        url: str,
+        *,
+        schema: str,
+        catalog: Catalog | None,
+        tenant: str | None = None,
+        options: dict[str, Any],
     ) -> None:
         self.url = url
         self._opening = functools.partial(
@@ -278,6 +285,7 @@ class AsyncSessionStore:
             url,
             schema=schema,
             catalog=catalog,
+            tenant=tenant,
             async_driver=not url.startswith("sqlite"),
             **options,
         )
@@ -321,6 +329,10 @@ class AsyncSessionStore:
     def catalog(self) -> Catalog:
         return self._store.catalog
 
+    @property
+    def tenant(self) -> str:
+        return self._store.tenant
+
     async def close(self) -> None:
         """Release every pooled connection (and the worker threads); again: nothing."""
         if self._opened is not None and not self._runner.closed:
@@ -342,9 +354,19 @@ class AsyncSessionStore:
         *,
         header: Mapping[str, Any] | None = None,
         seed: Sequence[SessionEvent | Mapping[str, Any]] | None = None,
+        user_id: str | None = None,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> AsyncStoredSession:
         """Create a session (with its seed and end-of-seed marker) in one transaction."""
-        create = functools.partial(self._store.create_session, header=header, seed=seed)
+        create = functools.partial(
+            self._store.create_session,
+            header=header,
+            seed=seed,
+            user_id=user_id,
+            title=title,
+            labels=labels,
+        )
         return await self._handle(create, session_id)
 
     async def append_together(
@@ -496,9 +518,12 @@ class AsyncSessionStore:
         created_before: int | None = None,
         order: Literal["updated", "created"] = "updated",
         id_prefix: str | None = None,
+        user_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> list[SessionInfo]:
-        """Sessions newest-updated first (ties by id), paged by ``after``; or oldest-created
-        first with ``order="created"``; ``id_prefix`` keeps the ids that start with it."""
+        """The tenant's sessions newest-updated first (ties by id), paged by ``after``; or
+        oldest-created first with ``order="created"``; ``id_prefix`` keeps the ids that start
+        with it; filtered by ``user_id`` and ``labels``."""
         listing = functools.partial(
             self._store.list_sessions,
             limit=limit,
@@ -508,8 +533,25 @@ class AsyncSessionStore:
             created_before=created_before,
             order=order,
             id_prefix=id_prefix,
+            user_id=user_id,
+            labels=labels,
         )
         return await self._runner.call(listing)
+
+    async def session_info(self, session_id: str) -> SessionInfo:
+        """One session's row: bookkeeping and metadata."""
+        return await self._runner.call(self._store.session_info, session_id)
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | _Unset | None = UNSET,
+        labels: Mapping[str, str] | _Unset | None = UNSET,
+    ) -> SessionInfo:
+        """Change a session's metadata (not part of its log); returns the updated info."""
+        update = functools.partial(self._store.update_session, title=title, labels=labels)
+        return await self._runner.call(update, session_id)
 
     async def iter_sessions(
         self, *, parent: str | None = None, page_size: int = 500
@@ -545,7 +587,7 @@ class AsyncSessionStore:
         last = _seq_bound("after_seq", after_seq)
         timeout = _timeout_arg(timeout)
         await self._runner.call(reader.check_session, ctx, session_id)
-        listener = None if ctx.channel is None else await _AsyncListener.open(self, ctx)
+        listener = None if ctx.channel is None else await _AsyncListener.open(self, ctx, session_id)
         try:
             idle_since = time.monotonic()
             backoff = _POLL_START
@@ -575,11 +617,13 @@ class _AsyncListener:
     """A LISTENing psycopg ``AsyncConnection``, taken from the store's async engine and
     detached from its pool (so it connects exactly as the store does)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, ctx: Any, session_id: str) -> None:
         self._conn = conn
+        self._ctx = ctx
+        self._session_id = session_id
 
     @classmethod
-    async def open(cls, store: AsyncSessionStore, ctx: Any) -> _AsyncListener:
+    async def open(cls, store: AsyncSessionStore, ctx: Any, session_id: str) -> _AsyncListener:
         def checkout() -> Any:
             with translate_errors():
                 raw = ctx.engine.raw_connection()
@@ -596,13 +640,18 @@ class _AsyncListener:
         except BaseException:
             await conn.close()
             raise
-        return cls(conn)
+        return cls(conn, ctx, session_id)
 
     async def wait(self, seconds: float) -> None:
-        """Return on the first notification, or after ``seconds``."""
+        """Return on the first commit to the followed session, or after ``seconds``."""
         with translate_errors():
-            async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
-                pass
+            notes = self._conn.notifies(timeout=seconds)
+            try:
+                async for note in notes:
+                    if self._ctx.wakes(note.payload, self._session_id):
+                        break
+            finally:
+                await notes.aclose()
 
     async def close(self) -> None:
         await self._conn.close()
@@ -613,11 +662,13 @@ def open_async_store(
     *,
     schema: str = DEFAULT_SCHEMA,
     catalog: Catalog | None = None,
+    tenant: str | None = None,
     **options: Any,
 ) -> AsyncSessionStore:
     """A store for asyncio, opened (initialised when empty) when awaited or entered.
 
     ``async with open_async_store(url) as store:`` or ``store = await open_async_store(url)``
-    (then ``await store.close()``). The options are ``open_store``'s, with its errors.
+    (then ``await store.close()``). The options (``tenant`` included) are ``open_store``'s,
+    with its errors.
     """
-    return AsyncSessionStore(url, schema=schema, catalog=catalog, options=options)
+    return AsyncSessionStore(url, schema=schema, catalog=catalog, tenant=tenant, options=options)

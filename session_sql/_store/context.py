@@ -8,6 +8,7 @@ first use, for the store's dialect), so no cache outlives the store or is keyed 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
@@ -28,8 +29,12 @@ from session_sql.session import Clock
 class Statements:
     """The Core statements of one schema that the writer, ``refresh`` and the reads share."""
 
-    def __init__(self, tables: SchemaTables, *, sqlite: bool) -> None:
+    def __init__(self, tables: SchemaTables, *, sqlite: bool, tenant: str) -> None:
         s, e, sf = tables.sessions, tables.events, tables.surface
+        # Every statement is scoped to the store's tenant. Core executions take its value from
+        # here; the fast path binds ``b_tenant`` (and the ``tenant`` column) itself.
+        tn = bindparam("b_tenant", tenant, type_=Text)
+        self.tenant_param = tn
         # The conditional head update is the optimistic lock: zero rows means another writer
         # won, the row was edited underneath us, or the session was deleted (and perhaps
         # recreated: the incarnation differs). On PostgreSQL it also takes the row lock that
@@ -37,6 +42,7 @@ class Statements:
         self.advance = (
             sa_update(s)
             .where(
+                s.c.tenant == tn,
                 s.c.id == bindparam("b_id"),
                 s.c.incarnation == bindparam("b_incarnation"),
                 s.c.head_seq == bindparam("b_expected_head"),
@@ -53,11 +59,17 @@ class Statements:
         )
         self.retarget_node = (
             sa_update(sf)
-            .where(sf.c.session_id == bindparam("b_id"), sf.c.event_seq == bindparam("b_old"))
+            .where(
+                sf.c.tenant == tn,
+                sf.c.session_id == bindparam("b_id"),
+                sf.c.event_seq == bindparam("b_old"),
+            )
             .values(event_seq=bindparam("b_new"))
         )
         self.drop_node = delete(sf).where(
-            sf.c.session_id == bindparam("b_id"), sf.c.event_seq == bindparam("b_seq")
+            sf.c.tenant == tn,
+            sf.c.session_id == bindparam("b_id"),
+            sf.c.event_seq == bindparam("b_seq"),
         )
         # ON CONFLICT DO NOTHING, then counting the rows: a lost race on PostgreSQL (whose
         # pipeline runs the inserts before the head update's row count is known) is then not
@@ -73,10 +85,11 @@ class Statements:
             s.c.replace_generation,
             s.c.surface_digest,
             s.c.incarnation,
-        ).where(s.c.id == bindparam("b_id"))
+        ).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
         self.events_from = (
             select(*event_columns(tables))
             .where(
+                e.c.tenant == tn,
                 e.c.session_id == bindparam("b_id"),
                 e.c.seq >= bindparam("b_from"),
                 e.c.seq <= bindparam("b_to"),
@@ -87,11 +100,11 @@ class Statements:
         # -- open_session: the row, and the surface with its whole events (see opening.py)
         self.open_row = select(
             *(c for c in s.c if c.name != "header"), cast(s.c.header, Text).label("header")
-        ).where(s.c.id == bindparam("b_id"))
-        self.surface_events = _surface_events(tables, sqlite)
+        ).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
+        self.surface_events = _surface_events(tables, sqlite, tn)
 
         # -- reads
-        self.exists = select(s.c.id).where(s.c.id == bindparam("b_id"))
+        self.exists = select(s.c.id).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
         # A walk of the surface primary key with one events primary-key lookup per node, so
         # the cost follows the surface, never the length of the log. SQLite always runs the
         # join as that nested loop. PostgreSQL may pick a hash join that reads every event of
@@ -99,37 +112,44 @@ class Statements:
         # with LIMIT 1 cannot be flattened into a join, so it stays one lookup per node.
         self.surface_messages = (
             _with_events(sf, e, sqlite)
-            .where(sf.c.session_id == bindparam("b_id"))
+            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos)
         )
         # Tail reads: the last ``b_limit`` rows before position ``b_before`` (exclusive), taken
         # from the surface key in a subquery first, so that only those rows' events are looked
         # up, whatever join the planner picks; the caller reverses them into surface order.
         tail = (
-            select(sf.c.session_id, sf.c.pos, sf.c.event_seq)
-            .where(sf.c.session_id == bindparam("b_id"), sf.c.pos < bindparam("b_before"))
+            select(sf.c.tenant, sf.c.session_id, sf.c.pos, sf.c.event_seq)
+            .where(
+                sf.c.tenant == tn,
+                sf.c.session_id == bindparam("b_id"),
+                sf.c.pos < bindparam("b_before"),
+            )
             .order_by(sf.c.pos.desc())
             .limit(bindparam("b_limit"))
             .subquery("tail")
         )
         self.surface_tail = _with_events(tail, e, sqlite).order_by(tail.c.pos.desc())
         self.surface_seqs = (
-            select(sf.c.event_seq).where(sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
+            select(sf.c.event_seq)
+            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
+            .order_by(sf.c.pos)
         )
         self.surface_seqs_tail = (
             select(sf.c.event_seq)
-            .where(sf.c.session_id == bindparam("b_id"))
+            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos.desc())
             .limit(bindparam("b_limit"))
         )
         self.surface_rows = (
             select(sf.c.pos, sf.c.event_seq)
-            .where(sf.c.session_id == bindparam("b_id"))
+            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos)
         )
         self.events_page = (
             select(*event_columns(tables))
             .where(
+                e.c.tenant == tn,
                 e.c.session_id == bindparam("b_id"),
                 e.c.seq > bindparam("b_after"),
                 e.c.seq <= bindparam("b_to"),
@@ -139,7 +159,11 @@ class Statements:
         )
         self.events_after = (
             select(*event_columns(tables))
-            .where(e.c.session_id == bindparam("b_id"), e.c.seq > bindparam("b_after"))
+            .where(
+                e.c.tenant == tn,
+                e.c.session_id == bindparam("b_id"),
+                e.c.seq > bindparam("b_after"),
+            )
             .order_by(e.c.seq)
             .limit(bindparam("b_limit"))
         )
@@ -154,7 +178,11 @@ def _with_events(nodes: Any, e: Any, sqlite: bool) -> Select[Any]:
     while the table has no statistics yet); a LATERAL subquery with LIMIT 1 cannot be
     flattened into a join, so it stays one lookup per node.
     """
-    by_key = (e.c.session_id == nodes.c.session_id) & (e.c.seq == nodes.c.event_seq)
+    by_key = (
+        (e.c.tenant == nodes.c.tenant)
+        & (e.c.session_id == nodes.c.session_id)
+        & (e.c.seq == nodes.c.event_seq)
+    )
     data_text = cast(e.c.data, Text).label("data")
     if sqlite:
         return select(nodes.c.pos, nodes.c.event_seq, e.c.type, data_text).select_from(
@@ -166,17 +194,21 @@ def _with_events(nodes: Any, e: Any, sqlite: bool) -> Select[Any]:
     )
 
 
-def _surface_events(tables: SchemaTables, sqlite: bool) -> Select[Any]:
+def _surface_events(tables: SchemaTables, sqlite: bool, tn: Any) -> Select[Any]:
     """``(pos, *event_columns)`` of a session's surface rows in ``pos`` order: one events
     primary-key lookup per node, as in ``_with_events`` (LATERAL on PostgreSQL)."""
     sf, e = tables.surface, tables.events
-    by_key = (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq)
+    by_key = (
+        (e.c.tenant == sf.c.tenant)
+        & (e.c.session_id == sf.c.session_id)
+        & (e.c.seq == sf.c.event_seq)
+    )
     if sqlite:
         query = select(sf.c.pos, *event_columns(tables)).select_from(sf.join(e, by_key))
     else:
         lookup = select(*event_columns(tables)).where(by_key).limit(1).lateral("ev")
         query = select(sf.c.pos, *lookup.c).select_from(sf.join(lookup, true()))
-    return query.where(sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
+    return query.where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
 
 
 class Compiled:
@@ -227,6 +259,7 @@ class StoreContext:
         clock: Clock,
         max_event_bytes: int | None,
         channel: str | None,
+        tenant: str = "",
     ) -> None:
         self.engine = engine
         self.tables = tables
@@ -236,8 +269,26 @@ class StoreContext:
         self.max_event_bytes = max_event_bytes
         self.channel = channel
         """The NOTIFY channel on PostgreSQL, ``None`` on SQLite."""
+        self.tenant = tenant
+        """Every row this store reads or writes is this tenant's."""
         self.sqlite = is_sqlite(engine)
-        self.statements = Statements(tables, sqlite=self.sqlite)
+        self.statements = Statements(tables, sqlite=self.sqlite, tenant=tenant)
+
+    def payload(self, session_id: str, head: int) -> str:
+        """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON."""
+        return json.dumps([self.tenant, session_id, head], separators=(",", ":"))
+
+    def wakes(self, payload: str, session_id: str) -> bool:
+        """Whether a NOTIFY ``payload`` is a commit to ``session_id`` of this store's tenant.
+
+        Followers ignore every other notification on the channel, so a follower of one
+        tenant's session never wakes for another's (nor for another session).
+        """
+        try:
+            tenant, sid, _head = json.loads(payload)
+        except (ValueError, TypeError):
+            return False
+        return bool(tenant == self.tenant and sid == session_id)
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:

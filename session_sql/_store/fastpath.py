@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert
 
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import begin_raw_write, pipeline, write_tx
@@ -41,11 +41,12 @@ def _surface_ops(
 ) -> list[tuple[SurfaceOp, Any]]:
     """The planner's Transitions as batches of driver parameters, in order."""
     c = ctx.compiled
+    tenant = ctx.tenant
     ops: list[tuple[SurfaceOp, Any]] = []
     pending: list[Any] = []
     for t in transitions:
         if type(t) is AppendNode:
-            row = {"session_id": session_id, "pos": next_pos, "event_seq": t.seq}
+            row = {"tenant": tenant, "session_id": session_id, "pos": next_pos, "event_seq": t.seq}
             pending.append(c.insert_node.bind(row))
             next_pos += 1
         elif type(t) is ReplaceNodes:
@@ -55,11 +56,19 @@ def _surface_ops(
             # A replace keeps the first shadowed row (its pos) for the new seq; a removal
             # (seq None) deletes every shadowed row, and surface_next_pos stays.
             kept = 0 if t.seq is None else 1
-            drops = [c.drop_node.bind({"b_id": session_id, "b_seq": s}) for s in t.shadowed[kept:]]
+            drops = [
+                c.drop_node.bind({"b_tenant": tenant, "b_id": session_id, "b_seq": s})
+                for s in t.shadowed[kept:]
+            ]
             if drops:
                 ops.append((SurfaceOp.DROP_NODES, drops))
             if t.seq is not None:
-                retarget = {"b_id": session_id, "b_old": t.shadowed[0], "b_new": t.seq}
+                retarget = {
+                    "b_tenant": tenant,
+                    "b_id": session_id,
+                    "b_old": t.shadowed[0],
+                    "b_new": t.seq,
+                }
                 ops.append((SurfaceOp.RETARGET_NODE, c.retarget_node.bind(retarget)))
     if pending:
         ops.append((SurfaceOp.INSERT_NODES, pending))
@@ -105,7 +114,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     c = ctx.compiled
     planned = []
     for p in parts:
-        rows = [event_row_json(p.session_id, e, ctx.max_event_bytes) for e in p.events]
+        rows = [event_row_json(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events]
         args = [c.insert_event.bind(row) for row in rows]
         planned.append((p, args, _surface_ops(ctx, p.session_id, p.transitions, p.next_pos)))
     raw = ctx.engine.raw_connection()
@@ -151,7 +160,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
                         else:
                             cur.execute(c.retarget_node.sql, params)
                     if ctx.channel is not None:
-                        note = f"{p.session_id}:{p.head}"
+                        note = ctx.payload(p.session_id, p.head)
                         payload = {"b_channel": ctx.channel, "b_payload": note}
                         cur.execute(c.notify.sql, c.notify.bind(payload))
             failed = lost()  # PostgreSQL: known once the pipeline has synced
@@ -202,7 +211,7 @@ def insert_session(
     session_id = str(row["id"])
     insert_event = ctx.compiled.insert_event
     with write_tx(ctx.engine) as conn:
-        taken = conn.execute(select(t.sessions.c.id).where(t.sessions.c.id == session_id))
+        taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
         if taken.first() is not None:
             raise SessionExistsError(
                 f"session {session_id!r} already exists", session_id=session_id
@@ -216,13 +225,16 @@ def insert_session(
             conn.execute(
                 insert(t.surface),
                 [
-                    {"session_id": session_id, "pos": pos, "event_seq": seq}
+                    {"tenant": ctx.tenant, "session_id": session_id, "pos": pos, "event_seq": seq}
                     for pos, seq in surface_rows[i : i + INSERT_CHUNK]
                 ],
             )
         if event_rows and ctx.channel is not None:
             # Wakes followers; delivered at commit, dropped on rollback.
-            payload = {"b_channel": ctx.channel, "b_payload": f"{session_id}:{row['head_seq']}"}
+            payload = {
+                "b_channel": ctx.channel,
+                "b_payload": ctx.payload(session_id, int(row["head_seq"])),
+            }
             conn.execute(ctx.statements.notify, payload)
 
 

@@ -235,7 +235,7 @@ def follow(
     after ``timeout`` seconds without a new event (``None``: never). Takes no write lock.
     """
     check_session(ctx, session_id)
-    listener = _Listener(ctx) if ctx.channel is not None else None
+    listener = _Listener(ctx, session_id) if ctx.channel is not None else None
     try:
         last = after_seq
         idle_since = _time.monotonic()
@@ -270,7 +270,9 @@ class _Listener:
     its LISTEN state never reaches another user of the pool.
     """
 
-    def __init__(self, ctx: StoreContext) -> None:
+    def __init__(self, ctx: StoreContext, session_id: str) -> None:
+        self._ctx = ctx
+        self._session_id = session_id
         with translate_errors():
             self._raw = ctx.engine.raw_connection()
             try:
@@ -286,10 +288,15 @@ class _Listener:
             self._conn: psycopg.Connection[Any] = conn
 
     def wait(self, seconds: float) -> None:
-        """Return on the first notification, or after ``seconds``."""
+        """Return on the first commit to the followed session, or after ``seconds``."""
         with translate_errors():
-            for _ in self._conn.notifies(timeout=seconds, stop_after=1):
-                pass
+            notes = self._conn.notifies(timeout=seconds)
+            try:
+                for note in notes:
+                    if self._ctx.wakes(note.payload, self._session_id):
+                        break
+            finally:
+                notes.close()
 
     def close(self) -> None:
         self._raw.close()  # detached: closes the driver connection, never pools it

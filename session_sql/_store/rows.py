@@ -34,10 +34,11 @@ from session_sql.session import check_json_size
 from session_sql.surface import Replay
 
 
-def event_row(session_id: str, event: SessionEvent) -> dict[str, Any]:
+def event_row(tenant: str, session_id: str, event: SessionEvent) -> dict[str, Any]:
     """The ``events`` row of an event (``data`` is serialised by the column type)."""
     op = event.surface_op
     return {
+        "tenant": tenant,
         "session_id": session_id,
         "seq": event.seq,
         "type": event.type,
@@ -58,14 +59,14 @@ MAX_STORED_DEPTH = 512
 
 
 def event_row_json(
-    session_id: str, event: SessionEvent, max_event_bytes: int | None
+    tenant: str, session_id: str, event: SessionEvent, max_event_bytes: int | None
 ) -> dict[str, Any]:
     """``event_row`` with ``data`` serialised and checked against the store's limits.
 
     Raises ``InvalidEventError`` for data above ``max_event_bytes`` or nested deeper than
     ``MAX_STORED_DEPTH``, before any transaction starts.
     """
-    row = event_row(session_id, event)
+    row = event_row(tenant, session_id, event)
     text = row["data"] = dumps_json(event.data)
     check_json_size(text, max_event_bytes, event.seq)
     # Brackets bound the depth from above; only a bracket-heavy event pays for the real walk.

@@ -30,6 +30,7 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
@@ -59,7 +60,7 @@ __all__ = [
     "tables_for",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped on any change to the structure below; a database of another version is refused."""
 
 APPLICATION = "session_sql"
@@ -112,6 +113,11 @@ class SchemaTables:
         return (self.meta, self.sessions, self.events, self.surface)
 
 
+def _tenant_column() -> Column[str]:
+    """The leading ``tenant`` column of every table (``''``: the default tenant)."""
+    return Column("tenant", Text, nullable=False, server_default=text("''"))
+
+
 @functools.cache
 def tables_for(schema: str | None) -> SchemaTables:
     """Build (once per schema name) the tables living in ``schema`` (``None`` on SQLite)."""
@@ -128,6 +134,9 @@ def tables_for(schema: str | None) -> SchemaTables:
     sessions = Table(
         "sessions",
         md,
+        # Every table leads with the tenant: ids are unique per tenant, a row-level policy
+        # needs no join, and the tables can be distributed by it (Citus).
+        _tenant_column(),
         Column("id", Text, nullable=False),
         Column("format_version", Integer, nullable=False),
         Column("created_at", BigInteger, nullable=False),
@@ -145,14 +154,29 @@ def tables_for(schema: str | None) -> SchemaTables:
         # A fresh uuid4 hex per creation (create, fork, import), not part of the header: a
         # handle on a session that was deleted and recreated under the same id sees it differ.
         Column("incarnation", Text, nullable=False),
-        PrimaryKeyConstraint("id"),
-        Index(None, "updated_at", "id"),  # list_sessions pages newest-updated first
-        Index(None, "parent_session"),
+        # Metadata, not part of the log: who the session belongs to, what it is called, and
+        # free-form labels (a JSON object of string -> string).
+        Column("user_id", Text, nullable=True),
+        Column("title", Text, nullable=True),
+        Column(
+            "labels",
+            JSONText().with_variant(JSONB(), "postgresql"),
+            nullable=False,
+            server_default=text("'{}'"),
+        ),
+        PrimaryKeyConstraint("tenant", "id"),
+        # list_sessions pages newest-updated first (and, for complete scans, oldest-created
+        # first), within a tenant and optionally within one user of it.
+        Index(None, "tenant", "updated_at", "id"),
+        Index(None, "tenant", "created_at", "id"),
+        Index(None, "tenant", "user_id", "updated_at", "id"),
+        Index(None, "tenant", "parent_session"),
     )
 
     events = Table(
         "events",
         md,
+        _tenant_column(),
         Column("session_id", Text, nullable=False),
         Column("seq", BigInteger, nullable=False),
         Column("type", Text, nullable=False),
@@ -161,23 +185,30 @@ def tables_for(schema: str | None) -> SchemaTables:
         Column("source_event_seqs", Text, nullable=True),
         Column("surface_op", Text, nullable=True),
         Column("ignorable", Boolean, nullable=True),
-        PrimaryKeyConstraint("session_id", "seq"),
-        ForeignKeyConstraint(["session_id"], [sessions.c.id], ondelete="CASCADE"),
+        PrimaryKeyConstraint("tenant", "session_id", "seq"),
+        ForeignKeyConstraint(
+            ["tenant", "session_id"], [sessions.c.tenant, sessions.c.id], ondelete="CASCADE"
+        ),
         Index(None, "type"),
     )
 
     surface = Table(
         "surface",
         md,
+        _tenant_column(),
         Column("session_id", Text, nullable=False),
         Column("pos", BigInteger, nullable=False),
         Column("event_seq", BigInteger, nullable=False),
-        PrimaryKeyConstraint("session_id", "pos"),
-        UniqueConstraint("session_id", "event_seq"),
-        ForeignKeyConstraint(["session_id"], [sessions.c.id], ondelete="CASCADE"),
-        # A surface entry always names a logged event of its own session.
+        PrimaryKeyConstraint("tenant", "session_id", "pos"),
+        UniqueConstraint("tenant", "session_id", "event_seq"),
         ForeignKeyConstraint(
-            ["session_id", "event_seq"], [events.c.session_id, events.c.seq], ondelete="CASCADE"
+            ["tenant", "session_id"], [sessions.c.tenant, sessions.c.id], ondelete="CASCADE"
+        ),
+        # A surface entry always names a logged event of its own session (and tenant).
+        ForeignKeyConstraint(
+            ["tenant", "session_id", "event_seq"],
+            [events.c.tenant, events.c.session_id, events.c.seq],
+            ondelete="CASCADE",
         ),
     )
 
@@ -185,6 +216,7 @@ def tables_for(schema: str | None) -> SchemaTables:
     # (session_id, pos) themselves, which the surface primary key serves.
     view = CreateView(
         select(
+            surface.c.tenant,
             surface.c.session_id,
             surface.c.pos,
             events.c.seq,
@@ -194,7 +226,8 @@ def tables_for(schema: str | None) -> SchemaTables:
         ).select_from(
             surface.join(
                 events,
-                (surface.c.session_id == events.c.session_id)
+                (surface.c.tenant == events.c.tenant)
+                & (surface.c.session_id == events.c.session_id)
                 & (surface.c.event_seq == events.c.seq),
             )
         ),

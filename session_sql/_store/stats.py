@@ -72,10 +72,16 @@ def _cited(session_id: str | None, raw: str | None) -> int:
     return len(seqs) if isinstance(seqs, list) else 0
 
 
-def _own_events(t: SchemaTables, session_id: str | None) -> Any:
-    """Events joined to their session row, skipping inherited copies; optionally one session."""
+def _own_events(t: SchemaTables, tenant: str, session_id: str | None) -> Any:
+    """A tenant's events joined to their session row, skipping inherited copies; optionally
+    one session."""
     e, s = t.events, t.sessions
-    condition = and_(e.c.session_id == s.c.id, e.c.seq >= s.c.inherited_event_count)
+    condition = and_(
+        s.c.tenant == tenant,
+        e.c.tenant == s.c.tenant,
+        e.c.session_id == s.c.id,
+        e.c.seq >= s.c.inherited_event_count,
+    )
     if session_id is not None:
         condition = and_(condition, e.c.session_id == session_id)
     return e.join(s, condition)
@@ -85,10 +91,12 @@ def _where_session(query: Select[Any], column: Any, session_id: str | None) -> S
     return query if session_id is None else query.where(column == session_id)
 
 
-def collect_stats(conn: Connection, t: SchemaTables, session_id: str | None) -> StoreStats:
-    """Aggregate the whole store, or one session (``SessionNotFoundError`` when missing)."""
+def collect_stats(
+    conn: Connection, t: SchemaTables, tenant: str, session_id: str | None
+) -> StoreStats:
+    """Aggregate a tenant's sessions, or one session (``SessionNotFoundError`` when missing)."""
     e, s = t.events, t.sessions
-    own = _own_events(t, session_id)
+    own = _own_events(t, tenant, session_id)
 
     # Tool calls, left-joined to the result appended for them (a pruning replacement is a
     # second tool/result for the same call, so only appended results count).
@@ -99,10 +107,17 @@ def collect_stats(conn: Connection, t: SchemaTables, session_id: str | None) -> 
         result.c.data[("message", "content", 0, "isError")].as_boolean(), false()
     )
     calls_joined = call.join(
-        s, and_(call.c.session_id == s.c.id, call.c.seq >= s.c.inherited_event_count)
+        s,
+        and_(
+            s.c.tenant == tenant,
+            call.c.tenant == s.c.tenant,
+            call.c.session_id == s.c.id,
+            call.c.seq >= s.c.inherited_event_count,
+        ),
     ).outerjoin(
         result,
         and_(
+            result.c.tenant == call.c.tenant,
             result.c.session_id == call.c.session_id,
             result.c.type == "tool/result",
             result.c.surface_op == APPEND_OP,
@@ -155,7 +170,7 @@ def collect_stats(conn: Connection, t: SchemaTables, session_id: str | None) -> 
             func.coalesce(func.sum(s.c.head_seq + 1 - s.c.inherited_event_count), 0).label(
                 "events"
             ),
-        ),
+        ).where(s.c.tenant == tenant),
         s.c.id,
         session_id,
     )

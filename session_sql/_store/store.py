@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
@@ -40,6 +41,15 @@ from session_sql._store.engine import (
     write_tx,
 )
 from session_sql._store.gate import ensure_schema
+from session_sql._store.metadata import (
+    UNSET,
+    Metadata,
+    _Unset,
+    check_labels,
+    check_tenant,
+    check_title,
+    check_user_id,
+)
 from session_sql._store.rows import (
     check_header_limits,
     event_from_row,
@@ -87,7 +97,7 @@ _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
 class SessionInfo(BaseModel):
-    """One row of ``list_sessions``."""
+    """One row of ``list_sessions``: the session row's bookkeeping and metadata."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -96,6 +106,15 @@ class SessionInfo(BaseModel):
     updated_at: int
     head_seq: int
     parent_session: str | None
+    tenant: str = ""
+    user_id: str | None = None
+    title: str | None = None
+    labels: dict[str, str] = {}
+
+    @property
+    def event_count(self) -> int:
+        """How many events the log holds (``head_seq + 1``)."""
+        return self.head_seq + 1
 
 
 class VerifyReport(BaseModel):
@@ -120,6 +139,7 @@ class _Loaded(NamedTuple):
     inherited_event_count: int
     incarnation: str
     state: Replay
+    metadata: Metadata
 
 
 class SessionStore:
@@ -134,9 +154,11 @@ class SessionStore:
         clock: Clock | None = None,
         max_event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES,
         create: bool = True,
+        tenant: str | None = None,
         **engine_options: Any,
     ) -> None:
         _check_options(schema, catalog, clock, max_event_bytes)
+        tenant = check_tenant(tenant)
         engine = make_engine(url, **engine_options)
         target = None if is_sqlite(engine) else schema
         file = engine.url.database if target is None else None
@@ -165,6 +187,8 @@ class SessionStore:
         """The SQLite database file (``None`` in memory and on PostgreSQL)."""
         self.backend = engine.dialect.name
         self.schema = target
+        self.tenant: str = tenant
+        """The tenant whose sessions this store reads and writes (``""``: the default one)."""
         self._ctx = StoreContext(
             engine=engine,
             tables=tables_for(target),
@@ -172,6 +196,7 @@ class SessionStore:
             clock=now_ms if clock is None else clock,
             max_event_bytes=max_event_bytes,
             channel=None if target is None else target,
+            tenant=tenant,
         )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -203,7 +228,8 @@ class SessionStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"SessionStore({self._ctx.engine.url.render_as_string(hide_password=True)!r})"
+        url = self._ctx.engine.url.render_as_string(hide_password=True)
+        return f"SessionStore({url!r}" + (f", tenant={self.tenant!r})" if self.tenant else ")")
 
     # -- writing --------------------------------------------------------------------------
 
@@ -213,9 +239,19 @@ class SessionStore:
         *,
         header: Mapping[str, Any] | None = None,
         seed: Sequence[SessionEvent | Mapping[str, Any]] | None = None,
+        user_id: str | None = None,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> StoredSession:
-        """Create a session (with its seed and end-of-seed marker) in one transaction."""
+        """Create a session (with its seed and end-of-seed marker) in one transaction.
+
+        ``user_id``, ``title`` and ``labels`` are the session's metadata (see
+        ``update_session``); a bad one raises ``InvalidArgumentError`` and nothing is written.
+        """
         ctx = self._ctx
+        metadata = Metadata(
+            check_user_id(user_id), check_title(title), check_labels(labels, "labels")
+        )
         session = Session(
             session_id,
             seed=seed,
@@ -226,7 +262,7 @@ class SessionStore:
         )
         log = list(session.events)
         state = session._state  # the seed's replay: the session is not used again
-        incarnation = self._insert_session(session.header, log, 0, state)
+        incarnation = self._insert_session(session.header, log, 0, state, metadata)
         handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, state)
         handle.first_live_seq = session.first_live_seq
         return handle
@@ -266,7 +302,11 @@ class SessionStore:
     def fork_session(
         self, parent_id: str, *, boundary: int | None = None, child_id: str | None = None
     ) -> StoredSession:
-        """Fork a stored session (SPEC §7.5); the child is written in one transaction."""
+        """Fork a stored session (SPEC §7.5); the child is written in one transaction.
+
+        The child, in the same tenant, starts with the parent's ``user_id``, ``title`` and
+        ``labels``.
+        """
         loaded = self._load(parent_id)
         ctx = self._ctx
         parent = self._detached(loaded, seeded=False)
@@ -274,7 +314,7 @@ class SessionStore:
         state = Replay()
         for _ in replay(log, state, ctx.catalog, log.__getitem__):
             pass
-        incarnation = self._insert_session(header, log, inherited, state)
+        incarnation = self._insert_session(header, log, inherited, state, loaded.metadata)
         return StoredSession._attach(ctx, header, log, inherited, incarnation, state)
 
     def repair(self, session_id: str) -> list[SessionEvent]:
@@ -287,7 +327,7 @@ class SessionStore:
         _lookup_id(session_id)
         s = self._ctx.tables.sessions
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
-            gone = conn.execute(delete(s).where(s.c.id == session_id)).rowcount
+            gone = conn.execute(delete(s).where(self._own(s), s.c.id == session_id)).rowcount
         if gone != 1:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
 
@@ -311,13 +351,15 @@ class SessionStore:
             session_id = str(header["id"])
             check_header_limits(header, ctx.max_event_bytes)  # before the transaction
             with translate_errors(session_id), write_tx(ctx.engine) as conn:
-                taken = conn.execute(select(s.c.id).where(s.c.id == session_id))
+                taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
                 if taken.first() is not None:
                     raise SessionExistsError(
                         f"session {session_id!r} already exists", session_id=session_id
                     )
                 # The row goes first (the events reference it); its counters are set at the end.
-                row = _session_row(header, 0, -1, 0, 0, 0, ctx.clock(), uuid.uuid4().hex)
+                row = _session_row(
+                    ctx.tenant, header, 0, -1, 0, 0, 0, ctx.clock(), uuid.uuid4().hex, Metadata()
+                )
                 conn.execute(insert(s), row)
                 folded = _ImportFold(conn, ctx, session_id, bool(header["isSeeded"]))
                 for line, raw in source.raw_events():
@@ -325,7 +367,7 @@ class SessionStore:
                 folded.flush()
                 conn.execute(
                     update(s)
-                    .where(s.c.id == session_id)
+                    .where(self._own(s), s.c.id == session_id)
                     .values(
                         head_seq=folded.state.length - 1,
                         surface_next_pos=folded.state.next_pos,
@@ -336,7 +378,7 @@ class SessionStore:
                 )
                 if folded.state.length and ctx.channel is not None:
                     # Wakes followers; delivered at commit, dropped on rollback.
-                    payload = f"{session_id}:{folded.state.length - 1}"
+                    payload = ctx.payload(session_id, folded.state.length - 1)
                     conn.execute(
                         ctx.statements.notify, {"b_channel": ctx.channel, "b_payload": payload}
                     )
@@ -360,7 +402,7 @@ class SessionStore:
         s = self._ctx.tables.sessions
         with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
             row = conn.execute(
-                select(_header_text(s), s.c.head_seq).where(s.c.id == session_id)
+                select(_header_text(s), s.c.head_seq).where(self._own(s), s.c.id == session_id)
             ).first()
             if row is None:
                 raise SessionNotFoundError(
@@ -429,20 +471,26 @@ class SessionStore:
         created_before: int | None = None,
         order: Literal["updated", "created"] = "updated",
         id_prefix: str | None = None,
+        user_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> list[SessionInfo]:
-        """Sessions newest-updated first (ties by id), paged by ``after`` (an info or an id).
+        """The tenant's sessions newest-updated first (ties by id), paged by ``after`` (an info
+        or an id).
 
         ``order="created"`` lists oldest-created first (ties by id) instead: an order no write
         changes, for complete scans (see ``iter_sessions``). ``limit`` must be >= 0; a limit
         beyond what any table holds is clamped. ``id_prefix`` keeps the sessions whose id
         starts with it, compared exactly (case and all), so that a short prefix can name a
-        session as in git.
+        session as in git. ``user_id`` keeps that user's sessions; ``labels`` keeps the
+        sessions carrying every given label with the given value.
         """
         limit = min(_int_arg("limit", limit, minimum=0), _MAX_BOUND)
         if id_prefix is not None and type(id_prefix) is not str:
             raise InvalidArgumentError(
                 f"id_prefix must be a str, got {type(id_prefix).__name__}", argument="id_prefix"
             )
+        user = check_user_id(user_id, argument="user_id")
+        wanted = check_labels(labels, "labels")
         if order not in ("updated", "created"):
             raise InvalidArgumentError(
                 f"order must be 'updated' or 'created', got {order!r}", argument="order"
@@ -452,9 +500,15 @@ class SessionStore:
                 _int_arg(name, bound)
         s = self._ctx.tables.sessions
         key = s.c.updated_at if order == "updated" else s.c.created_at
-        query = select(
-            s.c.id, s.c.created_at, s.c.updated_at, s.c.head_seq, s.c.parent_session
-        ).order_by(*((key.desc(), s.c.id.desc()) if order == "updated" else (key, s.c.id)))
+        query = (
+            select(*_info_columns(s))
+            .where(self._own(s))
+            .order_by(*((key.desc(), s.c.id.desc()) if order == "updated" else (key, s.c.id)))
+        )
+        if user is not None:
+            query = query.where(s.c.user_id == user)
+        for name, value in wanted.items():
+            query = query.where(s.c.labels[name].as_string() == value)
         if parent is not None:
             if not is_session_id(parent):
                 return []  # no session can have it as its parent
@@ -486,7 +540,7 @@ class SessionStore:
                         )
                     )
             rows = conn.execute(query.limit(limit)).all()
-        return [SessionInfo.model_validate(row._asdict()) for row in rows]
+        return [_info_from_row(row) for row in rows]
 
     def iter_sessions(
         self, *, parent: str | None = None, page_size: int = 500
@@ -514,20 +568,53 @@ class SessionStore:
         _lookup_id(session_id)
         s = self._ctx.tables.sessions
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
-            head = conn.execute(select(s.c.head_seq).where(s.c.id == session_id)).scalar()
+            head = conn.execute(
+                select(s.c.head_seq).where(self._own(s), s.c.id == session_id)
+            ).scalar()
         if head is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         return int(head)
 
+    def session_info(self, session_id: str) -> SessionInfo:
+        """One session's row: bookkeeping and metadata (``SessionNotFoundError`` when missing)."""
+        with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
+            return self._info(conn, session_id)
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        title: str | _Unset | None = UNSET,
+        labels: Mapping[str, str] | _Unset | None = UNSET,
+    ) -> SessionInfo:
+        """Change a session's metadata (not part of its log); returns the updated info.
+
+        Only the arguments given change: ``title=None`` clears the title, ``labels``
+        replaces every label (``None`` or ``{}``: none). Neither the log nor ``updated_at``
+        (which follows the log) changes. Raises ``SessionNotFoundError`` or
+        ``InvalidArgumentError`` (nothing written).
+        """
+        changes: dict[str, Any] = {}
+        if not isinstance(title, _Unset):
+            changes["title"] = check_title(title)
+        if not isinstance(labels, _Unset):
+            changes["labels"] = check_labels(labels, "labels")
+        _lookup_id(session_id)
+        s = self._ctx.tables.sessions
+        with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
+            if changes:
+                conn.execute(update(s).where(self._own(s), s.c.id == session_id).values(changes))
+            return self._info(conn, session_id)
+
     def stats(self, session_id: str | None = None) -> StoreStats:
-        """Aggregates over the whole store, or one session, computed by SQL.
+        """Aggregates over the tenant's sessions, or one session, computed by SQL.
 
         Events a fork inherited are counted once, in the session that wrote them.
         """
         if session_id is not None:
             _lookup_id(session_id)
         with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
-            return collect_stats(conn, self._ctx.tables, session_id)
+            return collect_stats(conn, self._ctx.tables, self._ctx.tenant, session_id)
 
     def verify(self, session_id: str) -> VerifyReport:
         """Replay the log and compare its fold with the ``surface`` table and the session row.
@@ -593,23 +680,27 @@ class SessionStore:
 
     # -- internals ------------------------------------------------------------------------
 
+    def _own(self, table: Any) -> Any:
+        """The condition that keeps ``table``'s rows of this store's tenant."""
+        return table.c.tenant == self._ctx.statements.tenant_param
+
     def _info(self, conn: Connection, session_id: str) -> SessionInfo:
         _lookup_id(session_id)
         s = self._ctx.tables.sessions
         row = conn.execute(
-            select(s.c.id, s.c.created_at, s.c.updated_at, s.c.head_seq, s.c.parent_session).where(
-                s.c.id == session_id
-            )
+            select(*_info_columns(s)).where(self._own(s), s.c.id == session_id)
         ).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
-        return SessionInfo.model_validate(row._asdict())
+        return _info_from_row(row)
 
     def _header(self, session_id: str) -> FrozenDict:
         _lookup_id(session_id)
         s = self._ctx.tables.sessions
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
-            row = conn.execute(select(_header_text(s)).where(s.c.id == session_id)).first()
+            row = conn.execute(
+                select(_header_text(s)).where(self._own(s), s.c.id == session_id)
+            ).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         return frozen_header(session_id, row.header)
@@ -618,7 +709,9 @@ class SessionStore:
         """The session row (``header`` as JSON text); ``SessionNotFoundError`` when missing."""
         s = self._ctx.tables.sessions
         columns = [c for c in s.c if c.name != "header"]
-        row = conn.execute(select(*columns, _header_text(s)).where(s.c.id == session_id)).first()
+        row = conn.execute(
+            select(*columns, _header_text(s)).where(self._own(s), s.c.id == session_id)
+        ).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         return row
@@ -669,7 +762,8 @@ class SessionStore:
                     session_id=session_id,
                     seq=exc.seq,
                 ) from exc
-        return _Loaded(header, log, row.inherited_event_count, row.incarnation, state)
+        metadata = Metadata(row.user_id, row.title, _labels_value(session_id, row.labels))
+        return _Loaded(header, log, row.inherited_event_count, row.incarnation, state, metadata)
 
     def _insert_session(
         self,
@@ -677,6 +771,7 @@ class SessionStore:
         log: list[SessionEvent],
         inherited_event_count: int,
         state: Replay,
+        metadata: Metadata,
     ) -> str:
         """Write a whole new session in one transaction; returns its incarnation (new at every
         creation, so a recreated session differs). ``state`` is the replay of ``log``: its
@@ -685,9 +780,10 @@ class SessionStore:
         session_id = str(header["id"])
         surface_rows = state.rows()
         check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
-        event_rows = [event_row_json(session_id, e, ctx.max_event_bytes) for e in log]
+        event_rows = [event_row_json(ctx.tenant, session_id, e, ctx.max_event_bytes) for e in log]
         incarnation = uuid.uuid4().hex
         row = _session_row(
+            ctx.tenant,
             header,
             inherited_event_count,
             len(log) - 1,
@@ -696,6 +792,7 @@ class SessionStore:
             state.digest,
             ctx.clock(),
             incarnation,
+            metadata,
         )
         with translate_errors(session_id):
             fastpath.insert_session(ctx, row, event_rows, surface_rows)
@@ -703,6 +800,7 @@ class SessionStore:
 
 
 def _session_row(
+    tenant: str,
     header: FrozenDict,
     inherited_event_count: int,
     head_seq: int,
@@ -711,9 +809,11 @@ def _session_row(
     surface_digest: int,
     updated_at: int,
     incarnation: str,
+    metadata: Metadata,
 ) -> dict[str, Any]:
     """The ``sessions`` row of a new session."""
     return {
+        "tenant": tenant,
         "id": str(header["id"]),
         "format_version": header["version"],
         "created_at": header["createdAt"],
@@ -726,7 +826,45 @@ def _session_row(
         "surface_digest": surface_digest,
         "updated_at": updated_at,
         "incarnation": incarnation,
+        "user_id": metadata.user_id,
+        "title": metadata.title,
+        "labels": dict(metadata.labels),
     }
+
+
+def _info_columns(s: Any) -> list[Any]:
+    """The ``sessions`` columns a ``SessionInfo`` is built from."""
+    return [
+        s.c.id,
+        s.c.created_at,
+        s.c.updated_at,
+        s.c.head_seq,
+        s.c.parent_session,
+        s.c.tenant,
+        s.c.user_id,
+        s.c.title,
+        s.c.labels,
+    ]
+
+
+def _info_from_row(row: Any) -> SessionInfo:
+    values = row._asdict()
+    values["labels"] = _labels_value(row.id, row.labels)
+    return SessionInfo.model_validate(values)
+
+
+def _labels_value(session_id: str, raw: Any) -> dict[str, str]:
+    """A stored ``labels`` value as a dict; ``CorruptSessionError`` when it is not one."""
+    if isinstance(raw, str):  # a driver that hands JSON back as text
+        raw = json.loads(raw)
+    if not isinstance(raw, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in raw.items()
+    ):
+        raise CorruptSessionError(
+            f"session {session_id!r}: stored labels are not an object of strings: {raw!r}",
+            session_id=session_id,
+        )
+    return dict(raw)
 
 
 class _ImportFold:
@@ -764,7 +902,9 @@ class _ImportFold:
             raise CorruptSessionError(
                 f"{path}: line {line}: {exc}", session_id=self.session_id, line=line
             ) from exc
-        self.batch_rows.append(event_row_json(self.session_id, event, ctx.max_event_bytes))
+        self.batch_rows.append(
+            event_row_json(ctx.tenant, self.session_id, event, ctx.max_event_bytes)
+        )
         self.batch.append(event)
         if self.seeded and is_inherited_marker(event):
             self.inherited = event.seq
@@ -780,7 +920,12 @@ class _ImportFold:
             self.conn.execute(
                 insert(sf),
                 [
-                    {"session_id": self.session_id, "pos": pos, "event_seq": seq}
+                    {
+                        "tenant": self.ctx.tenant,
+                        "session_id": self.session_id,
+                        "pos": pos,
+                        "event_seq": seq,
+                    }
                     for pos, seq in rows[i : i + IMPORT_BATCH]
                 ],
             )
@@ -902,6 +1047,7 @@ def open_store(
     *,
     schema: str = DEFAULT_SCHEMA,
     catalog: Catalog | None = None,
+    tenant: str | None = None,
     **options: Any,
 ) -> SessionStore:
     """Open (initialising when empty) a store; refuses another build's schema.
@@ -915,8 +1061,11 @@ def open_store(
     keyword. A database with other tables and no session_sql tables is refused
     (``SchemaVersionError``), never written to. A URL or
     option that cannot work raises ``ConfigurationError`` saying what would.
+
+    ``tenant`` (default ``""``): the store reads, lists, forks, exports and writes only this
+    tenant's sessions; session ids are unique per tenant.
     """
-    return SessionStore(url, schema=schema, catalog=catalog, **options)
+    return SessionStore(url, schema=schema, catalog=catalog, tenant=tenant, **options)
 
 
 def _require_sqlite_file(url: URL) -> None:

@@ -103,6 +103,7 @@ class StoredSession(Session):
         state = self._state  # advanced by _commit, once the transaction has committed
         next_pos, generation, digest = state.counters_after(transitions)
         advance = {
+            "b_tenant": ctx.tenant,
             "b_id": self.id,
             "b_incarnation": self._incarnation,
             "b_expected_head": self.seq - 1,

@@ -57,6 +57,12 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
     """Compile the baseline's statements over ``tables_for(schema)`` for ``backend``."""
     t = tables_for(schema)
     s, e, sf = t.sessions, t.events, t.surface
+    tn = bindparam("b_tenant", type_=Text)
+    on_event = (
+        (e.c.tenant == sf.c.tenant)
+        & (e.c.session_id == sf.c.session_id)
+        & (e.c.seq == sf.c.event_seq)
+    )
 
     def sql_text(stmt: Any) -> str:
         return str(stmt.compile(dialect=_DIALECTS[backend]))
@@ -66,23 +72,23 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
         insert_event=sql_text(insert(e).values({c.name: bindparam(c.name) for c in e.c})),
         advance=sql_text(
             update(s)
-            .where(s.c.id == bindparam("b_id"), s.c.head_seq == bindparam("b_expected"))
+            .where(
+                s.c.tenant == tn,
+                s.c.id == bindparam("b_id"),
+                s.c.head_seq == bindparam("b_expected"),
+            )
             .values(head_seq=bindparam("b_head"), updated_at=bindparam("b_now"))
         ),
         surface_data=sql_text(
             select(cast(e.c.data, Text))
-            .select_from(
-                sf.join(e, (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq))
-            )
-            .where(sf.c.session_id == bindparam("b_id"))
+            .select_from(sf.join(e, on_event))
+            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos)
         ),
         surface_tail=sql_text(
             select(cast(e.c.data, Text))
-            .select_from(
-                sf.join(e, (e.c.session_id == sf.c.session_id) & (e.c.seq == sf.c.event_seq))
-            )
-            .where(sf.c.session_id == bindparam("b_id"))
+            .select_from(sf.join(e, on_event))
+            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos.desc())
             .limit(bindparam("b_limit"))
             .offset(bindparam("b_offset"))  # named: SQLite compiles an OFFSET with any LIMIT
@@ -97,16 +103,17 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
                 e.c.surface_op,
                 e.c.ignorable,
             )
-            .where(e.c.session_id == bindparam("b_id"))
+            .where(e.c.tenant == tn, e.c.session_id == bindparam("b_id"))
             .order_by(e.c.seq)
         ),
     )
 
 
-def _session_row(session_id: str) -> dict[str, Any]:
+def _session_row(tenant: str, session_id: str) -> dict[str, Any]:
     """An empty session's row, with the header a new ``Session`` has (untimed)."""
     header = Session(session_id).header
     return {
+        "tenant": tenant,
         "id": session_id,
         "format_version": header["version"],
         "created_at": header["createdAt"],
@@ -119,16 +126,22 @@ def _session_row(session_id: str) -> dict[str, Any]:
         "surface_digest": 0,  # an empty surface's (the baseline keeps no surface)
         "updated_at": header["createdAt"],
         "incarnation": uuid.uuid4().hex,  # new at every creation, as the store's
+        "user_id": None,
+        "title": None,
+        "labels": "{}",
     }
 
 
-def _event_rows(session_id: str, head: int, items: list[Item], now: int) -> list[dict[str, Any]]:
+def _event_rows(
+    tenant: str, session_id: str, head: int, items: list[Item], now: int
+) -> list[dict[str, Any]]:
     rows = []
     for i, item in enumerate(items):
         op = item.get("surface_op")
         sources = item.get("source_event_seqs")
         rows.append(
             {
+                "tenant": tenant,
                 "session_id": session_id,
                 "seq": head + 1 + i,
                 "type": item["type"],
@@ -142,14 +155,21 @@ def _event_rows(session_id: str, head: int, items: list[Item], now: int) -> list
     return rows
 
 
-def _advance(session_id: str, head: int, count: int, now: int) -> dict[str, Any]:
-    return {"b_id": session_id, "b_expected": head, "b_head": head + count, "b_now": now}
+def _advance(tenant: str, session_id: str, head: int, count: int, now: int) -> dict[str, Any]:
+    return {
+        "b_tenant": tenant,
+        "b_id": session_id,
+        "b_expected": head,
+        "b_head": head + count,
+        "b_now": now,
+    }
 
 
 class RawSQLite:
     """stdlib sqlite3 on the store's file: the same rows, the engine's pragmas, BEGIN IMMEDIATE."""
 
-    def __init__(self, path: str, synchronous: str) -> None:
+    def __init__(self, path: str, synchronous: str, tenant: str = "") -> None:
+        self.tenant = tenant
         # isolation_level None: BEGIN is ours, as in the engine's connect hook.
         self.conn = sqlite3.connect(path, isolation_level=None, timeout=5)
         for pragma in sqlite_pragmas(synchronous):
@@ -158,15 +178,15 @@ class RawSQLite:
 
     def new_session(self) -> str:
         sid = "raw-" + uuid.uuid4().hex
-        self.conn.execute(self.sql.insert_session, _session_row(sid))
+        self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
         return sid
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
         now = time.time_ns() // 1_000_000
-        rows = _event_rows(session_id, head, items, now)
+        rows = _event_rows(self.tenant, session_id, head, items, now)
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
-        c.execute(self.sql.advance, _advance(session_id, head, len(items), now))
+        c.execute(self.sql.advance, _advance(self.tenant, session_id, head, len(items), now))
         if len(rows) == 1:
             c.execute(self.sql.insert_event, rows[0])
         else:
@@ -175,16 +195,20 @@ class RawSQLite:
         return head + len(items)
 
     def fetch_surface(self, session_id: str) -> list[Any]:
-        rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
+        rows = self.conn.execute(
+            self.sql.surface_data, {"b_tenant": self.tenant, "b_id": session_id}
+        ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def fetch_tail(self, session_id: str, n: int) -> list[Any]:
-        params = {"b_id": session_id, "b_limit": n, "b_offset": 0}
+        params = {"b_tenant": self.tenant, "b_id": session_id, "b_limit": n, "b_offset": 0}
         rows = self.conn.execute(self.sql.surface_tail, params).fetchall()
         return [json.loads(r[0]) for r in reversed(rows)]
 
     def fetch_log(self, session_id: str) -> list[Any]:
-        rows = self.conn.execute(self.sql.log, {"b_id": session_id}).fetchall()
+        rows = self.conn.execute(
+            self.sql.log, {"b_tenant": self.tenant, "b_id": session_id}
+        ).fetchall()
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def close(self) -> None:
@@ -194,21 +218,22 @@ class RawSQLite:
 class RawPostgres:
     """Raw psycopg on the store's schema: the same rows and the same conditional update."""
 
-    def __init__(self, conninfo: str, schema: str) -> None:
+    def __init__(self, conninfo: str, schema: str, tenant: str = "") -> None:
+        self.tenant = tenant
         self.conn = psycopg.connect(conninfo)
         self.sql = raw_statements("postgresql", schema)
 
     def new_session(self) -> str:
         sid = "raw-" + uuid.uuid4().hex
         with self.conn.transaction():
-            self.conn.execute(self.sql.insert_session, _session_row(sid))
+            self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
         return sid
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
         now = time.time_ns() // 1_000_000
-        rows = _event_rows(session_id, head, items, now)
+        rows = _event_rows(self.tenant, session_id, head, items, now)
         with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(self.sql.advance, _advance(session_id, head, len(items), now))
+            cur.execute(self.sql.advance, _advance(self.tenant, session_id, head, len(items), now))
             if len(rows) == 1:
                 cur.execute(self.sql.insert_event, rows[0])
             else:
@@ -217,18 +242,22 @@ class RawPostgres:
 
     def fetch_surface(self, session_id: str) -> list[Any]:
         with self.conn.transaction():
-            rows = self.conn.execute(self.sql.surface_data, {"b_id": session_id}).fetchall()
+            rows = self.conn.execute(
+                self.sql.surface_data, {"b_tenant": self.tenant, "b_id": session_id}
+            ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def fetch_tail(self, session_id: str, n: int) -> list[Any]:
-        params = {"b_id": session_id, "b_limit": n, "b_offset": 0}
+        params = {"b_tenant": self.tenant, "b_id": session_id, "b_limit": n, "b_offset": 0}
         with self.conn.transaction():
             rows = self.conn.execute(self.sql.surface_tail, params).fetchall()
         return [json.loads(r[0]) for r in reversed(rows)]
 
     def fetch_log(self, session_id: str) -> list[Any]:
         with self.conn.transaction():
-            rows = self.conn.execute(self.sql.log, {"b_id": session_id}).fetchall()
+            rows = self.conn.execute(
+                self.sql.log, {"b_tenant": self.tenant, "b_id": session_id}
+            ).fetchall()
         return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def close(self) -> None:

@@ -452,7 +452,9 @@ def _edits(backend: Any) -> dict[str, str]:
     return {
         "surface row deleted": f"DELETE FROM {q}surface {where} AND pos = 1",
         "surface row moved": f"UPDATE {q}surface SET pos = 10 {where} AND pos = 2",
-        "surface row added": f"INSERT INTO {q}surface VALUES ('e', 9, 3)",
+        "surface row added": (
+            f"INSERT INTO {q}surface (session_id, pos, event_seq) VALUES ('e', 9, 3)"
+        ),
         "surface rows reordered": f"UPDATE {q}surface SET pos = 100 - pos {where}",
         "surface names another event": f"UPDATE {q}surface SET event_seq = 3 {where} AND pos = 2",
         "event row past the head": (

@@ -73,7 +73,9 @@ class SyncFacade:
     def __init__(self, url: str, schema: str, companion: SessionStore) -> None:
         self._loop = LoopThread()
         try:
-            self.astore: AsyncSessionStore = self._loop.run(open_async_store(url, schema=schema))
+            self.astore: AsyncSessionStore = self._loop.run(
+                open_async_store(url, schema=schema, tenant=companion.tenant)
+            )
         except BaseException:
             self._loop.stop()
             raise
@@ -159,6 +161,8 @@ _COROUTINES = frozenset(
         "messages",
         "surface",
         "list_sessions",
+        "session_info",
+        "update_session",
         "verify",
         "repair",
         "delete_session",

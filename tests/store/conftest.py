@@ -13,16 +13,36 @@ from session_sql import SessionStore, open_store
 
 from .async_facade import SyncFacade
 
+OTHER_TENANT = "acme"
+"""The non-default tenant every ``store`` test also runs with."""
+
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Modules with ``BOTH_APIS = True`` run their ``store`` tests on the async API too
-    (through ``SyncFacade``), except the tests named in ``SYNC_ONLY``."""
+    """Every ``store`` test runs for the default tenant and for ``OTHER_TENANT``; modules
+    with ``BOTH_APIS = True`` run their ``store`` tests on the async API too (through
+    ``SyncFacade``), except the tests named in ``SYNC_ONLY``.
+
+    To keep the run short, the async API runs with the non-default tenant only: the sync
+    API covers the default tenant, and both APIs cover a named one. Modules that look at
+    rows around the store (``DEFAULT_TENANT_ONLY = True``) run for the default tenant only.
+    """
     module = metafunc.module
-    if "api" not in metafunc.fixturenames or not getattr(module, "BOTH_APIS", False):
+    both = (
+        "api" in metafunc.fixturenames
+        and getattr(module, "BOTH_APIS", False)
+        and metafunc.function.__name__ not in getattr(module, "SYNC_ONLY", ())
+    )
+    if "tenant" not in metafunc.fixturenames or getattr(module, "DEFAULT_TENANT_ONLY", False):
+        if both:
+            metafunc.parametrize("api", ["sync", "async"])
         return
-    if metafunc.function.__name__ in getattr(module, "SYNC_ONLY", ()):
-        return
-    metafunc.parametrize("api", ["sync", "async"])
+    if both:
+        combos = [("sync", ""), ("sync", OTHER_TENANT), ("async", OTHER_TENANT)]
+        metafunc.parametrize(
+            ("api", "tenant"), combos, ids=[f"{a}-{t or 'default'}" for a, t in combos]
+        )
+    else:
+        metafunc.parametrize("tenant", ["", OTHER_TENANT], ids=["default", OTHER_TENANT])
 
 
 @pytest.fixture
@@ -32,9 +52,15 @@ def api() -> str:
 
 
 @pytest.fixture
-def store(backend, api) -> Iterator[Any]:
-    """A fresh store on the current backend, closed after the test."""
-    opened = open_store(backend.url, schema=backend.schema)
+def tenant() -> str:
+    """The tenant the ``store`` fixture is opened for (see ``pytest_generate_tests``)."""
+    return ""
+
+
+@pytest.fixture
+def store(backend, api, tenant) -> Iterator[Any]:
+    """A fresh store on the current backend for ``tenant``, closed after the test."""
+    opened = open_store(backend.url, schema=backend.schema, tenant=tenant)
     if api == "async":
         facade = SyncFacade(backend.url, backend.schema, opened)
         yield facade

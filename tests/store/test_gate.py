@@ -19,6 +19,8 @@ from session_sql._store.gate import ensure_schema
 from session_sql._store.schema import SCHEMA_VERSION, render_ddl, tables_for
 from session_sql.errors import SchemaMismatchError, SchemaVersionError, StoreError
 
+from ..legacy_schema import create_legacy_store
+
 WRITE_SQL = re.compile(r"^\s*(INSERT|UPDATE|DELETE|CREATE|DROP|ALTER)\b", re.IGNORECASE)
 
 
@@ -184,22 +186,27 @@ def test_other_schema_version_is_refused(backend, engine: Engine, version: str, 
     assert _meta_rows(engine, backend)["schema_version"] == version
 
 
-def test_a_version_1_database_is_refused(backend, engine: Engine):
-    """Version 1 had no ``sessions.incarnation``; its databases are refused, never written."""
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_earlier_release_database_is_refused(backend, engine: Engine, version: int):
+    """Version 2 (no tenants, no metadata) and version 1 (no ``sessions.incarnation`` either)
+    are refused, never written."""
 
-    def version_1(ddl: str) -> str:
+    def edit(ddl: str) -> str:
+        if version == 2:
+            return ddl
         lines = [line for line in ddl.splitlines() if "incarnation" not in line]
         return "\n".join(lines).replace("'schema_version', '2'", "'schema_version', '1'")
 
-    _run_ddl(engine, backend.schema, version_1)
+    create_legacy_store(engine, backend.schema, 2, edit)
     with recorded_writes(engine) as writes, pytest.raises(SchemaVersionError) as info:
         ensure_schema(engine, backend.schema)
-    assert info.value.actual == "1"
+    assert info.value.actual == str(version)
     assert "older" in str(info.value)
     assert writes == []
     with read_tx(engine) as conn:
-        columns = inspect(conn).get_columns("sessions", backend.table_schema)
-    assert "incarnation" not in {c["name"] for c in columns}
+        columns = {c["name"] for c in inspect(conn).get_columns("sessions", backend.table_schema)}
+    assert "tenant" not in columns
+    assert ("incarnation" in columns) == (version == 2)
 
 
 def test_unreadable_schema_version_is_refused(backend, engine: Engine):
@@ -345,11 +352,14 @@ def test_missing_constraints_and_view_are_mismatches(backend, engine: Engine):
         lambda ddl: (
             re.sub(r"CREATE VIEW .*?;\n", "", ddl, flags=re.DOTALL)
             .replace(
-                ", \n\tCONSTRAINT uq_surface_session_id_event_seq UNIQUE (session_id, event_seq)",
+                ", \n\tCONSTRAINT uq_surface_tenant_session_id_event_seq "
+                "UNIQUE (tenant, session_id, event_seq)",
                 "",
             )
             .replace(
-                ",\n\tCONSTRAINT uq_surface_session_id_event_seq UNIQUE (session_id, event_seq)", ""
+                ",\n\tCONSTRAINT uq_surface_tenant_session_id_event_seq "
+                "UNIQUE (tenant, session_id, event_seq)",
+                "",
             )
             .replace(
                 " ON DELETE CASCADE\n);\n\nCREATE INDEX ix_events_type",
@@ -359,11 +369,12 @@ def test_missing_constraints_and_view_are_mismatches(backend, engine: Engine):
     )
     error = _mismatch(engine, backend)
     assert set(error.differences) == {
-        "surface: missing unique constraint uq_surface_session_id_event_seq "
-        "(session_id, event_seq)",
-        "events: foreign key fk_events_session_id_sessions is "
-        "fk_events_session_id_sessions (session_id) -> sessions (id), expected "
-        "fk_events_session_id_sessions (session_id) -> sessions (id) ON DELETE CASCADE",
+        "surface: missing unique constraint uq_surface_tenant_session_id_event_seq "
+        "(tenant, session_id, event_seq)",
+        "events: foreign key fk_events_tenant_session_id_sessions is "
+        "fk_events_tenant_session_id_sessions (tenant, session_id) -> sessions (tenant, id), "
+        "expected fk_events_tenant_session_id_sessions (tenant, session_id) -> sessions "
+        "(tenant, id) ON DELETE CASCADE",
         "missing view surface_messages",
     }
 
@@ -371,12 +382,13 @@ def test_missing_constraints_and_view_are_mismatches(backend, engine: Engine):
 def test_every_difference_is_listed(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
     with write_tx(engine) as conn:
-        conn.exec_driver_sql(f"DROP INDEX {_qualified(backend, 'ix_sessions_parent_session')}")
+        index = _qualified(backend, "ix_sessions_tenant_parent_session")
+        conn.exec_driver_sql(f"DROP INDEX {index}")
         conn.exec_driver_sql(f"CREATE INDEX ix_mine ON {_qualified(backend, 'events')} (time)")
         conn.exec_driver_sql(f"ALTER TABLE {_qualified(backend, 'surface')} ADD COLUMN z TEXT")
     error = _mismatch(engine, backend)
     assert set(error.differences) == {
-        "sessions: missing index ix_sessions_parent_session (parent_session)",
+        "sessions: missing index ix_sessions_tenant_parent_session (tenant, parent_session)",
         "events: unexpected index ix_mine (time)",
         "surface: unexpected column z",
     }
@@ -395,9 +407,12 @@ _TAMPERING = {
     ),
     "deferrable foreign key": (
         lambda ddl: ddl.replace(
-            "(id) ON DELETE CASCADE", "(id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED", 1
+            "(tenant, id) ON DELETE CASCADE",
+            "(tenant, id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED",
+            1,
         ),
-        "events: foreign key fk_events_session_id_sessions is DEFERRABLE INITIALLY DEFERRED, "
+        "events: foreign key fk_events_tenant_session_id_sessions is DEFERRABLE INITIALLY "
+        "DEFERRED, "
         "expected NOT DEFERRABLE",
     ),
     "added check constraint": (

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import (
     Column,
     Engine,
-    ForeignKey,
+    ForeignKeyConstraint,
     Integer,
     MetaData,
     Table,
@@ -39,6 +39,9 @@ from session_sql._store.schema import tables_for
 from session_sql.orm import OrmModels, ReadModel, orm_models
 
 from .store_builders import begin_turn, dump_tables, end_turn, recorded, say, summarize, tool_turn
+
+# The ORM reads rows around the store, by key; tenants are covered by tests/store/test_tenants.
+DEFAULT_TENANT_ONLY = True
 
 
 @pytest.fixture
@@ -148,7 +151,7 @@ def test_session_events_and_surface_follow_seq_and_pos(store, user_engine) -> No
     m = models(store)
     with Session(user_engine) as db:
         for session_id in ("parent", "child"):
-            row = db.get_one(m.SessionRow, session_id)
+            row = db.get_one(m.SessionRow, ("", session_id))
             assert [e.seq for e in row.events] == list(range(row.head_seq + 1))
             assert all(e.session is row for e in row.events)
             nodes = row.surface
@@ -159,7 +162,7 @@ def test_session_events_and_surface_follow_seq_and_pos(store, user_engine) -> No
             assert all(n.event.surface_node is n and n.session is row for n in nodes)
         # The compaction: the summary took the first position; what it shadows is off the
         # surface but still in the log.
-        parent = db.get_one(m.SessionRow, "parent")
+        parent = db.get_one(m.SessionRow, ("", "parent"))
         assert parent.surface[0].event.seq == seqs["summary"]
         assert parent.replace_generation == 1
         shadowed = [e for e in parent.events if e.seq in (seqs["user"], seqs["reply"])]
@@ -177,7 +180,7 @@ def test_surface_events_project_to_the_stored_messages(store, user_engine) -> No
     build(store)
     m = models(store)
     with Session(user_engine) as db:
-        row = db.get_one(m.SessionRow, "parent")
+        row = db.get_one(m.SessionRow, ("", "parent"))
         projected = [
             n.event.data if n.event.type == "user/message" else n.event.data["message"]
             for n in row.surface
@@ -264,7 +267,7 @@ def test_the_default_classes_work_on_either_backend_with_a_schema_translate_map(
     build(store)
     mapped = user_engine.execution_options(schema_translate_map={"session_sql": store.schema})
     with Session(mapped) as db:
-        row = db.get_one(orm.SessionRow, "parent")
+        row = db.get_one(orm.SessionRow, ("", "parent"))
         assert tuple(n.event.seq for n in row.surface) == tuple(store.surface("parent"))
 
 
@@ -304,7 +307,7 @@ def test_an_existing_app_joins_its_own_tables_and_keeps_writing_them(
         ]
         # A flush that mixes the app's rows with a change to a read model is refused whole.
         db.add(Note(session_id="parent", text="lost"))
-        db.get_one(m.SessionRow, "parent").header = {}
+        db.get_one(m.SessionRow, ("", "parent")).header = {}
         with recorded(user_engine) as rec, pytest.raises(ReadOnlyError):
             db.commit()
         assert rec.writes == []  # refused before the flush began: not even the app's row
@@ -336,7 +339,7 @@ def test_a_read_model_changed_during_the_flush_is_still_refused(store, user_engi
     m = models(store)
     before = dump_tables(store)
     with Session(user_engine) as db, recorded(user_engine) as rec:
-        row = db.get_one(m.SessionRow, "parent")
+        row = db.get_one(m.SessionRow, ("", "parent"))
 
         def late_change(session: Session, context: Any, instances: Any) -> None:
             row.head_seq = 0  # an app listener changing a read model inside the flush
@@ -355,19 +358,21 @@ def test_an_app_table_with_a_foreign_key_to_sessions(store, user_engine, backend
     m = models(store)
     sessions = tables_for(store.schema).sessions
     md = MetaData(schema=backend.table_schema)
+    # Session ids are unique per tenant: a foreign key names both.
     runs = Table(
         "app_runs",
         md,
         Column("id", Integer, primary_key=True),
-        Column("session_id", Text, ForeignKey(sessions.c.id)),
+        Column("tenant", Text, nullable=False),
+        Column("session_id", Text),
+        ForeignKeyConstraint(["tenant", "session_id"], [sessions.c.tenant, sessions.c.id]),
     )
     md.create_all(user_engine)
     with user_engine.begin() as conn:
-        conn.execute(insert(runs), [{"id": 1, "session_id": "child"}])
+        conn.execute(insert(runs), [{"id": 1, "tenant": "", "session_id": "child"}])
     with Session(user_engine) as db:
-        found = db.scalars(
-            select(m.SessionRow).join(runs, runs.c.session_id == m.SessionRow.id)
-        ).all()
+        on_row = (runs.c.tenant == m.SessionRow.tenant) & (runs.c.session_id == m.SessionRow.id)
+        found = db.scalars(select(m.SessionRow).join(runs, on_row)).all()
         assert [r.id for r in found] == ["child"]
 
 
@@ -392,32 +397,32 @@ CHANGES: dict[str, tuple[str, str, Change]] = {
     "edit event data": (
         "update",
         "Event",
-        lambda db, m: setattr(db.get_one(m.Event, ("parent", 0)), "data", {"turn": 7}),
+        lambda db, m: setattr(db.get_one(m.Event, ("", "parent", 0)), "data", {"turn": 7}),
     ),
     "edit a session row": (
         "update",
         "SessionRow",
-        lambda db, m: setattr(db.get_one(m.SessionRow, "parent"), "head_seq", 0),
+        lambda db, m: setattr(db.get_one(m.SessionRow, ("", "parent")), "head_seq", 0),
     ),
     "move a surface node": (
         "update",
         "SurfaceNode",
-        lambda db, m: setattr(db.get_one(m.SessionRow, "parent").surface[0], "event_seq", 0),
+        lambda db, m: setattr(db.get_one(m.SessionRow, ("", "parent")).surface[0], "event_seq", 0),
     ),
     "delete an event": (
         "delete",
         "Event",
-        lambda db, m: db.delete(db.get_one(m.Event, ("parent", 0))),
+        lambda db, m: db.delete(db.get_one(m.Event, ("", "parent", 0))),
     ),
     "delete a session": (
         "delete",
         "SessionRow",
-        lambda db, m: db.delete(db.get_one(m.SessionRow, "child")),
+        lambda db, m: db.delete(db.get_one(m.SessionRow, ("", "child"))),
     ),
     "delete a surface node": (
         "delete",
         "SurfaceNode",
-        lambda db, m: db.delete(db.get_one(m.SessionRow, "parent").surface[-1]),
+        lambda db, m: db.delete(db.get_one(m.SessionRow, ("", "parent")).surface[-1]),
     ),
 }
 
@@ -441,7 +446,10 @@ def test_flushing_a_change_is_refused_before_any_sql(store, user_engine, change,
         assert rec.writes == []
         db.rollback()
         # After the rollback the session reads the database as it is, and can go on.
-        assert db.get_one(m.SessionRow, "parent").head_seq == store.open_session("parent").seq - 1
+        assert (
+            db.get_one(m.SessionRow, ("", "parent")).head_seq
+            == store.open_session("parent").seq - 1
+        )
     assert (info.value.operation, info.value.entity) == (operation, entity)
     assert isinstance(info.value, SessionSQLError) and isinstance(info.value, TypeError)
     assert "read-only" in str(info.value)
@@ -478,7 +486,7 @@ def test_changing_a_relationship_collection_writes_nothing(store, user_engine) -
     m = models(store)
     before = dump_tables(store)
     with Session(user_engine) as db, recorded(user_engine) as rec:
-        row = db.get_one(m.SessionRow, "parent")
+        row = db.get_one(m.SessionRow, ("", "parent"))
         row.events.pop()
         row.events.append(_new_event(m))
         row.surface.clear()
@@ -486,7 +494,7 @@ def test_changing_a_relationship_collection_writes_nothing(store, user_engine) -
         assert rec.writes == []
     assert dump_tables(store) == before
     with Session(user_engine) as db:
-        row = db.get_one(m.SessionRow, "parent")
+        row = db.get_one(m.SessionRow, ("", "parent"))
         assert len(row.events) == store.open_session("parent").seq
 
 
@@ -494,12 +502,12 @@ def test_reading_is_not_refused_and_the_app_session_stays_usable(store, user_eng
     build(store)
     m = models(store)
     with Session(user_engine) as db:
-        row = db.get_one(m.SessionRow, "parent")
+        row = db.get_one(m.SessionRow, ("", "parent"))
         row.head_seq = row.head_seq  # set to the same value: no net change, nothing to refuse
         db.commit()
         db.refresh(row)
         assert row.id == "parent"
-        assert repr(row) == "SessionRow(id='parent')"
+        assert repr(row) == "SessionRow(tenant='', id='parent')"
 
 
 # -- several schemas -------------------------------------------------------------------------
@@ -539,7 +547,7 @@ def test_two_schemas_in_one_process(two_postgres_stores, postgres_admin) -> None
             "parent",
         ]
         assert db.scalars(select(b.SessionRow.id)).all() == ["elsewhere"]
-        assert [e.type for e in db.get_one(b.SessionRow, "elsewhere").events] == []
+        assert [e.type for e in db.get_one(b.SessionRow, ("", "elsewhere")).events] == []
         # One query across both schemas: events per session, side by side.
         counts = db.execute(
             select(a.SessionRow.id, b.SessionRow.id, func.count(a.Event.seq))
@@ -552,7 +560,7 @@ def test_two_schemas_in_one_process(two_postgres_stores, postgres_admin) -> None
             ("child", "elsewhere", store.open_session("child").seq),
             ("parent", "elsewhere", store.open_session("parent").seq),
         ]
-        other = db.get_one(b.SessionRow, "elsewhere")
+        other = db.get_one(b.SessionRow, ("", "elsewhere"))
         other.head_seq = 5
         with pytest.raises(ReadOnlyError):
             db.flush()

@@ -75,14 +75,18 @@ def test_render_ddl_mentions_every_object():
         "CREATE TABLE session_sql.sessions",
         "CREATE TABLE session_sql.events",
         "CREATE TABLE session_sql.surface",
-        "CREATE INDEX ix_sessions_updated_at_id ON session_sql.sessions (updated_at, id)",
-        "CREATE INDEX ix_sessions_parent_session",
+        "CREATE INDEX ix_sessions_tenant_updated_at_id ON session_sql.sessions "
+        "(tenant, updated_at, id)",
+        "CREATE INDEX ix_sessions_tenant_user_id_updated_at_id ON session_sql.sessions "
+        "(tenant, user_id, updated_at, id)",
+        "CREATE INDEX ix_sessions_tenant_parent_session",
         "CREATE INDEX ix_events_type",
         "CREATE VIEW session_sql.surface_messages",
         "data JSONB NOT NULL",
         "header JSON NOT NULL",
         "ON DELETE CASCADE",
-        "uq_surface_session_id_event_seq UNIQUE (session_id, event_seq)",
+        "uq_surface_tenant_session_id_event_seq UNIQUE (tenant, session_id, event_seq)",
+        "labels JSONB DEFAULT '{}' NOT NULL",
     ):
         assert name in ddl
     # JSON columns have TEXT affinity on SQLite (a JSON-declared column would turn 1.0 into 1).
@@ -104,8 +108,8 @@ def test_metadata_is_cached_per_schema_and_named():
     assert tables.events.fullname == "a.events"
     names = {c.name for t in tables.base_tables for c in t.constraints}
     assert {"pk_sessions", "pk_events", "pk_surface", "pk_session_sql_meta"} <= names
-    assert "fk_events_session_id_sessions" in names
-    assert "fk_surface_session_id_event_seq_events" in names
+    assert "fk_events_tenant_session_id_sessions" in names
+    assert "fk_surface_tenant_session_id_event_seq_events" in names
     # translate_errors maps driver errors by these names.
     assert tables.sessions.primary_key.name == engine_mod._PK_SESSIONS
     assert tables.events.primary_key.name == engine_mod._PK_EVENTS
@@ -117,6 +121,8 @@ def test_not_null_everywhere_except_the_optional_columns():
     }
     assert nullable == {
         "sessions.parent_session",
+        "sessions.user_id",
+        "sessions.title",
         "events.source_event_seqs",
         "events.surface_op",
         "events.ignorable",

@@ -149,7 +149,7 @@ def test_fork_of_a_closed_log_is_the_parent_plus_the_marker(store):
     child = store.fork_session("p", child_id="c")
     after = dump_tables(store)
     for table, rows in before.items():  # only the child's rows were added
-        assert [r for r in after[table] if r[0] != "c"] == rows
+        assert [r for r in after[table] if r[1] != "c"] == rows
     stored = wires(store.events("c"))
     assert stored[:-1] == wires(parent.events)
     assert stored[-1]["type"] == "session/end-seed"
@@ -253,7 +253,7 @@ def test_delete_cascades_to_events_and_surface_only_of_that_session(store):
     store.create_session("gone", seed=tool_turn_log(2))
     child = store.fork_session("gone", child_id="child")
     kept_rows = {
-        table: [r for r in rows if r[0] != "gone"] for table, rows in dump_tables(store).items()
+        table: [r for r in rows if r[1] != "gone"] for table, rows in dump_tables(store).items()
     }
     store.delete_session("gone")
     assert dump_tables(store) == kept_rows

@@ -29,6 +29,10 @@ from .store_workers import (
     write_session,
 )
 
+# Worker processes open their own stores for the default tenant; tenants are covered by
+# tests/store/test_tenants.py.
+DEFAULT_TENANT_ONLY = True
+
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 4
 PER_WORKER = 25

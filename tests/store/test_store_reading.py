@@ -164,7 +164,7 @@ def test_messages_and_surface_never_replay_the_log(store, backend):
         else:
             for line in sqlite_events_access(store, statement, params):
                 assert line.startswith("SEARCH events USING"), line
-                assert "(session_id=? AND seq=?)" in line, line
+                assert "(tenant=? AND session_id=? AND seq=?)" in line, line
     if backend.name == "sqlite":  # the work done does not grow with the log
         assert cost["big"]["vm"] <= cost["small"]["vm"] * 1.2
 

@@ -99,7 +99,12 @@ def test_an_appending_removal_is_refused_and_writes_nothing(store: SessionStore)
 def test_verify_catches_a_removed_node_left_in_the_table(store: SessionStore) -> None:
     handle = four(store)
     remove(handle, 1, 1, [1])
-    execute(store, insert(tables(store).surface).values(session_id="s1", pos=1, event_seq=1))
+    execute(
+        store,
+        insert(tables(store).surface).values(
+            tenant=store.tenant, session_id="s1", pos=1, event_seq=1
+        ),
+    )
     report = store.verify("s1")
     assert not report.ok
 

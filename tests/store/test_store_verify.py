@@ -102,7 +102,7 @@ def _drop_surface_row(store: SessionStore, sid: str) -> None:
 
 def _add_surface_row(store: SessionStore, sid: str) -> None:
     sf = tables(store).surface
-    execute(store, insert(sf).values(session_id=sid, pos=50, event_seq=1))
+    execute(store, insert(sf).values(tenant=store.tenant, session_id=sid, pos=50, event_seq=1))
 
 
 def _session_column(column: str, delta: int) -> Edit:
@@ -207,7 +207,9 @@ def _insert_event(store: SessionStore, seq: int, type_: str, **extra: Any) -> No
     t = tables(store)
     execute(
         store,
-        insert(t.events).values(session_id="s1", seq=seq, type=type_, time=1, data={}, **extra),
+        insert(t.events).values(
+            tenant=store.tenant, session_id="s1", seq=seq, type=type_, time=1, data={}, **extra
+        ),
         update(t.sessions).where(t.sessions.c.id == "s1").values(head_seq=seq),
     )
 

@@ -1,0 +1,130 @@
+"""Tenants and session metadata (SPEC §11.4): what a valid tenant, user id, title and labels are.
+
+Checked at the API before any transaction starts, so a bad value writes nothing. Every value
+must be text the database can store and compare: printable characters (no NUL, no lone
+surrogates), bounded in length. Label names are restricted further, to characters that need no
+quoting in a JSON path on any backend.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from session_sql.errors import ConfigurationError, InvalidArgumentError
+
+__all__ = [
+    "MAX_LABELS",
+    "MAX_TENANT_LENGTH",
+    "UNSET",
+    "Metadata",
+    "check_labels",
+    "check_tenant",
+    "check_title",
+    "check_user_id",
+]
+
+MAX_TENANT_LENGTH = 128
+MAX_USER_ID_LENGTH = 256
+MAX_TITLE_LENGTH = 1000
+MAX_LABEL_VALUE_LENGTH = 1000
+MAX_LABELS = 64
+_LABEL_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,128}\Z")
+
+
+class _Unset:
+    """The type of ``UNSET``: "leave this as it is" in ``update_session``."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()
+
+
+class Metadata(NamedTuple):
+    """A session's metadata as stored in its row."""
+
+    user_id: str | None = None
+    title: str | None = None
+    labels: Mapping[str, str] = {}
+
+
+def _printable(value: str, *, minimum: int, maximum: int) -> bool:
+    return minimum <= len(value) <= maximum and value.isprintable()
+
+
+def check_tenant(tenant: object) -> str:
+    """A store's tenant: ``None`` or ``""`` (the default tenant), or 1–128 printable characters."""
+    if tenant is None:
+        return ""
+    if type(tenant) is not str or not _printable(tenant, minimum=0, maximum=MAX_TENANT_LENGTH):
+        raise ConfigurationError(
+            f"tenant must be a string of at most {MAX_TENANT_LENGTH} printable characters "
+            f'("" or None: the default tenant), not {tenant!r}',
+            option="tenant",
+        )
+    return tenant
+
+
+def check_user_id(user_id: object, *, argument: str = "user_id") -> str | None:
+    """``None`` or 1–256 printable characters; ``InvalidArgumentError`` otherwise."""
+    if user_id is None:
+        return None
+    if type(user_id) is not str or not _printable(user_id, minimum=1, maximum=MAX_USER_ID_LENGTH):
+        raise InvalidArgumentError(
+            f"{argument} must be None or 1–{MAX_USER_ID_LENGTH} printable characters, "
+            f"not {user_id!r}",
+            argument=argument,
+        )
+    return user_id
+
+
+def check_title(title: object) -> str | None:
+    """``None`` or at most 1000 printable characters; ``InvalidArgumentError`` otherwise."""
+    if title is None:
+        return None
+    if type(title) is not str or not _printable(title, minimum=0, maximum=MAX_TITLE_LENGTH):
+        raise InvalidArgumentError(
+            f"title must be None or at most {MAX_TITLE_LENGTH} printable characters, not {title!r}",
+            argument="title",
+        )
+    return title
+
+
+def check_labels(labels: object, argument: str) -> dict[str, str]:
+    """``None`` (no labels) or a mapping of label name -> value, both strings.
+
+    Names: 1–128 characters from ``A-Z a-z 0-9 _ . : / -``; values: at most 1000 printable
+    characters; at most 64 labels. ``InvalidArgumentError`` naming ``argument`` otherwise.
+    """
+    if labels is None:
+        return {}
+    if not isinstance(labels, Mapping):
+        raise InvalidArgumentError(
+            f"{argument} must be a mapping of str to str (or None), not {labels!r}",
+            argument=argument,
+        )
+    if len(labels) > MAX_LABELS:
+        raise InvalidArgumentError(
+            f"{argument}: at most {MAX_LABELS} labels, got {len(labels)}", argument=argument
+        )
+    checked: dict[str, str] = {}
+    for name, value in labels.items():
+        if type(name) is not str or _LABEL_NAME.match(name) is None:
+            raise InvalidArgumentError(
+                f"{argument}: label name {name!r} must be 1–128 characters from "
+                "A-Z a-z 0-9 _ . : / -",
+                argument=argument,
+            )
+        if type(value) is not str or not _printable(
+            value, minimum=0, maximum=MAX_LABEL_VALUE_LENGTH
+        ):
+            raise InvalidArgumentError(
+                f"{argument}: label {name!r} must have a string value of at most "
+                f"{MAX_LABEL_VALUE_LENGTH} printable characters, not {value!r}",
+                argument=argument,
+            )
+        checked[name] = value
+    return checked
