@@ -235,11 +235,10 @@ DIGEST_MODULUS = 1 << 63
 
 
 def _mix(a: int, b: int) -> int:
-    """A 64-bit mix of two ints (splitmix64's finaliser): any change to either moves it."""
-    x = (a * 0x9E3779B97F4A7C15 + b * 0xC2B2AE3D27D4EB4F + 0x165667B19E3779F9) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
+    """A 64-bit mix of two ints (a multiply-xorshift finaliser): any change to either moves it."""
+    x = (a * 0x9E3779B97F4A7C15 ^ b * 0xC2B2AE3D27D4EB4F ^ 0x165667B19E3779F9) & _MASK64
+    x = ((x ^ (x >> 32)) * 0xD6E8FEB86659FD93) & _MASK64
+    return x ^ (x >> 32)
 
 
 def node_digest(pos: int, seq: int) -> int:

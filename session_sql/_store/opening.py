@@ -32,7 +32,7 @@ from session_sql.errors import (
 )
 from session_sql.events import SessionEvent
 from session_sql.session import check_logged
-from session_sql.surface import Replay, Surface, node_digest, surface_digest
+from session_sql.surface import Replay, Surface
 
 
 class Opened(NamedTuple):
@@ -86,14 +86,13 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
             known[seq] = tuple(node[1:])
         positions.append(pos)
         seqs.append(seq)
-    row_sum = sum(node_digest(p, s) for p, s in zip(positions, seqs, strict=True))
-    if surface_digest(row_sum, row.surface_next_pos, row.replace_generation) != row.surface_digest:
+    state = Replay(Surface(seqs, row.replace_generation), positions, row.surface_next_pos, head + 1)
+    if state.digest != row.surface_digest:
         raise _corrupt(
             session_id,
             "the surface table, surface_next_pos or replace_generation disagrees with "
             f"surface_digest {row.surface_digest}",
         )
-    state = Replay(Surface(seqs, row.replace_generation), positions, row.surface_next_pos, head + 1)
     return Opened(row, state, known)
 
 

@@ -650,4 +650,5 @@ def test_the_digest_moves_with_any_row_or_counter() -> None:
         digest(share(0, 3) + share(1, 5), 2, 1),  # replace_generation
     }
     assert base not in others and len(others) == 5
+    assert share(0, 0) != 0  # a first event on the surface counts too
     assert all(0 <= d < 2**63 for d in (*others, base))
