@@ -40,16 +40,16 @@ class Opened(NamedTuple):
 
     row: Any
     state: Replay
-    known: dict[int, Any]
-    """The head event (checked) and the surface's event rows (checked on first use), by seq."""
+    known: dict[int, SessionEvent]
+    """The surface's events and the head event, checked, by seq."""
 
 
 def read_open(ctx: StoreContext, session_id: str) -> Opened:
     """Read (one snapshot) and check what a write handle needs; ``CorruptSessionError`` when
     the reads disagree with the session row, ``SessionNotFoundError`` when there is no row.
 
-    The surface's events are fetched but parsed and checked only when first used (a message
-    read, the tool/result rule): that is most of an open's time on a long surface.
+    Every event it reads is checked as a load checks it (envelope, catalog gate, data rules):
+    a handle never writes on top of an event this build would refuse.
     """
     st = ctx.statements
     params = {"b_id": session_id}
@@ -63,7 +63,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
             st.events_page, {**params, "b_after": row.head_seq - 1, "b_to": MAX_SEQ, "b_limit": 2}
         ).all()
     head = row.head_seq
-    known: dict[int, Any] = {}
+    known: dict[int, SessionEvent] = {}
     if head >= 0:
         if not ends or ends[0].seq != head:
             raise _corrupt(session_id, f"the event at head_seq {head} is missing", seq=head)
@@ -83,7 +83,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
         if type_ not in NODE_TYPES:
             raise _corrupt(session_id, f"a {type_} event is on the surface", seq=seq)
         if seq != head:
-            known[seq] = tuple(node[1:])
+            known[seq] = checked_event(ctx, session_id, node[1:])
         positions.append(pos)
         seqs.append(seq)
     state = Replay(Surface(seqs, row.replace_generation), positions, row.surface_next_pos, head + 1)
@@ -147,33 +147,30 @@ def read_log(
 class StoredLog:
     """A write handle's log: what ``open_session`` read, the rest read on first use.
 
-    Holds the stored length at open, what was read then (the head event, and the surface's
-    event rows, which ``parse`` turns into checked events on first use), and the events
-    appended or refreshed since. Any access to another stored event reads every stored event
-    once (``read``); the events already held keep their identity. Only what a session does
-    with its log is supported (``EventLog``).
+    Holds the stored length at open, the events read then (the surface's and the head), and
+    the events appended or refreshed since. Any access to another stored event reads every
+    stored event once (``read``); the events already held keep their identity. Only what a
+    session does with its log is supported (``EventLog``).
     """
 
-    __slots__ = ("_known", "_new", "_read", "fetch", "parse", "session_id", "stored")
+    __slots__ = ("_known", "_new", "_read", "fetch", "session_id", "stored")
 
     def __init__(
         self,
         session_id: str,
         stored: int,
-        known: dict[int, Any],
+        known: dict[int, SessionEvent],
         fetch: Callable[[int], list[SessionEvent]],
-        parse: Callable[[Any], SessionEvent],
     ) -> None:
         self.session_id = session_id
         self.stored = stored
-        self.parse = parse
         self._known = known
         self._read: list[SessionEvent] | None = None
         self._new: list[SessionEvent] = []
         self.fetch = fetch
         """Reads stored events ``0..count-1``; the async handle swaps in its own way."""
         if len(known) == stored:
-            self.adopt([self._event(seq) for seq in range(stored)])
+            self.adopt([known[seq] for seq in range(stored)])
 
     @property
     def is_read(self) -> bool:
@@ -185,8 +182,6 @@ class StoredLog:
         if len(events) != self.stored:
             raise ValueError(f"expected {self.stored} stored events, got {len(events)}")
         for seq, event in self._known.items():
-            if not isinstance(event, SessionEvent):
-                continue  # never used: the event just read serves
             if events[seq] != event:
                 raise CorruptSessionError(
                     f"session {self.session_id!r}: stored event seq {seq} changed since the "
@@ -222,14 +217,8 @@ class StoredLog:
             return self._new[index - self.stored]
         if self._read is not None:
             return self._read[index]
-        return self._event(index) if index in self._known else self.read()[index]
-
-    def _event(self, seq: int) -> SessionEvent:
-        """A known stored event, parsed and checked on first use."""
-        event = self._known[seq]
-        if not isinstance(event, SessionEvent):
-            event = self._known[seq] = self.parse(event)
-        return event
+        event = self._known.get(index)
+        return self.read()[index] if event is None else event
 
     def __iter__(self) -> Iterator[SessionEvent]:
         for i in range(len(self)):

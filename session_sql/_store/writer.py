@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 from session_sql._store import fastpath
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, translate_errors
-from session_sql._store.opening import StoredLog, checked_event, read_log, read_open
+from session_sql._store.opening import StoredLog, read_log, read_open
 from session_sql._store.rows import event_from_row, frozen_header, stored_problems
 from session_sql.errors import (
     ConcurrencyError,
@@ -78,8 +78,7 @@ class StoredSession(Session):
         header = frozen_header(session_id, row.header)
         incarnation = row.incarnation
         fetch = functools.partial(read_log, ctx, session_id, incarnation)
-        parse = functools.partial(checked_event, ctx, session_id)
-        log = StoredLog(session_id, state.length, known, fetch, parse)
+        log = StoredLog(session_id, state.length, known, fetch)
         session = cls._bare(ctx.catalog, ctx.clock, ctx.max_event_bytes)
         assert isinstance(session, StoredSession)
         session._adopt(header, log, state, row.inherited_event_count)
