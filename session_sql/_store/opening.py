@@ -80,7 +80,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
                 f"surface row (pos {pos}, seq {seq}) lies past the session row's "
                 f"head_seq {head} or surface_next_pos {row.surface_next_pos}",
             )
-        if type_ not in NODE_TYPES:
+        if type_ not in NODE_TYPES and type_ not in ctx.catalog.item_types:
             raise _corrupt(session_id, f"a {type_} event is on the surface", seq=seq)
         if seq != head:
             known[seq] = checked_event(ctx, session_id, node[1:])

@@ -55,3 +55,14 @@ def test_a_store_whose_catalog_lacks_the_item_type_refuses_clearly(
             plain.messages("s1")
         with pytest.raises(SessionFormatUnsupportedError, match="vendor/item"):
             plain.load_session("s1")
+
+
+def test_open_session_takes_item_events_on_the_surface(item_store: SessionStore) -> None:
+    """The cheap open reads the surface's events itself: item types are surface events too."""
+    handle = item_store.create_session("s1")
+    say(handle, "hi")
+    handle.append("vendor/item", {"n": 0}, surface_op="append")
+    reopened = item_store.open_session("s1")
+    reopened.append("vendor/item", {"n": 1}, surface_op="append")
+    assert item_store.messages("s1", last=2) == [{"n": 0}, {"n": 1}]
+    assert item_store.verify("s1").ok
