@@ -67,4 +67,18 @@ CREATE TABLE session_sql.surface (
 CREATE VIEW session_sql.surface_messages AS SELECT session_sql.surface.tenant, session_sql.surface.session_id, session_sql.surface.pos, session_sql.events.seq, session_sql.events.type, session_sql.events.time, session_sql.events.data
 FROM session_sql.surface JOIN session_sql.events ON session_sql.surface.tenant = session_sql.events.tenant AND session_sql.surface.session_id = session_sql.events.session_id AND session_sql.surface.event_seq = session_sql.events.seq;
 
+ALTER TABLE session_sql.sessions ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_isolation ON session_sql.sessions USING (tenant = current_setting('session_sql.tenant', true)) WITH CHECK (tenant = current_setting('session_sql.tenant', true));
+
+ALTER TABLE session_sql.events ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_isolation ON session_sql.events USING (tenant = current_setting('session_sql.tenant', true)) WITH CHECK (tenant = current_setting('session_sql.tenant', true));
+
+ALTER TABLE session_sql.surface ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY tenant_isolation ON session_sql.surface USING (tenant = current_setting('session_sql.tenant', true)) WITH CHECK (tenant = current_setting('session_sql.tenant', true));
+
+ALTER VIEW session_sql.surface_messages SET (security_invoker = true);
+
 INSERT INTO session_sql.session_sql_meta (key, value) VALUES ('schema_version', '3'), ('application', 'session_sql');

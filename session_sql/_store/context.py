@@ -21,7 +21,7 @@ from sqlalchemy.engine import Dialect
 
 from session_sql._store.engine import is_sqlite
 from session_sql._store.rows import event_columns
-from session_sql._store.schema import SchemaTables
+from session_sql._store.schema import TENANT_SETTING, SchemaTables
 from session_sql.catalog import Catalog
 from session_sql.session import Clock
 
@@ -79,6 +79,10 @@ class Statements:
         self.insert_event = upsert(e).on_conflict_do_nothing()
         self.insert_node = upsert(sf).on_conflict_do_nothing()
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
+        # SET LOCAL of the tenant setting that row-level security reads (PostgreSQL).
+        self.set_tenant = select(
+            func.set_config(bindparam("b_setting", TENANT_SETTING), tn, true())
+        )
         self.session_row = select(
             s.c.head_seq,
             s.c.surface_next_pos,
@@ -244,6 +248,7 @@ class CompiledStatements:
         self.drop_node = Compiled(st.drop_node, dialect)
         self.retarget_node = Compiled(st.retarget_node, dialect)
         self.notify = Compiled(st.notify, dialect)
+        self.set_tenant = Compiled(st.set_tenant, dialect)
         self.surface_tail = Compiled(st.surface_tail, dialect)
 
 

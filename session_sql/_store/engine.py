@@ -58,6 +58,7 @@ __all__ = [
     "make_engine",
     "pipeline",
     "read_tx",
+    "scope_transactions",
     "sqlite_pragmas",
     "snapshot_tx",
     "target_schema",
@@ -345,6 +346,30 @@ def _postgresql_engine(
 
     event.listen(engine, "connect", on_connect)
     return engine
+
+
+SET_TENANT: Final = "SELECT set_config('session_sql.tenant', %s, true)"
+"""``SET LOCAL session_sql.tenant`` with a bound value (what row-level security reads)."""
+
+
+def scope_transactions(engine: Engine, tenant: str) -> None:
+    """Set the tenant setting at the start of every transaction on ``engine`` (PostgreSQL).
+
+    The setting is transaction-local (``set_config(..., true)``), so it never outlives the
+    transaction on a pooled connection. It is sent in one pipeline with psycopg's ``BEGIN``:
+    no round trip is added to a transaction. The fast path sets it in its own pipeline.
+    """
+    if is_sqlite(engine):
+        return
+
+    def on_begin(conn: Connection) -> None:
+        driver = conn.connection.driver_connection
+        with pipeline(driver):
+            done = driver.execute(SET_TENANT, (tenant,))  # type: ignore[union-attr]
+            if isinstance(driver, psycopg.AsyncConnection):
+                await_(done)
+
+    event.listen(engine, "begin", on_begin)
 
 
 @contextmanager

@@ -86,6 +86,12 @@ class AppendPart(NamedTuple):
     head: int
 
 
+def _tenant_params(ctx: StoreContext) -> Any:
+    """The parameters of ``set_tenant``: this store's tenant."""
+    c = ctx.compiled.set_tenant
+    return c.bind({**c.defaults, "b_tenant": ctx.tenant})
+
+
 def append(
     ctx: StoreContext,
     session_id: str,
@@ -136,6 +142,10 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         begin_raw_write(ctx.engine, cur)
         try:
             with nullcontext() if ctx.sqlite else pipeline(raw.driver_connection):
+                if not ctx.sqlite:
+                    # SET LOCAL of the tenant (row-level security), in the same pipeline:
+                    # the first statement of the transaction, no round trip of its own.
+                    cur.execute(c.set_tenant.sql, _tenant_params(ctx))
                 for p, args, ops in planned:
                     head_cur = raw.cursor()
                     head_curs.append(head_cur)
@@ -252,6 +262,11 @@ def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) ->
     raw = ctx.engine.raw_connection()
     try:
         cur = raw.cursor()
+        if not ctx.sqlite:
+            # The tenant setting first, in one pipeline with psycopg's BEGIN (the read's
+            # rows are then fetched outside the pipeline, as the async adapter needs).
+            with pipeline(raw.driver_connection):
+                raw.cursor().execute(ctx.compiled.set_tenant.sql, _tenant_params(ctx))
         cur.execute(c.sql, c.bind(params))
         return list(cur.fetchall())
     finally:

@@ -14,7 +14,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import CheckConstraint, Connection, Engine, UniqueConstraint, inspect, select
+from sqlalchemy import (
+    CheckConstraint,
+    Connection,
+    Engine,
+    UniqueConstraint,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.engine import Dialect, Inspector
 from sqlalchemy.engine.interfaces import ReflectedColumn
 from sqlalchemy.engine.reflection import ObjectKind
@@ -32,6 +40,7 @@ from session_sql._store.engine import (
 from session_sql._store.schema import (
     APPLICATION,
     SCHEMA_VERSION,
+    TENANT_POLICY,
     SchemaTables,
     create_all,
     tables_for,
@@ -118,6 +127,8 @@ def _check(conn: Connection, insp: Inspector, tables: SchemaTables, label: str) 
     )
     _check_version(conn, insp, columns, tables, label)
     differences = _differences(insp, columns, tables, conn.dialect)
+    if conn.dialect.name == "postgresql":
+        differences += _row_security_differences(conn, tables)
     if differences:
         listing = "".join(f"\n  - {d}" for d in differences)
         raise SchemaMismatchError(
@@ -299,6 +310,30 @@ def _differences(
             )
             if live_body != expected_body:
                 out.append(f"view {view.name}: its definition differs from this build's")
+    return out
+
+
+def _row_security_differences(conn: Connection, tables: SchemaTables) -> list[str]:
+    """PostgreSQL: row-level security is on for the three tables, each with its tenant policy
+    (policies an administrator added beside it are allowed)."""
+    names = [t.name for t in (tables.sessions, tables.events, tables.surface)]
+    query = text(
+        "SELECT c.relname, c.relrowsecurity, EXISTS (SELECT 1 FROM pg_policy p "
+        "WHERE p.polrelid = c.oid AND p.polname = :policy) AS has_policy "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = :schema AND c.relname = ANY(:names)"
+    )
+    params = {"policy": TENANT_POLICY, "schema": tables.metadata.schema, "names": names}
+    found = {row.relname: row for row in conn.execute(query, params)}
+    out: list[str] = []
+    for name in names:
+        row = found.get(name)
+        if row is None:
+            continue  # a missing table is reported already
+        if not row.relrowsecurity:
+            out.append(f"{name}: row-level security is not enabled")
+        if not row.has_policy:
+            out.append(f"{name}: missing row-level security policy {TENANT_POLICY}")
     return out
 
 

@@ -52,11 +52,14 @@ __all__ = [
     "NAMING_CONVENTION",
     "SCHEMA_VERSION",
     "JSONText",
+    "TENANT_POLICY",
+    "TENANT_SETTING",
     "SchemaTables",
     "create_all",
     "meta_rows",
     "metadata_for",
     "render_ddl",
+    "row_security_ddl",
     "tables_for",
 ]
 
@@ -273,6 +276,32 @@ def _ddl_elements(tables: SchemaTables) -> list[ExecutableDDLElement]:
     return elements
 
 
+TENANT_SETTING = "session_sql.tenant"
+"""The PostgreSQL setting the store sets (``SET LOCAL``) in each transaction to its tenant."""
+
+TENANT_POLICY = "tenant_isolation"
+"""The row-level security policy on ``sessions``, ``events`` and ``surface`` (PostgreSQL)."""
+
+
+def row_security_ddl(tables: SchemaTables, dialect: Dialect) -> list[str]:
+    """PostgreSQL's row-level security: each of the three tables keeps a role that is not its
+    owner to the rows of the tenant named by ``TENANT_SETTING``, for reading and writing.
+
+    The view runs with the caller's rights (``security_invoker``, PostgreSQL 15), so it is
+    filtered the same way. Identifiers are quoted by the dialect; there are no values.
+    """
+    prep = dialect.identifier_preparer
+    rule = f"tenant = current_setting('{TENANT_SETTING}', true)"
+    out: list[str] = []
+    for table in (tables.sessions, tables.events, tables.surface):
+        name = prep.format_table(table)
+        out.append(f"ALTER TABLE {name} ENABLE ROW LEVEL SECURITY")
+        out.append(f"CREATE POLICY {TENANT_POLICY} ON {name} USING ({rule}) WITH CHECK ({rule})")
+    view = prep.format_table(tables.surface_messages)
+    out.append(f"ALTER VIEW {view} SET (security_invoker = true)")
+    return out
+
+
 def _meta_insert(tables: SchemaTables) -> Insert:
     return insert(tables.meta).values(meta_rows())
 
@@ -292,6 +321,9 @@ def create_all(conn: Connection, schema: str | None) -> None:
         if isinstance(element, CreateSchema) and inspect(conn).has_schema(str(schema)):
             continue
         conn.execute(element)
+    if conn.dialect.name == "postgresql":
+        for statement in row_security_ddl(tables, conn.dialect):
+            conn.exec_driver_sql(statement)
     conn.execute(_meta_insert(tables))
 
 
@@ -312,6 +344,8 @@ def render_ddl(dialect_name: DialectName, schema: str = DEFAULT_SCHEMA) -> str:
     dialect = _dialect(dialect_name)
     tables = tables_for(None if dialect_name == "sqlite" else schema)
     statements = [str(el.compile(dialect=dialect)).strip() for el in _ddl_elements(tables)]
+    if dialect_name == "postgresql":
+        statements.extend(row_security_ddl(tables, dialect))
     statements.append(
         str(_meta_insert(tables).compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
     )

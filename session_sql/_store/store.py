@@ -36,6 +36,7 @@ from session_sql._store.engine import (
     is_sqlite,
     make_engine,
     read_tx,
+    scope_transactions,
     snapshot_tx,
     translate_errors,
     write_tx,
@@ -168,6 +169,7 @@ class SessionStore:
             ensure_schema(engine, target, create=create)
             with translate_errors(database=database_label(engine)):
                 enable_wal(engine)
+            scope_transactions(engine, tenant)
         except (TypeError, ValueError) as exc:
             engine.dispose()
             if isinstance(exc, SessionSQLError) or not engine_options:

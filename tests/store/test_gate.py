@@ -350,7 +350,7 @@ def test_missing_constraints_and_view_are_mismatches(backend, engine: Engine):
         engine,
         backend.schema,
         lambda ddl: (
-            re.sub(r"CREATE VIEW .*?;\n", "", ddl, flags=re.DOTALL)
+            re.sub(r"(CREATE|ALTER) VIEW .*?;\n", "", ddl, flags=re.DOTALL)
             .replace(
                 ", \n\tCONSTRAINT uq_surface_tenant_session_id_event_seq "
                 "UNIQUE (tenant, session_id, event_seq)",
@@ -523,3 +523,25 @@ def test_concurrent_first_opens_do_not_race(backend, engine: Engine):
     t = tables_for(target_schema(engine, backend.schema))
     with read_tx(engine) as conn:
         assert len(conn.execute(select(t.meta.c.key)).all()) == 2
+
+
+@pytest.mark.parametrize(
+    "backend", [pytest.param("postgresql", marks=pytest.mark.postgresql)], indirect=True
+)
+def test_row_security_switched_off_is_a_mismatch(backend, engine: Engine):
+    """PostgreSQL: each table keeps row-level security on, with its tenant policy."""
+    ensure_schema(engine, backend.schema)
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(
+            f"ALTER TABLE {_qualified(backend, 'events')} DISABLE ROW LEVEL SECURITY"
+        )
+        conn.exec_driver_sql(f"DROP POLICY tenant_isolation ON {_qualified(backend, 'surface')}")
+        # A policy an administrator adds beside ours is fine.
+        conn.exec_driver_sql(
+            f"CREATE POLICY extra ON {_qualified(backend, 'sessions')} FOR SELECT USING (true)"
+        )
+    error = _mismatch(engine, backend)
+    assert set(error.differences) == {
+        "events: row-level security is not enabled",
+        "surface: missing row-level security policy tenant_isolation",
+    }

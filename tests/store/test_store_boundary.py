@@ -30,6 +30,9 @@ from session_sql import (
 
 from .store_builders import dump_tables, execute, say, tables, tool_turn, tool_turn_log
 
+# Argument boundaries do not depend on the tenant (tests/store/test_tenants.py covers tenants).
+DEFAULT_TENANT_ONLY = True
+
 REPO = Path(__file__).resolve().parents[2]
 
 

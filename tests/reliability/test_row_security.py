@@ -1,0 +1,124 @@
+"""Row-level security on PostgreSQL (SPEC §11.4), with real LOGIN roles that do not own the tables.
+
+An owner role (not a superuser) owns the schema and initialises the store; two tenant roles
+have the writer's row grants of docs/reliability.md. Through the store each tenant role works
+as usual; through hand-written SQL it sees only the rows of the tenant its transaction names,
+nothing without the setting, and cannot write a row of another tenant. The owner sees all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from session_sql import open_async_store, open_store
+
+from .reliability_builders import user_message
+from .test_privileges import text_role, writer_grants
+
+pytestmark = pytest.mark.postgresql
+
+
+def _run(engine: Any, statements: list[str]) -> None:
+    with engine.begin() as conn:
+        for statement in statements:
+            conn.execute(text(statement))
+
+
+def _count(url: str, schema: str, table: str, tenant: str | None) -> dict[str, int]:
+    """Rows of ``table`` per tenant, read with raw SQL as the role of ``url``."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.begin() as conn:
+            if tenant is not None:
+                conn.execute(
+                    text("SELECT set_config('session_sql.tenant', :t, true)"), {"t": tenant}
+                )
+            rows = conn.execute(text(f'SELECT tenant FROM "{schema}".{table}')).scalars().all()
+    finally:
+        engine.dispose()
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row] = counts.get(row, 0) + 1
+    return counts
+
+
+async def _async_listing(url: str, schema: str, tenant: str) -> None:
+    async with open_async_store(url, schema=schema, tenant=tenant) as store:
+        assert [i.title for i in await store.list_sessions()] == [tenant]
+        handle = await store.open_session("s1")
+        await handle.append("user/message", user_message("async"), surface_op="append")
+        assert len(await store.messages("s1")) == 2
+
+
+def test_a_tenant_role_sees_and_writes_only_its_tenants_rows(
+    pg_backend, postgres_admin, login_role
+) -> None:
+    schema = pg_backend.schema
+    owner_url = login_role("owner")
+    owner = text_role(owner_url)
+    _run(postgres_admin, [f'CREATE SCHEMA "{schema}" AUTHORIZATION "{owner}"'])
+    open_store(owner_url, schema=schema).close()  # the owner creates the tables
+    roles = {}
+    for tenant in ("a", "b"):
+        url = login_role(f"tenant_{tenant}")
+        _run(postgres_admin, writer_grants(schema, text_role(url)))
+        roles[tenant] = url
+
+    # Each tenant role writes through the store, the same ids in both tenants.
+    for tenant, url in roles.items():
+        with open_store(url, schema=schema, tenant=tenant) as store:
+            handle = store.create_session("s1", user_id="u", title=tenant)
+            handle.append("user/message", user_message(f"hi from {tenant}"), surface_op="append")
+            assert [i.title for i in store.list_sessions()] == [tenant]
+            assert store.verify("s1").ok
+            assert store.messages("s1", last=1)[0]["content"][0]["text"] == f"hi from {tenant}"
+            assert store.fork_session("s1", child_id="c").seq == 2
+            assert [e.seq for e in store.follow("c", timeout=0)] == [0, 1]
+            assert store.stats().sessions == 2
+            store.delete_session("c")
+        asyncio.run(_async_listing(url, schema, tenant))
+    a_url, b_url = roles["a"], roles["b"]
+
+    for table in ("sessions", "events", "surface", "surface_messages"):
+        # Hand-written SQL: only the rows of the tenant the transaction names...
+        assert set(_count(a_url, schema, table, "a")) == {"a"}, table
+        # ... and none without the setting.
+        assert _count(a_url, schema, table, None) == {}, table
+    assert _count(a_url, schema, "events", "a") == {"a": 2}
+    assert _count(b_url, schema, "events", "b") == {"b": 2}
+    # The documented limit: a role that can set the setting can name another tenant.
+    assert _count(a_url, schema, "events", "b") == {"b": 2}
+    # The owner is not subject to the policies: it sees both tenants.
+    for table in ("sessions", "events", "surface", "surface_messages"):
+        assert set(_count(owner_url, schema, table, None)) == {"a", "b"}, table
+
+    # A tenant role cannot write a row of another tenant, nor move a row to one.
+    q = f'"{schema}"'
+    engine = create_engine(a_url, poolclass=NullPool)
+    try:
+        for statement in (
+            f"INSERT INTO {q}.sessions (tenant, id, format_version, created_at, "
+            "inherited_event_count, header, head_seq, surface_next_pos, replace_generation, "
+            "surface_digest, updated_at, incarnation) "
+            "VALUES ('b', 'x', 0, 0, 0, '{}', -1, 0, 0, 0, 0, 'i')",
+            f"INSERT INTO {q}.events (tenant, session_id, seq, type, time, data) "
+            "VALUES ('b', 's1', 99, 't', 0, '{}')",
+            f"UPDATE {q}.sessions SET tenant = 'b' WHERE id = 's1'",
+        ):
+            with pytest.raises(DBAPIError) as raised, engine.begin() as conn:
+                conn.execute(text("SELECT set_config('session_sql.tenant', 'a', true)"))
+                conn.execute(text(statement))
+            assert raised.value.orig.sqlstate == "42501", statement  # the policy refused it
+        # Updating or deleting another tenant's rows touches nothing.
+        with engine.begin() as conn:
+            conn.execute(text("SELECT set_config('session_sql.tenant', 'a', true)"))
+            assert conn.execute(text(f"DELETE FROM {q}.events WHERE tenant = 'b'")).rowcount == 0
+    finally:
+        engine.dispose()
+    assert _count(owner_url, schema, "events", None)["b"] == 2
