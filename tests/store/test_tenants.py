@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 
 from session_sql import (
     ConfigurationError,
+    CorruptSessionError,
     InvalidArgumentError,
     SessionExistsError,
     SessionInfo,
@@ -376,3 +377,26 @@ def test_every_row_carries_its_tenant(pair) -> None:
     for table in ("sessions", "events", "surface"):
         tenants = {row[0] for row in dump[table]}
         assert tenants == {"a", "b"}, table
+
+
+def test_a_write_handle_reads_and_checks_its_own_tenants_surface(pair, api):
+    """open_session's surface, head and surface_digest are the (tenant, session)'s own: a hand
+    edit of one tenant's digest stops a writer of that tenant only."""
+    a, b = pair
+    _fill(a, b)
+    ha, hb = a.open_session("s1"), b.open_session("s1")
+    assert (ha.seq, len(ha.surface.nodes)) == (2, 2)
+    assert (hb.seq, len(hb.surface.nodes)) == (3, 3)
+    assert ha.messages()[0]["content"][0]["text"] == "from a"
+    s = tables(b).sessions
+    with b.engine.begin() as conn:
+        conn.execute(
+            s.update()
+            .where(s.c.tenant == "b", s.c.id == "s1")
+            .values(surface_digest=s.c.surface_digest + 1)
+        )
+    with refused(b, CorruptSessionError, match="surface_digest"):
+        b.open_session("s1")
+    assert not b.verify("s1").ok
+    say(a.open_session("s1"), "a is unaffected")
+    assert a.verify("s1").ok
