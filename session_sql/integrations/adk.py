@@ -388,8 +388,11 @@ class SQLSessionService(BaseSessionService):
         return {}
 
     async def _scoped_state(self, app_name: str, user_id: str) -> tuple[Any, Any]:
-        app = await self._state_handle(store_id("app", app_name))
-        user = await self._state_handle(store_id("user", app_name, user_id))
+        """App and user state, both read at once (two connections)."""
+        app, user = await asyncio.gather(
+            self._state_handle(store_id("app", app_name)),
+            self._state_handle(store_id("user", app_name, user_id)),
+        )
         return self._state_of(app), self._state_of(user)
 
     async def _state_session(
@@ -525,7 +528,11 @@ class SQLSessionService(BaseSessionService):
     ) -> AdkSession | None:
         """The session with its events in log order (``config`` keeps a recent part)."""
         session_id = session_id.strip() if session_id else session_id
-        tracked = await self._tracked(store_id("session", app_name, user_id, session_id))
+        key = store_id("session", app_name, user_id, session_id)
+        # The session and the shared state are read at once (three connections at most).
+        tracked, (app_state, user_state) = await asyncio.gather(
+            self._tracked(key), self._scoped_state(app_name, user_id)
+        )
         if tracked is None:
             return None
         records = tracked.records
@@ -538,7 +545,6 @@ class SQLSessionService(BaseSessionService):
                     i for i, r in enumerate(records) if r["timestamp"] < config.after_timestamp
                 ]
                 records = records[older[-1] + 1 :] if older else records
-        app_state, user_state = await self._scoped_state(app_name, user_id)
         return self._session(
             tracked, app_name, user_id, session_id, app_state, user_state, list(records)
         )
