@@ -265,6 +265,7 @@ class SQLSessionService(BaseSessionService):
         self._locks: dict[str, asyncio.Lock] = {}
         self._holders: dict[str, int] = {}
         self._state_lock = asyncio.Lock()
+        self._opening = asyncio.Lock()
         self._checked = False
 
     @classmethod
@@ -293,8 +294,12 @@ class SQLSessionService(BaseSessionService):
         await self.close()
 
     async def _ready(self) -> AsyncSessionStore:
-        store = await self._store
-        if not self._checked:
+        if self._checked:
+            return await self._store
+        async with self._opening:  # concurrent first calls must not open the store twice
+            store = await self._store
+            if self._checked:
+                return store
             catalog = store.catalog
             if ADK_STATE not in catalog or ADK_EVENT not in catalog.item_types:
                 raise ConfigurationError(
@@ -389,6 +394,7 @@ class SQLSessionService(BaseSessionService):
 
     async def _scoped_state(self, app_name: str, user_id: str) -> tuple[Any, Any]:
         """App and user state, both read at once (two connections)."""
+        await self._ready()
         app, user = await asyncio.gather(
             self._state_handle(store_id("app", app_name)),
             self._state_handle(store_id("user", app_name, user_id)),
@@ -529,6 +535,7 @@ class SQLSessionService(BaseSessionService):
         """The session with its events in log order (``config`` keeps a recent part)."""
         session_id = session_id.strip() if session_id else session_id
         key = store_id("session", app_name, user_id, session_id)
+        await self._ready()  # opened once, before the reads below run side by side
         # The session and the shared state are read at once (three connections at most).
         tracked, (app_state, user_state) = await asyncio.gather(
             self._tracked(key), self._scoped_state(app_name, user_id)

@@ -501,6 +501,23 @@ def test_writers_of_shared_state_in_two_services_both_succeed(service, backend) 
     run(body)
 
 
+def test_concurrent_first_calls_open_the_store_once(backend) -> None:
+    async def body() -> None:
+        async with SQLSessionService.from_url(backend.url, schema=backend.schema) as setup:
+            await setup.create_session(app_name="app", user_id="u", session_id="s")
+        fresh = SQLSessionService.from_url(backend.url, schema=backend.schema)
+        try:
+            got = await asyncio.gather(
+                *(fresh.get_session(app_name="app", user_id="u", session_id="s") for _ in range(4))
+            )
+            assert all(g is not None for g in got)
+            await fresh.append_event(got[-1], said("hi", **{"app:k": 1}))  # type: ignore[arg-type]
+        finally:
+            await fresh.close()
+
+    run(body)
+
+
 # -- what SQL sees ---------------------------------------------------------------------------
 
 
