@@ -4,8 +4,8 @@ Mapping (see docs/integrations.md):
 
 - Scope. The service works in its store's tenant (the operator's boundary, chosen when the
   store is opened). An ADK session ``(app_name, user_id, id)`` is one session_sql session whose
-  ``user_id`` is ADK's user id and whose labels are ``adk.kind=session``, ``adk.app`` and
-  ``adk.session`` (ADK's id); its store id is derived from the triple, because ADK ids are
+  ``user_id`` is ADK's user id and whose labels are ``adk_kind=session``, ``adk_app`` and
+  ``adk_session`` (ADK's id); its store id is derived from the triple, because ADK ids are
   unique per app and user while store ids are unique per tenant. Mapping apps to tenants
   instead would need a store (and a pool) per app and would turn a name in a request into a
   security boundary.
@@ -15,7 +15,7 @@ Mapping (see docs/integrations.md):
   carries the event itself under ``"adk"``; any other is an ``adk/event`` whose data is the
   event. Either way the event's JSON comes back exactly. Order is the log's seq.
 - State. Session state is the creation state (in the header) folded with the events' deltas.
-  App and user state live in sessions of their own (labels ``adk.kind=app-state`` /
+  App and user state live in sessions of their own (labels ``adk_kind=app-state`` /
   ``user-state``) as ``adk/state`` events ``{delta, state, cause}``, appended in the same
   transaction as the event that changes them (``append_together``). ``temp:`` keys are never
   stored.
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import inspect
 import json
 import uuid
 from collections import OrderedDict
@@ -60,9 +59,9 @@ from session_sql.session import now_ms
 
 __all__ = ["SQLSessionService"]
 
-KIND = "adk.kind"
-APP = "adk.app"
-SESSION = "adk.session"
+KIND = "adk_kind"
+APP = "adk_app"
+SESSION = "adk_session"
 PROVIDER = "google-adk"
 STATE_RETRIES = 50
 """How often an append retries when another process changed app or user state first."""
@@ -310,20 +309,12 @@ class SQLSessionService(BaseSessionService):
             self._checked = True
         return store
 
-    @staticmethod
-    def _has_metadata(store: AsyncSessionStore) -> bool:
-        """Whether the store keeps session metadata (user ids and labels)."""
-        return "labels" in inspect.signature(store.create_session).parameters
-
     async def _create(
         self, key: str, header: dict[str, Any], user_id: str | None, labels: dict[str, str]
     ) -> AsyncStoredSession:
-        """Create a session with its scope in the header and, where kept, its metadata."""
+        """Create a session with its scope in the header and in its metadata."""
         store = await self._ready()
-        metadata: dict[str, Any] = {"user_id": user_id, "labels": labels}
-        if not self._has_metadata(store):
-            metadata = {}
-        return await store.create_session(key, header=header, **metadata)
+        return await store.create_session(key, header=header, user_id=user_id, labels=labels)
 
     # -- locks and the handle cache --------------------------------------------------------
 
@@ -566,30 +557,18 @@ class SQLSessionService(BaseSessionService):
         """
         store = await self._ready()
         found: list[AdkSession] = []
-        if not self._has_metadata(store):
-            async for info in await store.iter_sessions():
-                if info.id.startswith("adk-session-"):
-                    handle = await store.open_session(info.id)
-                    scope = handle.header["adk"]
-                    if scope["app"] == app_name and user_id in (None, scope["user"]):
-                        found.append(
-                            AdkSession(
-                                id=scope["session"],
-                                app_name=app_name,
-                                user_id=scope["user"],
-                                last_update_time=info.updated_at / 1000,
-                            )
-                        )
         after = None
-        while self._has_metadata(store):
-            query: dict[str, Any] = {"user_id": user_id, "labels": {KIND: "session", APP: app_name}}
-            page = await store.list_sessions(limit=_LIST_PAGE, after=after, **query)
+        while True:
+            labels = {KIND: "session", APP: app_name}
+            page = await store.list_sessions(
+                limit=_LIST_PAGE, after=after, user_id=user_id, labels=labels
+            )
             for info in page:
                 found.append(
                     AdkSession(
-                        id=getattr(info, "labels")[SESSION],  # noqa: B009
+                        id=info.labels[SESSION],
                         app_name=app_name,
-                        user_id=getattr(info, "user_id") or "",  # noqa: B009
+                        user_id=info.user_id or "",
                         last_update_time=info.updated_at / 1000,
                     )
                 )

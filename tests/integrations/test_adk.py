@@ -518,6 +518,32 @@ def test_concurrent_first_calls_open_the_store_once(backend) -> None:
     run(body)
 
 
+def test_a_service_sees_its_stores_tenant_only(backend) -> None:
+    async def body() -> None:
+        services = [
+            SQLSessionService.from_url(backend.url, schema=backend.schema, tenant=t)
+            for t in ("acme", "globex")
+        ]
+        try:
+            acme, globex = services
+            s = await acme.create_session(
+                app_name="app", user_id="u", session_id="s", state={"app:who": "acme"}
+            )
+            await acme.append_event(s, said("hi", **{"user:k": 1}))
+            assert await globex.get_session(app_name="app", user_id="u", session_id="s") is None
+            assert (await globex.list_sessions(app_name="app")).sessions == []
+            assert await globex.get_user_state(app_name="app", user_id="u") == {}
+            # the same ids in the other tenant are other sessions with their own state
+            other = await globex.create_session(app_name="app", user_id="u", session_id="s")
+            assert other.state == {}
+            assert [x.id for x in (await acme.list_sessions(app_name="app")).sessions] == ["s"]
+        finally:
+            for svc in services:
+                await svc.close()
+
+    run(body)
+
+
 # -- what SQL sees ---------------------------------------------------------------------------
 
 
@@ -564,9 +590,8 @@ def test_events_are_core_messages_where_they_fit(service, backend) -> None:
         assert assembled.data["usage"] == {"inputTokens": 7, "outputTokens": 3}
         assert assembled.data["turn"] == 1 and assembled.data["step"] == 1
         info = next(i for i in store.list_sessions() if i.id == key)
-        if hasattr(info, "labels"):  # stores that keep session metadata
-            assert info.user_id == "u"
-            assert info.labels == {"adk.kind": "session", "adk.app": "app", "adk.session": "s"}
+        assert info.user_id == "u"
+        assert info.labels == {"adk_kind": "session", "adk_app": "app", "adk_session": "s"}
         assert store.load_session(key).header["adk"] == {
             "app": "app",
             "user": "u",
