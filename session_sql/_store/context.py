@@ -243,7 +243,12 @@ class CompiledStatements:
 
     def __init__(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> None:
         self.advance = Compiled(st.advance, dialect)
-        self.insert_event = Compiled(st.insert_event, dialect, [c.name for c in tables.events.c])
+        # Generated columns (events.call_id) are computed by the database, never written.
+        self.insert_event = Compiled(
+            st.insert_event,
+            dialect,
+            [c.name for c in tables.events.c if c.computed is None],
+        )
         self.insert_node = Compiled(st.insert_node, dialect, [c.name for c in tables.surface.c])
         self.drop_node = Compiled(st.drop_node, dialect)
         self.retarget_node = Compiled(st.retarget_node, dialect)

@@ -24,12 +24,23 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
 import psycopg
-from sqlalchemy import BigInteger, Connection, Engine, bindparam, event, exc, func, make_url, select
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Engine,
+    Table,
+    bindparam,
+    event,
+    exc,
+    func,
+    make_url,
+    select,
+)
 from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
@@ -433,6 +444,28 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
             conn.execution_options(**{_WRITE_OPTION: True})
         with conn.begin():
             yield conn
+
+
+ANALYZE_SAMPLE_ROWS: Final = 1000
+"""SQLite's ``analysis_limit``: rows sampled per index, so ANALYZE stays fast on any size."""
+
+
+def analyze(engine: Engine, tables: Sequence[Table]) -> None:
+    """Refresh the planner statistics of ``tables`` (``ANALYZE``).
+
+    Without them a planner guesses row counts from nothing and can pick a nested loop where
+    a join over a million events needs an index or a hash (docs/sql.md). On SQLite the
+    sample is capped (``analysis_limit``), so this takes milliseconds; PostgreSQL samples
+    anyway, and skips (with a warning, not an error) a table the role does not own.
+    """
+    with write_tx(engine) as conn:
+        preparer = conn.dialect.identifier_preparer
+        if is_sqlite(conn):
+            conn.exec_driver_sql(f"PRAGMA analysis_limit = {ANALYZE_SAMPLE_ROWS}")
+            for t in tables:
+                conn.exec_driver_sql(f"ANALYZE {preparer.format_table(t)}")
+        else:
+            conn.exec_driver_sql("ANALYZE " + ", ".join(preparer.format_table(t) for t in tables))
 
 
 @contextmanager

@@ -45,6 +45,7 @@ from session_sql._store.schema import (
     create_all,
     tables_for,
 )
+from session_sql._store.views import view_select
 from session_sql.errors import SchemaMismatchError, SchemaVersionError, StoreError
 
 __all__ = ["ensure_schema"]
@@ -310,6 +311,7 @@ def _differences(
             )
             if live_body != expected_body:
                 out.append(f"view {view.name}: its definition differs from this build's")
+    out.extend(_analytics_view_differences(insp, tables, dialect))
     return out
 
 
@@ -335,6 +337,65 @@ def _row_security_differences(conn: Connection, tables: SchemaTables) -> list[st
         if not row.has_policy:
             out.append(f"{name}: missing row-level security policy {TENANT_POLICY}")
     return out
+
+
+def _analytics_view_differences(
+    insp: Inspector, tables: SchemaTables, dialect: Dialect
+) -> list[str]:
+    """The views of docs/sql.md: present, with this build's columns and definition."""
+    schema = tables.metadata.schema
+    live_views = set(insp.get_view_names(schema))
+    names = [v.name for v in tables.analytics_views if v.name in live_views]
+    live_columns = insp.get_multi_columns(schema=schema, filter_names=names, kind=ObjectKind.VIEW)
+    out: list[str] = []
+    for view in tables.analytics_views:
+        if view.name not in live_views:
+            out.append(f"missing view {view.name}")
+            continue
+        live_names = [c["name"] for c in live_columns.get((schema, view.name), [])]
+        if live_names != list(view.columns):
+            out.append(
+                f"view {view.name}: columns are ({', '.join(live_names)}), "
+                f"expected ({', '.join(view.columns)})"
+            )
+            continue
+        live = _view_fingerprint(str(insp.get_view_definition(view.name, schema)), schema, dialect)
+        expected = _view_fingerprint(view_select(view, schema, dialect), schema, dialect)
+        if live != expected:
+            out.append(f"view {view.name}: its definition differs from this build's")
+    return out
+
+
+_LITERAL_OR_REFERENCE = re.compile(r"'(?:[^']|'')*'|\b[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*\b")
+_COMPARISON = re.compile(r"<>|!=|>=|<=|=|<|>")
+_ANY_ARRAY = re.compile(r"=\s*any\s*\(\s*array\[")
+
+
+def _view_fingerprint(definition: str, schema: str | None, dialect: Dialect) -> list[str]:
+    """What a view reads and how it compares, robust to how the server prints it back.
+
+    SQLite keeps a view's text verbatim; PostgreSQL re-prints it (casts, parentheses, ``IN``
+    as ``= ANY (ARRAY[...])``), differently across versions. Both keep every string literal,
+    every qualified column reference (``c.call_id``) and every comparison operator, so the
+    sorted list of those tells a changed view from a re-printed one without depending on the
+    server's formatting.
+    """
+    text = definition.lower()
+    if schema is not None:
+        quoted = dialect.identifier_preparer.quote_schema(schema).lower()
+        text = text.replace(f"{quoted}.", "")
+        text = re.sub(rf'(?<![\w."]){re.escape(schema.lower())}\.', "", text)
+    text = text.replace('"', "")
+    # The view's own prologue (SQLite returns the whole CREATE VIEW statement).
+    head = re.match(r"(?s)\s*create\s+view\s+.*?\s+as\s+(?=select\b)", text)
+    if head is not None:
+        text = text[head.end() :]
+    text = _ANY_ARRAY.sub(" in (", text)
+    tokens = _LITERAL_OR_REFERENCE.findall(text)
+    # Operators outside literals, JSON arrows and casts.
+    bare = _LITERAL_OR_REFERENCE.sub(" ", text).replace("->>", " ").replace("->", " ")
+    tokens.extend(_COMPARISON.findall(bare))
+    return sorted(tokens)
 
 
 def _index_option_differences(table: str, live: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -407,6 +468,15 @@ def _column_differences(
         want, have = _type_label(column.type, dialect), _type_label(found["type"], dialect)
         if not _same_type(want, have, dialect):
             out.append(f"{table}.{column.name}: type is {have}, expected {want}")
+        if (column.computed is not None) != bool(found.get("computed")):
+            out.append(
+                f"{table}.{column.name}: is "
+                + (
+                    "a plain column, expected a generated one"
+                    if column.computed is not None
+                    else "generated, expected a plain column"
+                )
+            )
         if bool(found["nullable"]) != bool(column.nullable):
             out.append(
                 f"{table}.{column.name}: is {_nullability(found['nullable'])}, "

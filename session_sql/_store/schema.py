@@ -18,6 +18,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Computed,
     Connection,
     ForeignKeyConstraint,
     Index,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    case,
     insert,
     inspect,
     select,
@@ -45,6 +47,8 @@ from sqlalchemy.schema import (
 )
 from sqlalchemy.sql.compiler import TypeCompiler
 from sqlalchemy.sql.dml import Insert
+
+from session_sql._store.views import AnalyticsView, CreateAnalyticsView, views_for
 
 __all__ = [
     "APPLICATION",
@@ -109,6 +113,8 @@ class SchemaTables:
     """The view; select from it, never insert."""
     create_view: CreateView
     """The ``CREATE VIEW`` statement of ``surface_messages``."""
+    analytics_views: tuple[AnalyticsView, ...] = tuple(views_for())
+    """The views of docs/sql.md (``tool_calls``, ``turns``, ...), created after the tables."""
 
     @property
     def base_tables(self) -> tuple[Table, ...]:
@@ -192,8 +198,32 @@ def tables_for(schema: str | None) -> SchemaTables:
         ForeignKeyConstraint(
             ["tenant", "session_id"], [sessions.c.tenant, sessions.c.id], ondelete="CASCADE"
         ),
-        Index(None, "type"),
+        # Events of one type, store-wide, in one tenant or in one session in log order: stats,
+        # the views (a turn's end and its message counts are range scans here).
+        Index(None, "type", "tenant", "session_id", "seq"),
     )
+    # The call a tool/call or tool/result belongs to, computed by the database (never written):
+    # calls meet their results through the index below instead of comparing JSON row by row.
+    events.append_column(
+        Column(
+            "call_id",
+            Text,
+            Computed(  # STORED on PostgreSQL, which cannot index a virtual column
+                case(
+                    (events.c.type == "tool/call", events.c.data["callId"].as_string()),
+                    (
+                        events.c.type == "tool/result",
+                        events.c.data[("message", "source", "callId")].as_string(),
+                    ),
+                ),
+                persisted=True,
+            ),
+            nullable=True,
+        )
+    )
+    # type last: the three equalities of a call-to-result join make this index the planner's
+    # choice over (type, session_id, seq) even before ANALYZE.
+    Index(None, events.c.tenant, events.c.session_id, events.c.call_id, events.c.type)
 
     surface = Table(
         "surface",
@@ -273,6 +303,7 @@ def _ddl_elements(tables: SchemaTables) -> list[ExecutableDDLElement]:
         elements.append(CreateTable(table))
         elements.extend(CreateIndex(ix) for ix in sorted(table.indexes, key=lambda i: str(i.name)))
     elements.append(tables.create_view)
+    elements.extend(CreateAnalyticsView(v, schema) for v in tables.analytics_views)
     return elements
 
 

@@ -100,9 +100,9 @@ def collect_stats(
 
     # Tool calls, left-joined to the result appended for them (a pruning replacement is a
     # second tool/result for the same call, so only appended results count).
+    # They meet through the generated, indexed ``call_id`` column (the same join as the
+    # ``tool_calls`` view), not by comparing JSON paths, which no index serves.
     call, result = e.alias("c"), e.alias("r")
-    call_id = call.c.data["callId"].as_string()
-    result_call_id = result.c.data[("message", "source", "callId")].as_string()
     is_error: ColumnElement[Any] = func.coalesce(
         result.c.data[("message", "content", 0, "isError")].as_boolean(), false()
     )
@@ -121,7 +121,7 @@ def collect_stats(
             result.c.session_id == call.c.session_id,
             result.c.type == "tool/result",
             result.c.surface_op == APPEND_OP,
-            result_call_id == call_id,
+            result.c.call_id == call.c.call_id,
         ),
     )
     tool_name = call.c.data["name"].as_string()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import uuid
@@ -27,10 +28,12 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
 
 from session_sql._store import fastpath, reader
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import (
+    analyze,
     database_label,
     enable_wal,
     is_sqlite,
@@ -94,6 +97,9 @@ from session_sql.session import (
 from session_sql.surface import Replay, replay
 
 IMPORT_BATCH = 1000
+ANALYZE_AFTER_IMPORTED_EVENTS = 10_000
+"""An import of at least this many events refreshes the planner statistics (ANALYZE)."""
+_log = logging.getLogger(__name__)
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
@@ -384,7 +390,17 @@ class SessionStore:
                     conn.execute(
                         ctx.statements.notify, {"b_channel": ctx.channel, "b_payload": payload}
                     )
+            if folded.state.length >= ANALYZE_AFTER_IMPORTED_EVENTS:
+                self._refresh_statistics()
         return session_id
+
+    def _refresh_statistics(self) -> None:
+        """ANALYZE after a bulk write; the data is committed, so a failure only logs."""
+        t = self._ctx.tables
+        try:
+            analyze(self._ctx.engine, [t.sessions, t.events, t.surface])
+        except SQLAlchemyError as exc:
+            _log.warning("ANALYZE after the import failed (run it yourself): %s", exc)
 
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
         """Write a session as JSONL (header line, then one event per line); returns #events.

@@ -44,7 +44,7 @@ def test_recipes_are_found_and_cover_both_dialects():
         dialects = [d for n, d, _ in found if n == name]
         assert dialects == [None] or sorted(dialects) == sorted(DIALECTS), name
     # Every ```sql block under "## Recipes" is a recipe the test can find.
-    section = SQL_MD.read_text(encoding="utf-8").split("## Recipes", 1)[1]
+    section = SQL_MD.read_text(encoding="utf-8").split("## Recipes", 1)[1].split("\n## ", 1)[0]
     assert section.count("```sql") == len(found)
 
 
@@ -131,11 +131,18 @@ def test_every_table_and_column_is_documented():
     assert "### The view `surface_messages`" in text
     for column in tables.surface_messages.columns:
         assert f"`{column.name}`" in text
+    for view in tables.analytics_views:
+        section = text.split(f"### `{view.name}`", 1)
+        assert len(section) == 2, view.name
+        body = section[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+        for name in view.columns:
+            assert f"`{name}`" in body, f"{view.name}.{name}"
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
 def test_recipes_mention_only_documented_objects(dialect):
     known = {"events", "sessions", "surface", "surface_messages", "session_sql_meta"}
+    known |= {v.name for v in tables_for(None).analytics_views}
     for _, recipe_dialect, sql in recipes():
         if recipe_dialect not in (None, dialect):
             continue

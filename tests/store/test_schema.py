@@ -80,8 +80,18 @@ def test_render_ddl_mentions_every_object():
         "CREATE INDEX ix_sessions_tenant_user_id_updated_at_id ON session_sql.sessions "
         "(tenant, user_id, updated_at, id)",
         "CREATE INDEX ix_sessions_tenant_parent_session",
-        "CREATE INDEX ix_events_type",
+        "CREATE INDEX ix_events_type_tenant_session_id_seq ON session_sql.events "
+        "(type, tenant, session_id, seq)",
+        "CREATE INDEX ix_events_tenant_session_id_call_id_type ON session_sql.events "
+        "(tenant, session_id, call_id, type)",
+        "call_id TEXT GENERATED ALWAYS AS (CASE WHEN (type = 'tool/call')",
         "CREATE VIEW session_sql.surface_messages",
+        "CREATE VIEW session_sql.tool_calls AS\nSELECT c.session_id AS session_id",
+        "FROM session_sql.events AS c",
+        "CREATE VIEW session_sql.turns",
+        "CREATE VIEW session_sql.replacements",
+        "CREATE VIEW session_sql.source_event_seqs",
+        "jsonb_array_elements_text(CAST(e.source_event_seqs AS JSONB))",
         "data JSONB NOT NULL",
         "header JSON NOT NULL",
         "ON DELETE CASCADE",
@@ -92,6 +102,7 @@ def test_render_ddl_mentions_every_object():
     # JSON columns have TEXT affinity on SQLite (a JSON-declared column would turn 1.0 into 1).
     sqlite_ddl = render_ddl("sqlite")
     assert "data TEXT NOT NULL" in sqlite_ddl
+    assert "JOIN json_each(e.source_event_seqs) AS src ON TRUE" in sqlite_ddl
     assert "CREATE SCHEMA" not in sqlite_ddl
 
 
@@ -125,6 +136,7 @@ def test_not_null_everywhere_except_the_optional_columns():
         "sessions.title",
         "events.source_event_seqs",
         "events.surface_op",
+        "events.call_id",  # generated: NULL on events other than tool calls and results
         "events.ignorable",
     }
 

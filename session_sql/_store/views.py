@@ -1,0 +1,266 @@
+"""The analytics views (docs/sql.md): the questions analysts ask, answered over the tables.
+
+Each view is plain SQL over ``events`` and ``sessions``, one text per dialect (they differ only
+where a JSON list is expanded into rows), created with the tables and checked by the schema
+gate like them. Every join a view makes is served by an index: calls meet their results through
+the generated ``events.call_id`` column, a turn finds its end and counts its messages through
+the ``(type, tenant, session_id, seq)`` index, and a list of source seqs is expanded in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import TableClause, column, table
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import ExecutableDDLElement
+from sqlalchemy.sql.compiler import DDLCompiler
+
+__all__ = ["VIEW_NAMES", "CreateAnalyticsView", "AnalyticsView", "view_select", "views_for"]
+
+DialectName = Literal["sqlite", "postgresql"]
+
+# Shared fragments. `{p}` is the schema prefix ("" on SQLite, '"schema".' on PostgreSQL).
+_OWN = "{alias}.seq < s.inherited_event_count AS inherited"
+_APPENDED = "'\"append\"'"
+# The types that are surface nodes: what a replacement can shadow (a type filter in the join
+# itself would keep SQLite from the primary key).
+_NODES = "('user/message', 'assistant/message', 'tool/result')"
+
+_TOOL_CALLS = f"""
+SELECT c.tenant AS tenant,
+       c.session_id AS session_id,
+       c.seq AS call_seq,
+       c.call_id AS call_id,
+       c.data ->> 'name' AS tool,
+       c.data ->> 'arguments' AS arguments,
+       CAST(c.data ->> 'turn' AS BIGINT) AS turn,
+       c.time AS call_time,
+       r.seq AS result_seq,
+       COALESCE(r.data -> 'message' -> 'content' -> 0 -> 'isError' = 'true', FALSE) AS is_error,
+       r.time - c.time AS latency_ms,
+       {_OWN.format(alias="c")}
+FROM {{p}}events AS c
+JOIN {{p}}sessions AS s ON s.tenant = c.tenant AND s.id = c.session_id
+LEFT JOIN {{p}}events AS r
+  ON r.tenant = c.tenant AND r.session_id = c.session_id AND r.call_id = c.call_id
+ AND r.type = 'tool/result' AND r.surface_op = {_APPENDED}
+WHERE c.type = 'tool/call'
+"""
+
+
+def _count_in_turn(event_type: str, label: str) -> str:
+    return (
+        f"(SELECT COUNT(*) FROM {{p}}events AS m WHERE m.type = '{event_type}'"
+        " AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq"
+        f" AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS {label}"
+    )
+
+
+# Starts and ends in log order, each start next to the event that follows it among them (one
+# range scan of the type index, no lookup per turn); that event is the turn's end when it is
+# the turn/end of the same turn number. The counts are range scans of the same index.
+_TURNS = f"""
+SELECT t.tenant AS tenant,
+       t.session_id AS session_id,
+       CAST(t.data ->> 'turn' AS BIGINT) AS turn,
+       t.seq AS start_seq,
+       CASE WHEN t.ended THEN t.next_seq END AS end_seq,
+       t.time AS start_time,
+       CASE WHEN t.ended THEN t.next_time END AS end_time,
+       CASE WHEN t.ended THEN t.next_time - t.time END AS duration_ms,
+       CASE WHEN t.ended THEN t.next_data -> 'reason' ->> 'kind' END AS reason,
+       {_count_in_turn("user/message", "user_messages")},
+       {_count_in_turn("assistant/message", "assistant_messages")},
+       {_count_in_turn("tool/call", "tool_calls")},
+       {_count_in_turn("tool/result", "tool_results")},
+       {_OWN.format(alias="t")}
+FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.type AS type,
+             b.time AS time, b.data AS data,
+             LEAD(b.seq) OVER w AS next_seq,
+             LEAD(b.time) OVER w AS next_time,
+             LEAD(b.data) OVER w AS next_data,
+             COALESCE(LEAD(b.type) OVER w = 'turn/end'
+                      AND LEAD(b.data ->> 'turn') OVER w = b.data ->> 'turn', FALSE) AS ended
+      FROM {{p}}events AS b
+      WHERE b.type IN ('turn/start', 'turn/end')
+      WINDOW w AS (PARTITION BY b.tenant, b.session_id ORDER BY b.seq)) AS t
+JOIN {{p}}sessions AS s ON s.tenant = t.tenant AND s.id = t.session_id
+WHERE t.type = 'turn/start'
+"""
+
+# How each dialect expands the JSON list in `source_event_seqs` into rows:
+# (the FROM item, joined with ON TRUE; the seq as BIGINT; its 0-based ordinal).
+_EXPLODE: dict[str, tuple[str, str, str]] = {
+    "sqlite": (
+        "json_each({alias}.source_event_seqs) AS src",
+        "CAST(src.value AS BIGINT)",
+        "CAST(src.key AS BIGINT)",
+    ),
+    "postgresql": (
+        "LATERAL jsonb_array_elements_text(CAST({alias}.source_event_seqs AS JSONB))"
+        " WITH ORDINALITY AS src(value, n)",
+        "CAST(src.value AS BIGINT)",
+        "src.n - 1",
+    ),
+}
+
+
+def _source_event_seqs(dialect: str) -> str:
+    item, seq, ordinal = _EXPLODE[dialect]
+    return f"""
+SELECT e.tenant AS tenant,
+       e.session_id AS session_id,
+       e.seq AS seq,
+       e.type AS type,
+       {ordinal} AS ordinal,
+       {seq} AS source_seq
+FROM {{p}}events AS e
+JOIN {item.format(alias="e")} ON TRUE
+WHERE e.source_event_seqs IS NOT NULL
+"""
+
+
+def _replacements(dialect: str) -> str:
+    item, seq, _ = _EXPLODE[dialect]
+    # Grouped by the events key (and the session's), so the other columns are determined.
+    return f"""
+SELECT r.tenant AS tenant,
+       r.session_id AS session_id,
+       r.seq AS seq,
+       r.type AS type,
+       CASE WHEN r.type = 'surface/removed' THEN 'remove' ELSE 'replace' END AS op,
+       r.data ->> 'reason' AS reason,
+       r.time AS time,
+       COUNT(src.value) AS source_events,
+       COUNT(CASE WHEN x.type IN {_NODES} THEN 1 END) AS shadowed_events,
+       COALESCE(SUM(CASE WHEN x.type IN {_NODES} THEN length(CAST(x.data AS TEXT)) END), 0)
+           AS bytes_before,
+       CASE WHEN r.type = 'surface/removed' THEN 0
+            ELSE length(CAST(r.data AS TEXT)) END AS bytes_after,
+       {_OWN.format(alias="r")}
+FROM {{p}}events AS r
+JOIN {{p}}sessions AS s ON s.tenant = r.tenant AND s.id = r.session_id
+LEFT JOIN {item.format(alias="r")} ON TRUE
+LEFT JOIN {{p}}events AS x
+  ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = {seq}
+WHERE r.surface_op IS NOT NULL AND r.surface_op <> {_APPENDED}
+GROUP BY r.tenant, r.session_id, r.seq, s.tenant, s.id
+"""
+
+
+@dataclass(frozen=True)
+class AnalyticsView:
+    """One view: its name, its columns in order, and its SELECT per dialect."""
+
+    name: str
+    columns: tuple[str, ...]
+    selects: dict[str, str]
+
+
+_VIEWS = (
+    AnalyticsView(
+        "tool_calls",
+        (
+            "tenant",
+            "session_id",
+            "call_seq",
+            "call_id",
+            "tool",
+            "arguments",
+            "turn",
+            "call_time",
+            "result_seq",
+            "is_error",
+            "latency_ms",
+            "inherited",
+        ),
+        {"sqlite": _TOOL_CALLS, "postgresql": _TOOL_CALLS},
+    ),
+    AnalyticsView(
+        "turns",
+        (
+            "tenant",
+            "session_id",
+            "turn",
+            "start_seq",
+            "end_seq",
+            "start_time",
+            "end_time",
+            "duration_ms",
+            "reason",
+            "user_messages",
+            "assistant_messages",
+            "tool_calls",
+            "tool_results",
+            "inherited",
+        ),
+        {"sqlite": _TURNS, "postgresql": _TURNS},
+    ),
+    AnalyticsView(
+        "replacements",
+        (
+            "tenant",
+            "session_id",
+            "seq",
+            "type",
+            "op",
+            "reason",
+            "time",
+            "source_events",
+            "shadowed_events",
+            "bytes_before",
+            "bytes_after",
+            "inherited",
+        ),
+        {d: _replacements(d) for d in ("sqlite", "postgresql")},
+    ),
+    AnalyticsView(
+        "source_event_seqs",
+        ("tenant", "session_id", "seq", "type", "ordinal", "source_seq"),
+        {d: _source_event_seqs(d) for d in ("sqlite", "postgresql")},
+    ),
+)
+
+VIEW_NAMES = tuple(v.name for v in _VIEWS)
+
+
+def views_for() -> Sequence[AnalyticsView]:
+    """The analytics views, in creation order."""
+    return _VIEWS
+
+
+def _prefix(schema: str | None, dialect: Dialect) -> str:
+    return "" if schema is None else dialect.identifier_preparer.quote_schema(schema) + "."
+
+
+def view_select(view: AnalyticsView, schema: str | None, dialect: Dialect) -> str:
+    """The view's SELECT as ``dialect`` runs it, tables qualified with ``schema``."""
+    body = view.selects[dialect.name].replace("{p}", _prefix(schema, dialect))
+    return body.strip()
+
+
+def view_table(view: AnalyticsView, schema: str | None) -> TableClause:
+    """A selectable naming the view, for queries built with SQLAlchemy."""
+    return table(view.name, *(column(c) for c in view.columns), schema=schema)
+
+
+class CreateAnalyticsView(ExecutableDDLElement):
+    """``CREATE VIEW`` of one analytics view, rendered for the dialect it runs on."""
+
+    def __init__(self, view: AnalyticsView, schema: str | None) -> None:
+        self.view = view
+        self.schema = schema
+
+
+@compiles(CreateAnalyticsView)
+def _compile_create_view(element: CreateAnalyticsView, compiler: DDLCompiler, **kw: Any) -> str:
+    dialect = compiler.dialect
+    name = dialect.identifier_preparer.quote(element.view.name)
+    return (
+        f"CREATE VIEW {_prefix(element.schema, dialect)}{name} AS\n"
+        f"{view_select(element.view, element.schema, dialect)}"
+    )

@@ -1,0 +1,342 @@
+"""The analytics views answer from the log, and every view, recipe and stats query scales.
+
+Plans, not times, are asserted (this machine is shared): on 200k generated events, after the
+ANALYZE a bulk import runs, no query may look events up by scanning them once per row.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event, text
+
+from session_sql import open_store
+from session_sql._store import store as store_module
+from session_sql._store.engine import analyze, read_tx
+from session_sql._store.schema import tables_for
+from session_sql.cli.demo import record_demo
+from tests.docs.test_docs_sql import recipes
+from tests.store.analytics_data import TURN, bulk_session
+
+
+def _rows(engine: Engine, backend: Any, sql: str) -> list[tuple[Any, ...]]:
+    with read_tx(engine) as conn:
+        if backend.name == "postgresql":
+            conn.exec_driver_sql(f'SET LOCAL search_path TO "{backend.schema}"')
+        return [tuple(r) for r in conn.exec_driver_sql(sql)]
+
+
+# --------------------------------------------------------------------------------------------
+# What the views say about the demo session
+
+
+def test_views_answer_from_the_log(backend, engine: Engine):
+    run = record_demo(backend.url, schema=backend.schema)
+    with open_store(backend.url, schema=backend.schema) as store:
+        log = list(store.events(run.session_id))
+    by_seq = {e.seq: e for e in log}
+    sid = run.session_id
+
+    calls = _rows(
+        engine,
+        backend,
+        "SELECT call_seq, call_id, tool, arguments, turn, result_seq, is_error, latency_ms "
+        f"FROM tool_calls WHERE session_id = '{sid}' ORDER BY call_seq",
+    )
+    expected_calls = [e for e in log if e.type == "tool/call"]
+    assert [c[0] for c in calls] == [e.seq for e in expected_calls]
+    for row, call in zip(calls, expected_calls, strict=True):
+        assert row[1:5] == (
+            call.data["callId"],
+            call.data["name"],
+            call.data["arguments"],
+            call.data["turn"],
+        )
+        [result] = [
+            e
+            for e in log
+            if e.type == "tool/result"
+            and e.surface_op == "append"
+            and e.data["message"]["source"]["callId"] == call.data["callId"]
+        ]
+        block = result.data["message"]["content"][0]
+        assert row[5] == result.seq
+        assert bool(row[6]) is bool(block.get("isError"))
+        assert row[7] == result.time - call.time
+
+    turns = _rows(
+        engine,
+        backend,
+        "SELECT turn, start_seq, end_seq, duration_ms, reason, user_messages, "
+        "assistant_messages, tool_calls, tool_results "
+        f"FROM turns WHERE session_id = '{sid}' ORDER BY start_seq",
+    )
+    starts = [e for e in log if e.type == "turn/start"]
+    assert [t[1] for t in turns] == [e.seq for e in starts]
+    for row in turns:
+        end = by_seq[row[2]]
+        assert end.type == "turn/end" and end.data["turn"] == row[0]
+        assert row[3] == end.time - by_seq[row[1]].time
+        assert row[4] == end.data["reason"]["kind"]
+        inside = [e.type for e in log if row[1] < e.seq < row[2]]
+        assert row[5:] == tuple(
+            inside.count(t)
+            for t in ("user/message", "assistant/message", "tool/call", "tool/result")
+        )
+
+    replacements = _rows(
+        engine,
+        backend,
+        "SELECT session_id, seq, op, reason, source_events, shadowed_events, bytes_before, "
+        "bytes_after FROM replacements WHERE inherited = FALSE ORDER BY session_id, seq",
+    )
+    assert {(r[0], r[1]) for r in replacements} == {
+        (sid, run.prune_seq),
+        (sid, run.summary_seq),
+        (run.fork_id, run.forget_seq),
+    }
+    for row in replacements:
+        if row[1] == run.summary_seq and row[0] == sid:
+            assert row[2] == "replace" and row[5] == len(run.summary_shadowed)
+            assert row[6] > row[7] > 0
+        if row[0] == run.fork_id:
+            assert row[2:4] == ("remove", "the user said: forget that")
+            assert row[5] == len(run.forgotten) and row[7] == 0
+
+    seqs = _rows(
+        engine,
+        backend,
+        f"SELECT seq, ordinal, source_seq FROM source_event_seqs WHERE session_id = '{sid}' "
+        "ORDER BY seq, ordinal",
+    )
+    expected = [(e.seq, i, s) for e in log for i, s in enumerate(e.source_event_seqs or ())]
+    assert seqs == expected and expected
+
+
+# --------------------------------------------------------------------------------------------
+# Plans on 200k events
+
+EVENTS = 200_000
+VIEW_QUERIES = {
+    "tool_calls": "SELECT tool, COUNT(*), SUM(CASE WHEN is_error THEN 1 ELSE 0 END), "
+    "AVG(latency_ms) FROM tool_calls GROUP BY tool",
+    "tool_calls one session": "SELECT COUNT(*) FROM tool_calls WHERE session_id = 'big'",
+    "turns": "SELECT COUNT(*), SUM(duration_ms), SUM(tool_calls) FROM turns",
+    "turns one session": "SELECT COUNT(*) FROM turns WHERE session_id = 'big'",
+    "replacements": "SELECT COUNT(*), SUM(bytes_before - bytes_after) FROM replacements",
+    "source_event_seqs": "SELECT COUNT(*) FROM source_event_seqs WHERE source_seq = 5",
+}
+
+
+def _sqlite_problems(plan: list[str]) -> list[str]:
+    """More than the one driving scan of a table, or an index built per query."""
+    scans = [
+        line
+        for line in plan
+        if re.search(r"\bSCAN \w+\b", line)
+        and not re.search(r"VIRTUAL TABLE|SCAN \(subquery|SCAN (t|s|sessions|replacements)\b", line)
+        and "CONSTANT ROW" not in line
+    ]
+    problems = [line for line in plan if "AUTOMATIC" in line]
+    if len(scans) > 1:
+        problems.extend(scans)
+    return problems
+
+
+def _pg_problems(node: dict[str, Any], inner: bool = False) -> list[str]:
+    """A sequential scan of events on the inner side of a nested loop (over more than a few
+    outer rows) or in a subplan: a scan repeated per row, quadratic in the log."""
+    kind = node["Node Type"]
+    out = []
+    if inner and kind == "Seq Scan" and node.get("Relation Name") == "events":
+        out.append(f"seq scan of events ({node.get('Alias')}) repeated per outer row")
+    children = node.get("Plans", [])
+    for i, child in enumerate(children):
+        # Repeating a scan once per session row (a handful) is bounded; per event row it is not.
+        nested_inner = kind == "Nested Loop" and i == 1 and children[0]["Plan Rows"] > 10
+        sub = child.get("Parent Relationship") == "SubPlan"
+        hashed = kind == "Hash"
+        out.extend(_pg_problems(child, (inner or nested_inner or sub) and not hashed))
+    return out
+
+
+def _explain(engine: Engine, backend: Any, sql: str, params: Any = None) -> tuple[str, list[str]]:
+    with read_tx(engine) as conn:
+        if backend.name == "sqlite":
+            raw = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params or ())
+            lines = [str(r[3]) for r in raw]
+            return "\n".join(lines), _sqlite_problems(lines)
+        conn.exec_driver_sql(f'SET LOCAL search_path TO "{backend.schema}"')
+        [[plan]] = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + sql, params or {}).all()
+        plan = json.loads(plan) if isinstance(plan, str) else plan
+        return json.dumps(plan), _pg_problems(plan[0]["Plan"])
+
+
+@pytest.fixture
+def big(backend, engine: Engine) -> Engine:
+    open_store(backend.url, schema=backend.schema).close()
+    bulk_session(engine, backend.table_schema, "big", EVENTS)
+    bulk_session(engine, backend.table_schema, "small", 32 * TURN)
+    t = tables_for(backend.table_schema)
+    analyze(engine, [t.sessions, t.events, t.surface])
+    return engine
+
+
+def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
+    plans: dict[str, tuple[str, list[str]]] = {}
+    for name, sql in VIEW_QUERIES.items():
+        plans[name] = _explain(big, backend, sql)
+    for name, dialect, sql in recipes():
+        if dialect in (None, backend.name):
+            plans[f"recipe {name}"] = _explain(big, backend, sql)
+
+    # The statements stats() runs, captured as the driver gets them, explained the same way.
+    captured: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("SELECT") and "events" in statement:
+            captured.append((statement, parameters))
+
+    with open_store(backend.url, schema=backend.schema) as store:
+        engine = store._ctx.engine
+        event.listen(engine, "before_cursor_execute", capture)
+        try:
+            stats = store.stats()
+            one = store.stats("big")
+        finally:
+            event.remove(engine, "before_cursor_execute", capture)
+    assert stats.events == EVENTS + 32 * TURN
+    assert {t.tool: t.calls for t in one.tools} == dict.fromkeys(
+        ("shell", "read_file", "edit_file", "search", "web_fetch"), EVENTS // TURN // 5
+    )
+    assert captured
+    for i, (statement, parameters) in enumerate(captured):
+        plans[f"stats {i}"] = _explain(big, backend, statement, parameters)
+
+    bad = {name: problems for name, (_, problems) in plans.items() if problems}
+    assert not bad, bad
+    call_index = "ix_events_tenant_session_id_call_id_type"
+    if backend.name == "sqlite":
+        # SQLite joins by nested loops only: the inner side must be an index search.
+        for name in ("tool_calls", "tool_calls one session", "recipe tool-error-rate"):
+            assert call_index in plans[name][0], (name, plans[name][0])
+        assert "ix_events_type_tenant_session_id_seq" in plans["turns"][0]
+    else:
+        # PostgreSQL may hash the whole store (linear); one session goes through the index.
+        assert (
+            call_index in plans["tool_calls one session"][0]
+            or "Hash" in (plans["tool_calls one session"][0])
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics after an import
+
+
+def _analyzed(backend: Any, engine: Engine) -> bool:
+    with read_tx(engine) as conn:
+        if backend.name == "sqlite":
+            names = conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE name = 'sqlite_stat1'"
+            ).all()
+            return bool(names) and bool(
+                conn.exec_driver_sql("SELECT 1 FROM sqlite_stat1 WHERE tbl = 'events'").all()
+            )
+        n = conn.execute(
+            text(
+                "SELECT COUNT(*) FROM pg_stat_user_tables WHERE schemaname = :s "
+                "AND relname = 'events' AND (last_analyze IS NOT NULL)"
+            ),
+            {"s": backend.schema},
+        ).scalar()
+        return bool(n)
+
+
+def test_a_bulk_import_refreshes_the_planner_statistics(
+    backend, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    run = record_demo(backend.url, schema=backend.schema)
+    path = tmp_path / "demo.jsonl"
+    with open_store(backend.url, schema=backend.schema) as store:
+        store.export_jsonl(run.session_id, path)
+        store.delete_session(run.session_id)
+        store.import_jsonl(path)  # far below the threshold: no ANALYZE
+        assert not _analyzed(backend, engine)
+        store.delete_session(run.session_id)
+        monkeypatch.setattr(store_module, "ANALYZE_AFTER_IMPORTED_EVENTS", 10)
+        store.import_jsonl(path)
+    assert _analyzed(backend, engine)
+
+
+# --------------------------------------------------------------------------------------------
+# DuckDB attaches the store and runs the views' questions
+
+try:
+    import duckdb
+except ImportError:  # the duckdb extra is not installed
+    duckdb = None
+
+
+def _duckdb_connection() -> Any:
+    """A DuckDB connection that can load the sqlite and postgres extensions.
+
+    Where the extensions come from a wheel (``duckdb-ext-sqlite``, for machines without
+    network access), point DuckDB at them; otherwise INSTALL fetches them.
+    """
+    assert duckdb is not None
+    config: dict[str, Any] = {}
+    spec = importlib.util.find_spec("duckdb_ext")
+    if spec is not None and spec.submodule_search_locations:
+        config["extension_directory"] = os.path.join(
+            next(iter(spec.submodule_search_locations)), "extensions"
+        )
+    conn = duckdb.connect(config=config)
+    for extension in ("sqlite", "postgres"):
+        conn.execute(f"INSTALL {extension}")
+        conn.execute(f"LOAD {extension}")
+    return conn
+
+
+@pytest.mark.skipif(duckdb is None, reason="duckdb is not installed (pip install '.[duckdb]')")
+def test_duckdb_attaches_the_store_and_queries_the_views(backend):
+    run = record_demo(backend.url, schema=backend.schema)
+    conn = _duckdb_connection()
+    if backend.name == "sqlite":
+        path = backend.url.removeprefix("sqlite:///")
+        conn.execute(f"ATTACH '{path}' AS store (TYPE sqlite, READ_ONLY)")
+        prefix = "store"
+    else:
+        dsn = backend.url.replace("postgresql+psycopg://", "postgresql://")
+        conn.execute(f"ATTACH '{dsn}' AS store (TYPE postgres, READ_ONLY)")
+        prefix = f"store.{backend.schema}"
+    tools = conn.execute(
+        f"SELECT tool, COUNT(*) AS calls, "
+        f"SUM(CASE WHEN CAST(is_error AS BOOLEAN) THEN 1 ELSE 0 END) AS errors "
+        f"FROM {prefix}.tool_calls WHERE NOT CAST(inherited AS BOOLEAN) "
+        "GROUP BY tool ORDER BY calls DESC, tool"
+    ).fetchall()
+    assert [(t, int(c), int(e)) for t, c, e in tools] == [
+        ("shell", 4, 1),
+        ("edit_file", 2, 0),
+        ("read_file", 2, 1),
+    ]
+    [(turns,)] = conn.execute(
+        f"SELECT COUNT(*) FROM {prefix}.turns WHERE session_id = '{run.session_id}'"
+    ).fetchall()
+    assert turns == 3
+    removed = conn.execute(
+        f"SELECT seq, op FROM {prefix}.replacements WHERE op = 'remove'"
+    ).fetchall()
+    assert removed == [(run.forget_seq, "remove")]
+    # Heavy work runs in DuckDB itself: copy the log once, then query the copy.
+    conn.execute(f"CREATE TABLE events AS SELECT * FROM {prefix}.events")
+    [(n,)] = conn.execute("SELECT COUNT(*) FROM events WHERE type = 'tool/call'").fetchall()
+    [(m,)] = conn.execute(f"SELECT COUNT(*) FROM {prefix}.tool_calls").fetchall()
+    assert n == m > 0
+    conn.close()
