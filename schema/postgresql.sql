@@ -100,10 +100,10 @@ SELECT t.tenant AS tenant,
        CASE WHEN t.ended THEN t.next_time END AS end_time,
        CASE WHEN t.ended THEN t.next_time - t.time END AS duration_ms,
        CASE WHEN t.ended THEN t.next_data -> 'reason' ->> 'kind' END AS reason,
-       (SELECT COUNT(*) FROM session_sql.events AS m WHERE m.type = 'user/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS user_messages,
-       (SELECT COUNT(*) FROM session_sql.events AS m WHERE m.type = 'assistant/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS assistant_messages,
-       (SELECT COUNT(*) FROM session_sql.events AS m WHERE m.type = 'tool/call' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_calls,
-       (SELECT COUNT(*) FROM session_sql.events AS m WHERE m.type = 'tool/result' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_results,
+       (SELECT COUNT(m.seq) FROM session_sql.events AS m WHERE m.type = 'user/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS user_messages,
+       (SELECT COUNT(m.seq) FROM session_sql.events AS m WHERE m.type = 'assistant/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS assistant_messages,
+       (SELECT COUNT(m.seq) FROM session_sql.events AS m WHERE m.type = 'tool/call' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_calls,
+       (SELECT COUNT(m.seq) FROM session_sql.events AS m WHERE m.type = 'tool/result' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_results,
        t.seq < s.inherited_event_count AS inherited
 FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.type AS type,
              b.time AS time, b.data AS data,
@@ -111,7 +111,7 @@ FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.typ
              LEAD(b.time) OVER w AS next_time,
              LEAD(b.data) OVER w AS next_data,
              COALESCE(LEAD(b.type) OVER w = 'turn/end'
-                      AND LEAD(b.data ->> 'turn') OVER w = b.data ->> 'turn', FALSE) AS ended
+                      AND LEAD(b.data ->> 'turn') OVER w = (b.data ->> 'turn'), FALSE) AS ended
       FROM session_sql.events AS b
       WHERE b.type IN ('turn/start', 'turn/end')
       WINDOW w AS (PARTITION BY b.tenant, b.session_id ORDER BY b.seq)) AS t
@@ -126,20 +126,15 @@ SELECT r.tenant AS tenant,
        CASE WHEN r.type = 'surface/removed' THEN 'remove' ELSE 'replace' END AS op,
        r.data ->> 'reason' AS reason,
        r.time AS time,
-       COUNT(src.value) AS source_events,
-       COUNT(CASE WHEN x.type IN ('user/message', 'assistant/message', 'tool/result') THEN 1 END) AS shadowed_events,
-       COALESCE(SUM(CASE WHEN x.type IN ('user/message', 'assistant/message', 'tool/result') THEN length(CAST(x.data AS TEXT)) END), 0)
-           AS bytes_before,
+       (SELECT COUNT(src.value) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value)) AS source_events,
+       (SELECT COUNT(x.seq) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value) JOIN session_sql.events AS x ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = CAST(src.value AS BIGINT) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS shadowed_events,
+       (SELECT COALESCE(SUM(length(CAST(x.data AS TEXT))), 0) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value) JOIN session_sql.events AS x ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = CAST(src.value AS BIGINT) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS bytes_before,
        CASE WHEN r.type = 'surface/removed' THEN 0
             ELSE length(CAST(r.data AS TEXT)) END AS bytes_after,
        r.seq < s.inherited_event_count AS inherited
 FROM session_sql.events AS r
 JOIN session_sql.sessions AS s ON s.tenant = r.tenant AND s.id = r.session_id
-LEFT JOIN LATERAL jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) WITH ORDINALITY AS src(value, n) ON TRUE
-LEFT JOIN session_sql.events AS x
-  ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = CAST(src.value AS BIGINT)
-WHERE r.surface_op IS NOT NULL AND r.surface_op <> '"append"'
-GROUP BY r.tenant, r.session_id, r.seq, s.tenant, s.id;
+WHERE r.surface_op IS NOT NULL AND r.surface_op <> '"append"';
 
 CREATE VIEW session_sql.source_event_seqs AS
 SELECT e.tenant AS tenant,

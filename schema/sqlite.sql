@@ -78,7 +78,7 @@ SELECT c.tenant AS tenant,
        CAST(c.data ->> 'turn' AS BIGINT) AS turn,
        c.time AS call_time,
        r.seq AS result_seq,
-       COALESCE(r.data -> 'message' -> 'content' -> 0 -> 'isError' = 'true', FALSE) AS is_error,
+       COALESCE(r.data -> 'message' -> 'content' -> 0 ->> 'isError' = 1, FALSE) AS is_error,
        r.time - c.time AS latency_ms,
        c.seq < s.inherited_event_count AS inherited
 FROM events AS c
@@ -98,10 +98,10 @@ SELECT t.tenant AS tenant,
        CASE WHEN t.ended THEN t.next_time END AS end_time,
        CASE WHEN t.ended THEN t.next_time - t.time END AS duration_ms,
        CASE WHEN t.ended THEN t.next_data -> 'reason' ->> 'kind' END AS reason,
-       (SELECT COUNT(*) FROM events AS m WHERE m.type = 'user/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS user_messages,
-       (SELECT COUNT(*) FROM events AS m WHERE m.type = 'assistant/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS assistant_messages,
-       (SELECT COUNT(*) FROM events AS m WHERE m.type = 'tool/call' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_calls,
-       (SELECT COUNT(*) FROM events AS m WHERE m.type = 'tool/result' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_results,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'user/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS user_messages,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'assistant/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS assistant_messages,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'tool/call' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_calls,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'tool/result' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_results,
        t.seq < s.inherited_event_count AS inherited
 FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.type AS type,
              b.time AS time, b.data AS data,
@@ -109,7 +109,7 @@ FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.typ
              LEAD(b.time) OVER w AS next_time,
              LEAD(b.data) OVER w AS next_data,
              COALESCE(LEAD(b.type) OVER w = 'turn/end'
-                      AND LEAD(b.data ->> 'turn') OVER w = b.data ->> 'turn', FALSE) AS ended
+                      AND LEAD(b.data ->> 'turn') OVER w = (b.data ->> 'turn'), FALSE) AS ended
       FROM events AS b
       WHERE b.type IN ('turn/start', 'turn/end')
       WINDOW w AS (PARTITION BY b.tenant, b.session_id ORDER BY b.seq)) AS t
@@ -124,20 +124,15 @@ SELECT r.tenant AS tenant,
        CASE WHEN r.type = 'surface/removed' THEN 'remove' ELSE 'replace' END AS op,
        r.data ->> 'reason' AS reason,
        r.time AS time,
-       COUNT(src.value) AS source_events,
-       COUNT(CASE WHEN x.type IN ('user/message', 'assistant/message', 'tool/result') THEN 1 END) AS shadowed_events,
-       COALESCE(SUM(CASE WHEN x.type IN ('user/message', 'assistant/message', 'tool/result') THEN length(CAST(x.data AS TEXT)) END), 0)
-           AS bytes_before,
+       (SELECT COUNT(src.value) FROM json_each(r.source_event_seqs) AS src) AS source_events,
+       (SELECT COUNT(x.seq) FROM json_each(r.source_event_seqs) AS src JOIN events AS x ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = CAST(src.value AS BIGINT) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS shadowed_events,
+       (SELECT COALESCE(SUM(length(CAST(x.data AS TEXT))), 0) FROM json_each(r.source_event_seqs) AS src JOIN events AS x ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = CAST(src.value AS BIGINT) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS bytes_before,
        CASE WHEN r.type = 'surface/removed' THEN 0
             ELSE length(CAST(r.data AS TEXT)) END AS bytes_after,
        r.seq < s.inherited_event_count AS inherited
 FROM events AS r
 JOIN sessions AS s ON s.tenant = r.tenant AND s.id = r.session_id
-LEFT JOIN json_each(r.source_event_seqs) AS src ON TRUE
-LEFT JOIN events AS x
-  ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = CAST(src.value AS BIGINT)
-WHERE r.surface_op IS NOT NULL AND r.surface_op <> '"append"'
-GROUP BY r.tenant, r.session_id, r.seq, s.tenant, s.id;
+WHERE r.surface_op IS NOT NULL AND r.surface_op <> '"append"';
 
 CREATE VIEW source_event_seqs AS
 SELECT e.tenant AS tenant,

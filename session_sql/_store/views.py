@@ -30,6 +30,13 @@ _APPENDED = "'\"append\"'"
 # itself would keep SQLite from the primary key).
 _NODES = "('user/message', 'assistant/message', 'tool/result')"
 
+# The result block's isError. SQLite's ->> gives a JSON true as 1; comparing `-> ... = 'true'`
+# as on PostgreSQL fails in SQLite builds before 3.40 (DuckDB's sqlite extension ships one).
+_IS_ERROR = {
+    "sqlite": "r.data -> 'message' -> 'content' -> 0 ->> 'isError' = 1",
+    "postgresql": "r.data -> 'message' -> 'content' -> 0 -> 'isError' = 'true'",
+}
+
 _TOOL_CALLS = f"""
 SELECT c.tenant AS tenant,
        c.session_id AS session_id,
@@ -40,7 +47,7 @@ SELECT c.tenant AS tenant,
        CAST(c.data ->> 'turn' AS BIGINT) AS turn,
        c.time AS call_time,
        r.seq AS result_seq,
-       COALESCE(r.data -> 'message' -> 'content' -> 0 -> 'isError' = 'true', FALSE) AS is_error,
+       COALESCE({{is_error}}, FALSE) AS is_error,
        r.time - c.time AS latency_ms,
        {_OWN.format(alias="c")}
 FROM {{p}}events AS c
@@ -54,7 +61,7 @@ WHERE c.type = 'tool/call'
 
 def _count_in_turn(event_type: str, label: str) -> str:
     return (
-        f"(SELECT COUNT(*) FROM {{p}}events AS m WHERE m.type = '{event_type}'"
+        f"(SELECT COUNT(m.seq) FROM {{p}}events AS m WHERE m.type = '{event_type}'"
         " AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq"
         f" AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS {label}"
     )
@@ -84,7 +91,7 @@ FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.typ
              LEAD(b.time) OVER w AS next_time,
              LEAD(b.data) OVER w AS next_data,
              COALESCE(LEAD(b.type) OVER w = 'turn/end'
-                      AND LEAD(b.data ->> 'turn') OVER w = b.data ->> 'turn', FALSE) AS ended
+                      AND LEAD(b.data ->> 'turn') OVER w = (b.data ->> 'turn'), FALSE) AS ended
       FROM {{p}}events AS b
       WHERE b.type IN ('turn/start', 'turn/end')
       WINDOW w AS (PARTITION BY b.tenant, b.session_id ORDER BY b.seq)) AS t
@@ -124,9 +131,20 @@ WHERE e.source_event_seqs IS NOT NULL
 """
 
 
+# A replacement's cited events, as the FROM of a correlated subquery (no LEFT JOIN of a
+# table-valued function: SQLite builds before 3.40 return nothing from one).
+_CITED = {
+    "sqlite": "json_each(r.source_event_seqs) AS src",
+    "postgresql": "jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value)",
+}
+
+
 def _replacements(dialect: str) -> str:
-    item, seq, _ = _EXPLODE[dialect]
-    # Grouped by the events key (and the session's), so the other columns are determined.
+    seq = _EXPLODE[dialect][1]
+    shadowed = (
+        f"FROM {_CITED[dialect]} JOIN {{p}}events AS x ON x.tenant = r.tenant"
+        f" AND x.session_id = r.session_id AND x.seq = {seq} AND x.type IN {_NODES}"
+    )
     return f"""
 SELECT r.tenant AS tenant,
        r.session_id AS session_id,
@@ -135,20 +153,15 @@ SELECT r.tenant AS tenant,
        CASE WHEN r.type = 'surface/removed' THEN 'remove' ELSE 'replace' END AS op,
        r.data ->> 'reason' AS reason,
        r.time AS time,
-       COUNT(src.value) AS source_events,
-       COUNT(CASE WHEN x.type IN {_NODES} THEN 1 END) AS shadowed_events,
-       COALESCE(SUM(CASE WHEN x.type IN {_NODES} THEN length(CAST(x.data AS TEXT)) END), 0)
-           AS bytes_before,
+       (SELECT COUNT(src.value) FROM {_CITED[dialect]}) AS source_events,
+       (SELECT COUNT(x.seq) {shadowed}) AS shadowed_events,
+       (SELECT COALESCE(SUM(length(CAST(x.data AS TEXT))), 0) {shadowed}) AS bytes_before,
        CASE WHEN r.type = 'surface/removed' THEN 0
             ELSE length(CAST(r.data AS TEXT)) END AS bytes_after,
        {_OWN.format(alias="r")}
 FROM {{p}}events AS r
 JOIN {{p}}sessions AS s ON s.tenant = r.tenant AND s.id = r.session_id
-LEFT JOIN {item.format(alias="r")} ON TRUE
-LEFT JOIN {{p}}events AS x
-  ON x.tenant = r.tenant AND x.session_id = r.session_id AND x.seq = {seq}
 WHERE r.surface_op IS NOT NULL AND r.surface_op <> {_APPENDED}
-GROUP BY r.tenant, r.session_id, r.seq, s.tenant, s.id
 """
 
 
@@ -178,7 +191,7 @@ _VIEWS = (
             "latency_ms",
             "inherited",
         ),
-        {"sqlite": _TOOL_CALLS, "postgresql": _TOOL_CALLS},
+        {d: _TOOL_CALLS.replace("{is_error}", e) for d, e in _IS_ERROR.items()},
     ),
     AnalyticsView(
         "turns",

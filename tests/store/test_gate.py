@@ -301,7 +301,8 @@ def test_dropped_index_is_a_mismatch(backend, engine: Engine):
         )
     error = _mismatch(engine, backend)
     assert error.differences == (
-        "events: missing index ix_events_type_tenant_session_id_seq (type, tenant, session_id, seq)",
+        "events: missing index ix_events_type_tenant_session_id_seq "
+        "(type, tenant, session_id, seq)",
     )
 
 
@@ -415,7 +416,7 @@ def test_every_difference_is_listed(backend, engine: Engine):
 _TAMPERING = {
     "partial index": (
         lambda ddl: ddl.replace(
-            "(type, session_id, seq);", "(type, session_id, seq) WHERE seq > 0;"
+            "(type, tenant, session_id, seq);", "(type, tenant, session_id, seq) WHERE seq > 0;"
         ),
         "events: index ix_events_type_tenant_session_id_seq is partial (WHERE ",
     ),

@@ -86,7 +86,7 @@ def test_render_ddl_mentions_every_object():
         "(tenant, session_id, call_id, type)",
         "call_id TEXT GENERATED ALWAYS AS (CASE WHEN (type = 'tool/call')",
         "CREATE VIEW session_sql.surface_messages",
-        "CREATE VIEW session_sql.tool_calls AS\nSELECT c.session_id AS session_id",
+        "CREATE VIEW session_sql.tool_calls AS\nSELECT c.tenant AS tenant",
         "FROM session_sql.events AS c",
         "CREATE VIEW session_sql.turns",
         "CREATE VIEW session_sql.replacements",
