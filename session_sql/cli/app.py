@@ -279,7 +279,6 @@ def ls(
 
 @app.command(
     epilog=_example(
-        "session-sql show 3f2a9c",
         "session-sql show 3f2a9c --surface",
         "session-sql show 3f2a9c --from 40 --to 60",
     )
@@ -558,7 +557,6 @@ def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
 @app.command(
     epilog=_example(
         "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
-        "session-sql export 3f2a9c -o 3f2a9c.jsonl",
         "session-sql export --all backup/",
     )
 )
