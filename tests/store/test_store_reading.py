@@ -19,6 +19,7 @@ from session_sql import (
     SessionFormatUnsupportedError,
     SessionInfo,
     SessionStore,
+    open_store,
 )
 
 from .store_builders import (
@@ -353,6 +354,14 @@ def test_list_sessions_by_id_prefix_compares_exactly(store):
     with pytest.raises(InvalidArgumentError) as refused_arg:
         store.list_sessions(id_prefix=3)  # type: ignore[arg-type]
     assert refused_arg.value.argument == "id_prefix"
+
+
+def test_an_id_prefix_finds_only_the_stores_tenant(store, backend):
+    store.create_session("shared-1")
+    with open_store(backend.url, schema=backend.schema, tenant="elsewhere") as other:
+        other.create_session("shared-2")
+        assert [i.id for i in other.list_sessions(id_prefix="shared")] == ["shared-2"]
+    assert [i.id for i in store.list_sessions(id_prefix="shared")] == ["shared-1"]
 
 
 # -- follow -----------------------------------------------------------------------------------
