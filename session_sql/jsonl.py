@@ -23,10 +23,11 @@ from session_sql.errors import (
     CorruptSessionError,
     InvalidArgumentError,
     InvalidEventError,
+    NotJSONError,
     TornTailWarning,
 )
 from session_sql.events import SessionEvent, check_header
-from session_sql.jsonvalue import FrozenDict, dumps_compact
+from session_sql.jsonvalue import FrozenDict, dumps_compact, loads_frozen
 
 PathLike = str | os.PathLike[str]
 
@@ -134,6 +135,16 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _loads_line(text: str) -> Any:
+    """An event line, parsed straight into a frozen, validated value when it is lossless JSON
+    (so the envelope check copies nothing); otherwise parsed as before, so that the envelope
+    check names the bad value's path, or the line's parse error is raised."""
+    try:
+        return loads_frozen(text, root="event")
+    except NotJSONError:
+        return _loads(text)
+
+
 def _problem(exc: BaseException) -> str:
     """Why a line does not parse, placed by column only: the caller names the file's line.
 
@@ -213,7 +224,7 @@ class JsonlReader:
                 if not raw.strip():
                     continue
                 try:
-                    value = _loads(raw.decode("utf-8"))
+                    value = _loads_line(raw.decode("utf-8"))
                     if not raw.endswith(b"\n") and not isinstance(value, dict):
                         raise ValueError("unterminated final line is not an object")
                 except (UnicodeDecodeError, ValueError, RecursionError) as exc:

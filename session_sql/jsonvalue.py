@@ -3,6 +3,12 @@
 A frozen value is built from ``FrozenDict`` (a read-only ``dict``) and ``FrozenList`` (a
 ``tuple``). Both are subclasses of the built-ins the stdlib JSON encoder knows, so a frozen value
 serialises with ``json.dumps`` directly, without being thawed first.
+
+This module is the only one that knows the JSON codec. The hot paths (``snapshot_json``,
+``loads_frozen``, ``dumps_frozen``) first try a fast path — orjson's C parser and encoder and
+a recursive walk with type dispatch — and hand anything that path cannot decide (an error, a
+suspicious number, an escape, deep nesting) to the exact path, which gives the same result or
+the same error as before; so the fast path changes speed, never an outcome.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ import json
 from collections.abc import Iterable, Iterator
 from math import copysign, isfinite
 from typing import Any, Final, NoReturn, TypeAlias
+
+import orjson
 
 from session_sql.errors import NotJSONError
 
@@ -138,14 +146,85 @@ def _scalar_problem(value: Any) -> str | None:
 _checked_keys: set[str] = set()
 _MAX_CHECKED_KEYS = 4096
 
+_FAST_DEPTH = 64
+"""How deep the recursive fast paths go before they hand the value to the exact path (which
+uses an explicit stack): real event data nests far less, and a cycle ends up there too."""
+
+_BIG_FLOAT = float(MAX_SAFE_INTEGER)
+
+
+class _Undecided(Exception):
+    """The fast path met something it does not decide; the exact path takes over."""
+
+
+def _key_ok(key: Any) -> bool:
+    if type(key) is not str:
+        return False
+    if key in _checked_keys:
+        return True
+    if _str_problem(key) is not None:
+        return False
+    if len(_checked_keys) < _MAX_CHECKED_KEYS:
+        _checked_keys.add(key)
+    return True
+
+
+def _fast_item(x: Any, depth: int) -> Any:
+    """One value below a container, validated and frozen; ``_Undecided`` on any doubt."""
+    tx = type(x)
+    if tx is str:
+        if "\x00" in x or (not x.isascii() and _str_problem(x) is not None):
+            raise _Undecided
+    elif tx is int:
+        if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
+            raise _Undecided
+    elif tx is dict:
+        return _fast_dict(x, depth + 1)
+    elif tx is list:
+        return _fast_list(x, depth + 1)
+    elif tx is float:
+        if not isfinite(x) or (x == 0.0 and copysign(1.0, x) < 0):
+            raise _Undecided
+    elif not (x is None or tx is bool or tx is FrozenDict or tx is FrozenList):
+        raise _Undecided
+    return x
+
+
+def _fast_dict(d: dict[Any, Any], depth: int) -> FrozenDict:
+    if depth > _FAST_DEPTH:
+        raise _Undecided
+    out = {}
+    for k, x in d.items():
+        if not _key_ok(k):
+            raise _Undecided
+        tx = type(x)
+        # The common leaves inline; everything else through _fast_item.
+        if tx is str:
+            if "\x00" in x or (not x.isascii() and _str_problem(x) is not None):
+                raise _Undecided
+            out[k] = x
+        elif tx is int and -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
+            out[k] = x
+        else:
+            out[k] = _fast_item(x, depth)
+    return FrozenDict(out)
+
+
+def _fast_list(items: list[Any], depth: int) -> FrozenList:
+    if depth > _FAST_DEPTH:
+        raise _Undecided
+    return FrozenList([_fast_item(x, depth) for x in items])
+
 
 def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
     """Validate ``value`` as lossless JSON and return a deeply frozen copy, in one pass.
 
-    Each container is read exactly once; the item read is the item validated and copied. An
-    explicit stack replaces recursion, so depth is bounded by memory. Shared (non-cyclic)
-    references become independent copies. Raises ``NotJSONError`` naming the path of the first
-    bad value, prefixed by ``root``.
+    Each container is read exactly once; the item read is the item validated and copied.
+    Values up to ``_FAST_DEPTH`` deep take a recursive walk with type dispatch; anything it
+    does not accept (a bad value, deep nesting, a cycle) is walked again by the exact path,
+    whose explicit stack bounds depth by memory only and names the first bad value. Shared
+    (non-cyclic) references become independent copies. Raises ``NotJSONError`` naming the
+    path of the first bad value, prefixed by ``root``.
     """
     t = type(value)
     if t is FrozenDict or t is FrozenList:
@@ -155,6 +234,16 @@ def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
         if problem is not None:
             _fail([root], problem)
         return value
+    try:
+        return _fast_dict(value, 0) if t is dict else _fast_list(value, 0)
+    except _Undecided:
+        return _snapshot_exact(value, root)
+
+
+def _snapshot_exact(value: Any, root: str) -> JSONValue:
+    """``snapshot_json``'s exact walk of a ``dict`` or ``list``: an explicit stack, and the
+    path of the first bad value."""
+    t = type(value)
     # Ancestors of the current position, for cycle detection (shared siblings are fine).
     active: set[int] = {id(value)}
     # path[i + 1] is the key/index by which frames[i + 1] hangs below frames[i].
@@ -444,13 +533,69 @@ _FROZEN_DECODER = json.JSONDecoder(
 )
 
 
+def _parsed_item(x: Any, depth: int) -> Any:
+    """A value orjson parsed, checked and frozen; ``_Undecided`` when the exact path must judge.
+
+    Strings need no check (text without a ``\\u`` escape cannot hold U+0000 or a lone
+    surrogate); an integer literal past 64 bits comes back from orjson as a float, so every
+    float of integer size is sent to the exact parser, which keeps the literal's type.
+    """
+    tx = type(x)
+    if tx is dict:
+        return _parsed_dict(x, depth + 1)
+    if tx is list:
+        return _parsed_list(x, depth + 1)
+    if tx is int:
+        if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
+            raise _Undecided
+    elif tx is float and (
+        x >= _BIG_FLOAT or x <= -_BIG_FLOAT or (x == 0.0 and copysign(1.0, x) < 0)
+    ):
+        raise _Undecided
+    return x
+
+
+def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
+    if depth > _FAST_DEPTH:
+        raise _Undecided
+    for k, x in d.items():
+        tx = type(x)
+        if tx is not str and tx is not bool and x is not None:
+            d[k] = _parsed_item(x, depth)  # orjson's own dict: replacing a value is safe
+    return FrozenDict(d)
+
+
+def _parsed_list(items: list[Any], depth: int) -> FrozenList:
+    if depth > _FAST_DEPTH:
+        raise _Undecided
+    return FrozenList([_parsed_item(x, depth) for x in items])
+
+
 def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
     """Parse JSON text straight into a frozen, validated value (what ``snapshot_json`` yields).
 
-    The decoder's hooks check numbers and freeze containers as they are built. Only ``\\u``
-    escapes can smuggle U+0000 or a lone surrogate into a string, so text holding one takes
-    the full ``snapshot_json`` pass instead. Raises ``NotJSONError``.
+    Fast path: orjson parses, and one walk checks numbers and freezes containers. Text holding
+    a ``\\u`` escape (the only way to smuggle U+0000 or a lone surrogate into a string), text
+    orjson refuses, and values the walk cannot decide take the exact path: the stdlib decoder
+    whose hooks check numbers and freeze as they build (with ``snapshot_json`` after it for
+    escaped text). Raises ``NotJSONError``.
     """
+    if "\\u" not in text:
+        try:
+            value = orjson.loads(text)
+            t = type(value)
+            if t is dict:
+                return _parsed_dict(value, 0)
+            if t is list:
+                return _parsed_list(value, 0)
+            return _parsed_item(value, 0)
+        except (orjson.JSONDecodeError, _Undecided):
+            pass
+    return _loads_exact(text, root)
+
+
+def _loads_exact(text: str, root: str) -> JSONValue:
+    """``loads_frozen``'s exact path (the stdlib decoder with checking hooks)."""
     try:
         if "\\u" in text:
             return snapshot_json(json.loads(text, parse_constant=_no_constant), root=root)
@@ -466,6 +611,29 @@ def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
     if type(value) is str and "\x00" in value:
         raise NotJSONError(f"{root}: string contains U+0000", path=root)
     return value
+
+
+def _orjson_default(value: Any) -> Any:
+    if type(value) is FrozenList:
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dumps_frozen(value: JSONValue) -> str:
+    """Compact JSON text of a value ``snapshot_json`` or ``loads_frozen`` returned, fast.
+
+    The same JSON value as ``dumps_compact`` writes (orjson's encoder; it may spell a small
+    float differently, ``1e-7`` for ``1e-07``). Values it does not take — nested deeper than
+    orjson goes, or holding a float that needs ``dumps_compact``'s exponent rule — are written
+    by ``dumps_compact``. Only for validated values: orjson would write NaN as ``null``.
+    """
+    try:
+        data = orjson.dumps(value, default=_orjson_default)
+    except TypeError:  # orjson.JSONEncodeError: depth, or a type it does not know
+        return dumps_compact(value)
+    if b"e+" in data:  # may be inside a string too; then dumps_compact writes the same value
+        return dumps_compact(value)
+    return data.decode()
 
 
 def json_depth(value: Any) -> int:

@@ -31,7 +31,7 @@ from session_sql.events import (
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsonvalue import FrozenDict, dumps_compact, snapshot_json
+from session_sql.jsonvalue import FrozenDict, dumps_frozen, snapshot_json
 from session_sql.messages import SurfaceMessage, check_last, project
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_data, check_inherited_marker
@@ -600,7 +600,7 @@ class Session:
     def _check_event_size(self, event: SessionEvent) -> None:
         """The event-size limit; a store checks it on the text it writes instead."""
         if self._max_event_bytes is not None:
-            check_json_size(dumps_compact(event.data), self._max_event_bytes, event.seq)
+            check_json_size(dumps_frozen(event.data), self._max_event_bytes, event.seq)
 
     def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
         """Make the events durable before they become visible; a store overrides this."""

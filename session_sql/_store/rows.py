@@ -29,7 +29,7 @@ from session_sql.events import (
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsonvalue import FrozenDict, json_depth, loads_frozen
+from session_sql.jsonvalue import FrozenDict, dumps_frozen, json_depth, loads_frozen
 from session_sql.session import check_json_size
 from session_sql.surface import Replay
 
@@ -67,7 +67,7 @@ def event_row_json(
     ``MAX_STORED_DEPTH``, before any transaction starts.
     """
     row = event_row(tenant, session_id, event)
-    text = row["data"] = dumps_json(event.data)
+    text = row["data"] = dumps_frozen(event.data)  # event data is validated and frozen
     check_json_size(text, max_event_bytes, event.seq)
     # Brackets bound the depth from above; only a bracket-heavy event pays for the real walk.
     if text.count("[") + text.count("{") > MAX_STORED_DEPTH:
