@@ -30,7 +30,7 @@ from session_sql.errors import (
     NotJSONError,
     SessionNotFoundError,
 )
-from session_sql.events import SessionEvent
+from session_sql.events import Replace, SessionEvent
 from session_sql.session import check_logged
 from session_sql.surface import Replay, Surface
 
@@ -82,8 +82,14 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
             )
         if type_ not in NODE_TYPES and type_ not in ctx.catalog.item_types:
             raise _corrupt(session_id, f"a {type_} event is on the surface", seq=seq)
-        if seq != head:
-            known[seq] = checked_event(ctx, session_id, node[1:])
+        event = known[seq] if seq == head else checked_event(ctx, session_id, node[1:])
+        op = event.surface_op
+        # What plan() asked of it when it went on: a surfaceOp, a range before it.
+        if op is None or (isinstance(op, Replace) and max(op) >= seq):
+            raise _corrupt(
+                session_id, f"surface event seq {seq} has no valid surfaceOp ({op!r})", seq=seq
+            )
+        known[seq] = event
         positions.append(pos)
         seqs.append(seq)
     state = Replay(Surface(seqs, row.replace_generation), positions, row.surface_next_pos, head + 1)
