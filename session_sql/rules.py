@@ -28,6 +28,9 @@ def _object(event: SessionEvent) -> dict[str, Any]:
 
 
 def _turn_step(event: SessionEvent, data: dict[str, Any]) -> None:
+    turn, step = data.get("turn"), data.get("step")
+    if type(turn) is int and type(step) is int and turn >= 0 and step >= 0:
+        return  # every event of a step passes here: the common case first
     for key in ("turn", "step"):
         value = data.get(key)
         if type(value) is not int or value < 0:

@@ -234,6 +234,10 @@ def fold_checked(
         log.append(step.event)
 
 
+_ITEM_KEYS = frozenset({"type", "data", "surface_op", "source_event_seqs", "ignorable"})
+"""The keys an ``append_many`` item may have: ``append``'s argument names."""
+
+
 class Session:
     """An append-only log of typed events with its surface and derived messages."""
 
@@ -491,10 +495,10 @@ class Session:
             raise InvalidEventError(f"append_many takes a list of dicts, got {items!r}")
         batch: list[_Item] = []
         for i, item in enumerate(items):
-            if not isinstance(item, Mapping):
+            if type(item) is not dict and not isinstance(item, Mapping):
                 raise InvalidEventError(f"append_many item {i} must be a dict, got {item!r}")
-            unknown = item.keys() - {"type", "data", "surface_op", "source_event_seqs", "ignorable"}
-            if unknown or "type" not in item:
+            if "type" not in item or not _ITEM_KEYS.issuperset(item.keys()):
+                unknown = item.keys() - _ITEM_KEYS
                 raise InvalidEventError(
                     f"append_many item {i} needs 'type' and only append's keyword names; "
                     f"unexpected {sorted(unknown)}"

@@ -15,13 +15,14 @@ from typing import Any
 
 from sqlalchemy import Engine, Select, Text, bindparam, cast, delete, func, select, true
 from sqlalchemy import update as sa_update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
 from session_sql._store.engine import is_sqlite
 from session_sql._store.rows import event_columns
-from session_sql._store.schema import TENANT_SETTING, SchemaTables
+from session_sql._store.schema import TENANT_SETTING, JSONText, SchemaTables
 from session_sql.catalog import Catalog
 from session_sql.session import Clock
 
@@ -78,6 +79,10 @@ class Statements:
         upsert = sqlite_insert if sqlite else pg_insert
         self.insert_event = upsert(e).on_conflict_do_nothing()
         self.insert_node = upsert(sf).on_conflict_do_nothing()
+        # PostgreSQL: a batch of events as ONE statement, each column bound as an array and
+        # unnested into rows (one parse, one plan, one execution for the whole batch, where
+        # executemany runs the insert once per row). Same conflict rule, same row count.
+        self.insert_events_unnest = None if sqlite else _insert_unnest(e)
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
         # SET LOCAL of the tenant setting that row-level security reads (PostgreSQL).
         self.set_tenant = select(
@@ -173,6 +178,22 @@ class Statements:
         )
 
 
+def _insert_unnest(table: Any) -> Any:
+    """``INSERT INTO table SELECT * FROM unnest(:u_<col>::<type>[], ...) ON CONFLICT DO
+    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back."""
+    names = [c.name for c in table.c]
+    arrays = [
+        cast(bindparam(f"u_{c.name}"), ARRAY(Text if _is_json(c) else c.type)) for c in table.c
+    ]
+    rows = func.unnest(*arrays).table_valued(*names).render_derived(name="r")
+    columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in table.c]
+    return pg_insert(table).from_select(names, select(*columns)).on_conflict_do_nothing()
+
+
+def _is_json(column: Any) -> bool:
+    return isinstance(column.type, JSONText)
+
+
 def _with_events(nodes: Any, e: Any, sqlite: bool) -> Select[Any]:
     """``(pos, event_seq, type, data)`` of surface rows ``nodes``, each joined to its event.
 
@@ -255,6 +276,10 @@ class CompiledStatements:
         self.notify = Compiled(st.notify, dialect)
         self.set_tenant = Compiled(st.set_tenant, dialect)
         self.surface_tail = Compiled(st.surface_tail, dialect)
+        self.insert_events_unnest = (
+            None if st.insert_events_unnest is None else Compiled(st.insert_events_unnest, dialect)
+        )
+        self.event_columns = [c.name for c in tables.events.c]
 
 
 class StoreContext:

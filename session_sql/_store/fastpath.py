@@ -75,6 +75,11 @@ def _surface_ops(
     return ops
 
 
+def unnest_params(columns: list[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """``Statements.insert_events_unnest``'s parameters: one array per column of ``rows``."""
+    return {f"u_{name}": [row[name] for row in rows] for name in columns}
+
+
 class AppendPart(NamedTuple):
     """One session's share of an append transaction (see :func:`append_parts`)."""
 
@@ -121,8 +126,13 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     planned = []
     for p in parts:
         rows = [event_row_json(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events]
-        args = [c.insert_event.bind(row) for row in rows]
-        planned.append((p, args, _surface_ops(ctx, p.session_id, p.transitions, p.next_pos)))
+        if len(rows) > 1 and c.insert_events_unnest is not None:
+            # PostgreSQL: the whole batch as one statement over column arrays.
+            insert = (c.insert_events_unnest.sql, [unnest_params(c.event_columns, rows)])
+        else:
+            insert = (c.insert_event.sql, [c.insert_event.bind(row) for row in rows])
+        ops = _surface_ops(ctx, p.session_id, p.transitions, p.next_pos)
+        planned.append((p, insert, len(rows), ops))
     raw = ctx.engine.raw_connection()
     try:
         # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);
@@ -146,7 +156,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
                     # SET LOCAL of the tenant (row-level security), in the same pipeline:
                     # the first statement of the transaction, no round trip of its own.
                     cur.execute(c.set_tenant.sql, _tenant_params(ctx))
-                for p, args, ops in planned:
+                for p, (insert_sql, args), count, ops in planned:
                     head_cur = raw.cursor()
                     head_curs.append(head_cur)
                     head_cur.execute(c.advance.sql, c.advance.bind(p.advance))
@@ -155,10 +165,10 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
                         return len(head_curs) - 1
                     event_cur = raw.cursor()
                     if len(args) == 1:
-                        event_cur.execute(c.insert_event.sql, args[0])
+                        event_cur.execute(insert_sql, args[0])
                     else:
-                        event_cur.executemany(c.insert_event.sql, args)
-                    event_checks.append((event_cur, len(args), p.session_id))
+                        event_cur.executemany(insert_sql, args)
+                    event_checks.append((event_cur, count, p.session_id))
                     for op, params in ops:
                         if op is SurfaceOp.INSERT_NODES:
                             # One cursor per batch of appends: each count is read after sync.

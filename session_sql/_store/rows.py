@@ -70,7 +70,7 @@ def event_row_json(
     text = row["data"] = dumps_frozen(event.data)  # event data is validated and frozen
     check_json_size(text, max_event_bytes, event.seq)
     # Brackets bound the depth from above; only a bracket-heavy event pays for the real walk.
-    if text.count("[") + text.count("{") > MAX_STORED_DEPTH:
+    if len(text) > MAX_STORED_DEPTH and text.count("[") + text.count("{") > MAX_STORED_DEPTH:
         depth = json_depth(event.data)
         if depth > MAX_STORED_DEPTH:
             raise InvalidEventError(

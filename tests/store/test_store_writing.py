@@ -385,3 +385,21 @@ def test_refresh_refuses_stored_rows_that_do_not_replay(store):
         other.refresh()
     assert (info.value.session_id, info.value.seq) == ("s1", 1)
     assert capture(other) == before
+
+
+@pytest.mark.parametrize("size", [2, 300])
+def test_a_batch_refuses_rows_already_past_the_head(store, size):
+    """A batch is one insert statement on PostgreSQL (column arrays): its row count is checked
+    like executemany's, so a row edited in past the head refuses the whole batch."""
+    handle = store.create_session("s1")
+    say(handle)
+    e = tables(store).events
+    stray = {"session_id": "s1", "seq": 1 + size - 1, "type": "todo/write", "time": 0}
+    execute(store, e.insert().values(**stray, data=[]))
+    batch = [{"type": "todo/write", "data": {"i": i}} for i in range(size)]
+    with refused(store, CorruptSessionError, handle, match="past the session's head"):
+        handle.append_many(batch)
+    execute(store, e.delete().where(e.c.session_id == "s1", e.c.seq == stray["seq"]))
+    assert [ev.seq for ev in handle.append_many(batch)] == list(range(1, 1 + size))
+    assert [r.data for r in event_rows(store, "s1")[1:]] == [{"i": i} for i in range(size)]
+    assert_consistent(store, handle)
