@@ -153,7 +153,7 @@ uses an explicit stack): real event data nests far less, and a cycle ends up the
 _BIG_FLOAT = float(MAX_SAFE_INTEGER)
 
 
-class _Undecided(Exception):
+class _UndecidedError(Exception):
     """The fast path met something it does not decide; the exact path takes over."""
 
 
@@ -170,38 +170,38 @@ def _key_ok(key: Any) -> bool:
 
 
 def _fast_item(x: Any, depth: int) -> Any:
-    """One value below a container, validated and frozen; ``_Undecided`` on any doubt."""
+    """One value below a container, validated and frozen; ``_UndecidedError`` on any doubt."""
     tx = type(x)
     if tx is str:
         if "\x00" in x or (not x.isascii() and _str_problem(x) is not None):
-            raise _Undecided
+            raise _UndecidedError
     elif tx is int:
         if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
-            raise _Undecided
+            raise _UndecidedError
     elif tx is dict:
         return _fast_dict(x, depth + 1)
     elif tx is list:
         return _fast_list(x, depth + 1)
     elif tx is float:
         if not isfinite(x) or (x == 0.0 and copysign(1.0, x) < 0):
-            raise _Undecided
+            raise _UndecidedError
     elif not (x is None or tx is bool or tx is FrozenDict or tx is FrozenList):
-        raise _Undecided
+        raise _UndecidedError
     return x
 
 
 def _fast_dict(d: dict[Any, Any], depth: int) -> FrozenDict:
     if depth > _FAST_DEPTH:
-        raise _Undecided
+        raise _UndecidedError
     out = {}
     for k, x in d.items():
         if not _key_ok(k):
-            raise _Undecided
+            raise _UndecidedError
         tx = type(x)
         # The common leaves inline; everything else through _fast_item.
         if tx is str:
             if "\x00" in x or (not x.isascii() and _str_problem(x) is not None):
-                raise _Undecided
+                raise _UndecidedError
             out[k] = x
         elif tx is int and -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
             out[k] = x
@@ -212,7 +212,7 @@ def _fast_dict(d: dict[Any, Any], depth: int) -> FrozenDict:
 
 def _fast_list(items: list[Any], depth: int) -> FrozenList:
     if depth > _FAST_DEPTH:
-        raise _Undecided
+        raise _UndecidedError
     return FrozenList([_fast_item(x, depth) for x in items])
 
 
@@ -236,7 +236,7 @@ def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
         return value
     try:
         return _fast_dict(value, 0) if t is dict else _fast_list(value, 0)
-    except _Undecided:
+    except _UndecidedError:
         return _snapshot_exact(value, root)
 
 
@@ -534,7 +534,8 @@ _FROZEN_DECODER = json.JSONDecoder(
 
 
 def _parsed_item(x: Any, depth: int) -> Any:
-    """A value orjson parsed, checked and frozen; ``_Undecided`` when the exact path must judge.
+    """A value orjson parsed, checked and frozen; ``_UndecidedError`` when the exact path
+    must judge.
 
     Strings need no check (text without a ``\\u`` escape cannot hold U+0000 or a lone
     surrogate); an integer literal past 64 bits comes back from orjson as a float, so every
@@ -547,17 +548,17 @@ def _parsed_item(x: Any, depth: int) -> Any:
         return _parsed_list(x, depth + 1)
     if tx is int:
         if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
-            raise _Undecided
+            raise _UndecidedError
     elif tx is float and (
         x >= _BIG_FLOAT or x <= -_BIG_FLOAT or (x == 0.0 and copysign(1.0, x) < 0)
     ):
-        raise _Undecided
+        raise _UndecidedError
     return x
 
 
 def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
     if depth > _FAST_DEPTH:
-        raise _Undecided
+        raise _UndecidedError
     for k, x in d.items():
         tx = type(x)
         if tx is not str and tx is not bool and x is not None:
@@ -567,7 +568,7 @@ def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
 
 def _parsed_list(items: list[Any], depth: int) -> FrozenList:
     if depth > _FAST_DEPTH:
-        raise _Undecided
+        raise _UndecidedError
     return FrozenList([_parsed_item(x, depth) for x in items])
 
 
@@ -589,7 +590,7 @@ def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
             if t is list:
                 return _parsed_list(value, 0)
             return _parsed_item(value, 0)
-        except (orjson.JSONDecodeError, _Undecided):
+        except (orjson.JSONDecodeError, _UndecidedError):
             pass
     return _loads_exact(text, root)
 

@@ -132,8 +132,10 @@ _LEAVES = (
 )
 _VALUES = st.recursive(
     _LEAVES,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=4) | st.sampled_from(["\x00", "\ud800"]), children),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=4) | st.sampled_from(["\x00", "\ud800"]), children)
+    ),
     max_leaves=25,
 )
 
@@ -200,7 +202,8 @@ def test_dumps_frozen_writes_the_value_dumps_compact_writes(value: Any) -> None:
 
 
 def test_dumps_frozen_keeps_big_floats_floats_through_jsonb() -> None:
-    assert dumps_frozen(snapshot_json({"a": [1, {"b": 1e16}]})) == '{"a":[1,{"b":10000000000000000.0}]}'
+    value = snapshot_json({"a": [1, {"b": 1e16}]})
+    assert dumps_frozen(value) == '{"a":[1,{"b":10000000000000000.0}]}'
     assert dumps_frozen(1.5e300) == str(int(1.5e300)) + ".0"
 
 
