@@ -281,16 +281,26 @@ def w_append(target: Target, n: int, reps: int, label: str) -> Workload:
     return _one_per_transaction(target, agent_events(n), reps, label, {"events": n})
 
 
-def w_append_many(target: Target, batches: int, reps: int) -> Workload:
-    """W2: append_many of 100 chunk events per transaction (streaming)."""
-    batch = chunk_events(100)
+def w_append_many(
+    target: Target, batches: int, reps: int, size: int = 100, label: str = "x100"
+) -> Workload:
+    """W2: append_many of ``size`` events per transaction vs raw ``executemany``.
+
+    ``x100``: streamed chunk events. ``x5000``: the agent mix (messages, chunks, tool calls),
+    a batch such as a seeded session or a big tool output writes.
+    """
+    if label == "x100":
+        batch_list = [chunk_events(100)] * batches
+    else:
+        items = agent_events(batches * size)
+        batch_list = [items[i : i + size] for i in range(0, len(items), size)]
     ours, raws = [], []
     with target.store() as store, _closing(target.raw()) as raw:
         for _ in range(reps):
             handle = store.create_session()
 
             def run_ours(h: Any = handle) -> None:
-                for _ in range(batches):
+                for batch in batch_list:
                     h.append_many(batch)
 
             ours.append(_timed(run_ours))
@@ -298,11 +308,12 @@ def w_append_many(target: Target, batches: int, reps: int) -> Workload:
 
             def run_raw(s: str = sid) -> None:
                 head = -1
-                for _ in range(batches):
+                for batch in batch_list:
                     head = raw.write(s, head, batch)
 
             raws.append(_timed(run_raw))
-    return _workload("W2 append_many x100", batches * 100, ours, raws, {"batch": 100})
+    name = f"W2 append_many {label}"
+    return _workload(name, batches * size, ours, raws, {"batch": size})
 
 
 def compaction_events(n: int) -> Iterator[Item]:
@@ -384,11 +395,11 @@ def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[
             "surface_nodes": nodes,
         }
         out.append(w4)
-        t_load = [_timed(lambda: store.load_session(big_id)) for _ in range(max(2, reps // 2))]
-        t_raw_load = [_timed(lambda: raw.fetch_log(big_id)) for _ in range(max(2, reps // 2))]
-        w5 = _workload("W5 load_session", big, t_load, t_raw_load, {})
-        w5.extra = {"load_over_raw_time": round(1 / w5.ratio, 3) if w5.ratio else None}
-        out.append(w5)
+        out.extend(_w5(store, raw, big_id, big, "", max(2, reps // 2)))
+        small_log = min(LOAD_SMALL, big)
+        out.extend(
+            _w5(store, raw, _big_session(store, small_log, 100), small_log, " 5k", max(reps, 7))
+        )
         if store.messages(big_id, last=TAIL) != raw.fetch_tail(big_id, TAIL):
             raise CliError("W9: the store's tail read and the raw one disagree")
 
@@ -479,6 +490,28 @@ def w_open(
         "surface_nodes": surface,
     }
     return w10
+
+
+LOAD_SMALL = 5000
+"""W5's small session: ``load_session`` and ``events()`` of a 5,000-event log."""
+
+
+def _w5(
+    store: SessionStore, raw: Raw, sid: str, count: int, label: str, reps: int
+) -> list[Workload]:
+    """W5: ``load_session`` and ``list(events())`` vs raw fetch + ``json.loads`` of the log,
+    interleaved so that drift hits both sides alike."""
+    t_load, t_events, t_raw = [], [], []
+    for _ in range(reps):
+        t_load.append(_timed(lambda: store.load_session(sid)))
+        t_events.append(_timed(lambda: list(store.events(sid))))
+        t_raw.append(_timed(lambda: raw.fetch_log(sid)))
+    out = []
+    for name, times in (("load_session", t_load), ("events()", t_events)):
+        w = _workload(f"W5 {name}{label}", count, times, t_raw, {})
+        w.extra = {"over_raw_time": round(1 / w.ratio, 3) if w.ratio else None, "log": count}
+        out.append(w)
+    return out
 
 
 # -- multi-process workloads ---------------------------------------------------------------
@@ -734,13 +767,15 @@ def run(
             workloads.append(w_append(target, n1, reps, label))
         progress("W2 append_many")
         workloads.append(w_append_many(main, size(100, 20), reps))
+        big_batch = size(5000, 5000, 100)
+        workloads.append(w_append_many(main, size(4, 1), reps, big_batch, "x5000"))
         progress("W3 compaction")
         workloads.append(w_compaction(main, n1, reps))
         progress("W4/W5/W9/W10 reads and opens")
         nodes = size(2000, 400, 10)
         big, small = size(100_000, 20_000, nodes * 10), size(10_000, 2_000, nodes * 2)
-        w4, w5, w9, w10 = w_read(main, big, small, nodes, reps)
-        workloads.extend((w4, w5))
+        w4, *w5, w9, w10 = w_read(main, big, small, nodes, reps)
+        workloads.extend((w4, *w5))
         progress("W6 follow")
         workloads.append(w_follow(main, size(200, 50, 10)))
         if main.backend == "postgresql":
