@@ -561,8 +561,13 @@ def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
         raise _UndecidedError
     for k, x in d.items():
         tx = type(x)
-        if tx is not str and tx is not bool and x is not None:
-            d[k] = _parsed_item(x, depth)  # orjson's own dict: replacing a value is safe
+        if tx is str or tx is bool or x is None:
+            continue
+        if tx is int:
+            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
+                raise _UndecidedError
+            continue
+        d[k] = _parsed_item(x, depth)  # orjson's own dict: replacing a value is safe
     return FrozenDict(d)
 
 

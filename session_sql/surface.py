@@ -326,6 +326,9 @@ class Replay:
             if is_exempt(event, catalog)
             else plan(self.surface.node_list(), event, lookup, catalog.item_types)
         )
+        if transition is None:  # most of a log (chunks, steps, tool calls): nothing moves
+            self.length = event.seq + 1
+            return Step(event, None, None)
         return Step(event, transition, self.advance(event, transition))
 
     def advance(self, event: SessionEvent, transition: Transition) -> int | None:

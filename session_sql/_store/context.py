@@ -260,7 +260,8 @@ def _as_is(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class CompiledStatements:
-    """The fast path's statements as driver SQL text (see ``fastpath``)."""
+    """The fast path's statements as driver SQL text (see ``fastpath``): the append's, and
+    the page read that loads and streams a log."""
 
     def __init__(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> None:
         self.advance = Compiled(st.advance, dialect)
@@ -280,6 +281,7 @@ class CompiledStatements:
             None if st.insert_events_unnest is None else Compiled(st.insert_events_unnest, dialect)
         )
         self.event_columns = [c.name for c in tables.events.c]
+        self.events_page = Compiled(st.events_page, dialect)
 
 
 class StoreContext:

@@ -4,9 +4,9 @@ SQLAlchemy Core builds every statement (``context.Statements``); they are compil
 store and executed on a pooled DBAPI cursor, which takes the per-statement Core overhead off
 the interactive path. On PostgreSQL the statements of one append go through one pipeline (a
 single round trip). This module is the only one that touches a DBAPI cursor; its entry points
-are :func:`append`, :func:`insert_session` and :func:`surface_tail` (the tail read). Every
-connection is checked out of the pool for one transaction and returned, whatever thread runs
-it.
+are :func:`append`, :func:`insert_session`, :func:`surface_tail` (the tail read) and
+:func:`fetch_rows` (the page reads of a load). Every connection is checked out of the pool for
+one transaction and returned, whatever thread runs it.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
-from sqlalchemy import insert
+from sqlalchemy import Connection, insert
 
-from session_sql._store.context import StoreContext
+from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.engine import begin_raw_write, pipeline, write_tx
 from session_sql._store.rows import event_row_json
 from session_sql.errors import CorruptSessionError, SessionExistsError
@@ -214,6 +214,21 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     finally:
         raw.close()  # back to the pool, which resets it (or drops it when invalidated)
     return None
+
+
+def fetch_rows(conn: Connection, stmt: Compiled, params: dict[str, Any]) -> list[Any]:
+    """The rows (plain tuples) of a compiled read on ``conn``, inside its transaction.
+
+    The driver SQL goes through ``exec_driver_sql`` (so connection events still see it), and
+    the rows are fetched from the DBAPI cursor: a page of 1,000 events skips SQLAlchemy's
+    result processing (columns are read as the driver returns them: see
+    ``rows.event_from_row``).
+    """
+    result = conn.exec_driver_sql(stmt.sql, stmt.bind(params))
+    try:
+        return list(result.cursor.fetchall())
+    finally:
+        result.close()
 
 
 def insert_session(

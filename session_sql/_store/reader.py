@@ -13,6 +13,7 @@ from sqlalchemy import Connection
 from session_sql._store import fastpath
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
+from session_sql._store.fastpath import fetch_rows
 from session_sql._store.rows import event_from_row
 from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
@@ -181,12 +182,13 @@ def event_rows_in(
     caller folding the rows as they come needs no memory for the log.
     """
     params = {"b_id": session_id, "b_after": -1, "b_to": MAX_SEQ if to_seq is None else to_seq}
+    page = ctx.compiled.events_page
     while True:
-        rows = conn.execute(ctx.statements.events_page, {**params, "b_limit": STREAM_BATCH}).all()
+        rows = fetch_rows(conn, page, {**page.defaults, **params, "b_limit": STREAM_BATCH})
         yield from rows
         if len(rows) < STREAM_BATCH:
             return
-        params["b_after"] = rows[-1].seq
+        params["b_after"] = rows[-1][0]  # its seq
         del rows  # release this page before fetching the next
 
 
@@ -199,7 +201,7 @@ def snapshot_events(
     """
     expected = 0
     for row in event_rows_in(conn, ctx, session_id, head_seq):
-        if row.seq != expected:
+        if row[0] != expected:  # its seq
             break
         yield event_from_row(session_id, row)
         expected += 1

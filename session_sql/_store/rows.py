@@ -138,9 +138,11 @@ def event_from_row(session_id: str, row: Any) -> SessionEvent:
     would be refused for.
     """
     seq, type_name, time, text, src, op, ignorable = row
+    if type(ignorable) is int:  # SQLite's BOOLEAN, read without SQLAlchemy's conversion
+        ignorable = bool(ignorable)
     try:
         type_ = check_type_name(type_name, seq=seq)
-        if not is_safe_int(time):
+        if type(time) is not int or not is_safe_int(time):
             raise InvalidEventError(f"time must be an int, got {time!r}", seq=seq)
         data = loads_frozen(text, root="data")
         surface_op = None if op is None else parse_surface_op(json.loads(op), seq=seq)
@@ -153,7 +155,10 @@ def event_from_row(session_id: str, row: Any) -> SessionEvent:
             session_id=session_id,
             seq=seq,
         ) from exc
-    return SessionEvent(type_, seq, time, data, surface_op, sources, ignorable is True)
+    # The fields are checked above: build the tuple without NamedTuple's Python-level __new__.
+    fields = (type_, seq, time, data, surface_op, sources, ignorable is True)
+    event: SessionEvent = tuple.__new__(SessionEvent, fields)
+    return event
 
 
 def stored_problems(
