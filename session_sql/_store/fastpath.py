@@ -21,7 +21,7 @@ from sqlalchemy import Connection, insert
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.engine import begin_raw_write, pipeline, write_tx
 from session_sql._store.rows import event_row_json
-from session_sql.errors import CorruptSessionError, SessionExistsError
+from session_sql.errors import CorruptSessionError, SessionExistsError, StoreError
 from session_sql.events import SessionEvent
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
 
@@ -244,7 +244,6 @@ def insert_session(
     """
     t = ctx.tables
     session_id = str(row["id"])
-    insert_event = ctx.compiled.insert_event
     with write_tx(ctx.engine) as conn:
         taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
         if taken.first() is not None:
@@ -252,10 +251,8 @@ def insert_session(
                 f"session {session_id!r} already exists", session_id=session_id
             )
         conn.execute(insert(t.sessions), dict(row))
-        cursor = conn.connection.cursor()  # the same transaction, on the DBAPI connection
         for i in range(0, len(event_rows), INSERT_CHUNK):
-            chunk = event_rows[i : i + INSERT_CHUNK]
-            cursor.executemany(insert_event.sql, [insert_event.bind(r) for r in chunk])
+            insert_events(conn, ctx, event_rows[i : i + INSERT_CHUNK])
         for i in range(0, len(surface_rows), INSERT_CHUNK):
             conn.execute(
                 insert(t.surface),
@@ -271,6 +268,25 @@ def insert_session(
                 "b_payload": ctx.payload(session_id, int(row["head_seq"])),
             }
             conn.execute(ctx.statements.notify, payload)
+
+
+def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert ``rows.event_row_json`` rows of a new session in ``conn``'s transaction, on its
+    DBAPI connection: one statement over column arrays on PostgreSQL, ``executemany`` of the
+    prepared insert on SQLite. Raises ``StoreError`` unless every row went in."""
+    if not rows:
+        return
+    c = ctx.compiled
+    cursor = conn.connection.cursor()
+    try:
+        if c.insert_events_unnest is not None:
+            cursor.execute(c.insert_events_unnest.sql, unnest_params(c.event_columns, rows))
+        else:
+            cursor.executemany(c.insert_event.sql, [c.insert_event.bind(r) for r in rows])
+        if cursor.rowcount != len(rows):  # a new session's seqs cannot be taken
+            raise StoreError(f"inserted {cursor.rowcount} of {len(rows)} event rows")
+    finally:
+        cursor.close()
 
 
 def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) -> list[Any]:

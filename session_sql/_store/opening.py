@@ -140,7 +140,7 @@ def read_log(
                 session_id=session_id,
             )
         for event_row in event_rows_in(conn, ctx, session_id, count - 1):
-            if event_row.seq != len(events):
+            if event_row[0] != len(events):  # its seq
                 break
             events.append(checked_event(ctx, session_id, event_row))
     if len(events) != count:

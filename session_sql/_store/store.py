@@ -16,7 +16,6 @@ from sqlalchemy import (
     Connection,
     Text,
     and_,
-    bindparam,
     cast,
     delete,
     event,
@@ -902,11 +901,7 @@ class _ImportFold:
         self.state = Replay()
         self.inherited = 0
         self.batch: list[SessionEvent] = []
-        self.batch_rows: list[dict[str, Any]] = []
-        self.insert_events = insert(ctx.tables.events).values(
-            # The data is bound as the JSON text event_row_json checked, not serialised again.
-            data=cast(bindparam("data", type_=Text), ctx.tables.events.c.data.type)
-        )
+        self.batch_rows: list[dict[str, Any]] = []  # the JSON text checked, bound as it is
 
     def add(self, raw: Any, line: int, path: Path) -> None:
         ctx = self.ctx
@@ -950,7 +945,7 @@ class _ImportFold:
 
     def _write_batch(self) -> None:
         if self.batch_rows:
-            self.conn.execute(self.insert_events, self.batch_rows)
+            fastpath.insert_events(self.conn, self.ctx, self.batch_rows)
         self.batch.clear()
         self.batch_rows.clear()
 
