@@ -395,11 +395,16 @@ def test_a_batch_refuses_rows_already_past_the_head(store, size):
     say(handle)
     e = tables(store).events
     stray = {"session_id": "s1", "seq": 1 + size - 1, "type": "todo/write", "time": 0}
-    execute(store, e.insert().values(**stray, data=[]))
+    execute(store, e.insert().values(**stray, tenant=store.tenant, data=[]))
     batch = [{"type": "todo/write", "data": {"i": i}} for i in range(size)]
     with refused(store, CorruptSessionError, handle, match="past the session's head"):
         handle.append_many(batch)
-    execute(store, e.delete().where(e.c.session_id == "s1", e.c.seq == stray["seq"]))
+    execute(
+        store,
+        e.delete().where(
+            e.c.tenant == store.tenant, e.c.session_id == "s1", e.c.seq == stray["seq"]
+        ),
+    )
     assert [ev.seq for ev in handle.append_many(batch)] == list(range(1, 1 + size))
     assert [r.data for r in event_rows(store, "s1")[1:]] == [{"i": i} for i in range(size)]
     assert_consistent(store, handle)
