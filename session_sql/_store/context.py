@@ -181,12 +181,13 @@ class Statements:
 def _insert_unnest(table: Any) -> Any:
     """``INSERT INTO table SELECT * FROM unnest(:u_<col>::<type>[], ...) ON CONFLICT DO
     NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back."""
-    names = [c.name for c in table.c]
+    written = [c for c in table.c if c.computed is None]  # the database computes the rest
+    names = [c.name for c in written]
     arrays = [
-        cast(bindparam(f"u_{c.name}"), ARRAY(Text if _is_json(c) else c.type)) for c in table.c
+        cast(bindparam(f"u_{c.name}"), ARRAY(Text if _is_json(c) else c.type)) for c in written
     ]
     rows = func.unnest(*arrays).table_valued(*names).render_derived(name="r")
-    columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in table.c]
+    columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in written]
     return pg_insert(table).from_select(names, select(*columns)).on_conflict_do_nothing()
 
 
@@ -280,7 +281,7 @@ class CompiledStatements:
         self.insert_events_unnest = (
             None if st.insert_events_unnest is None else Compiled(st.insert_events_unnest, dialect)
         )
-        self.event_columns = [c.name for c in tables.events.c]
+        self.event_columns = [c.name for c in tables.events.c if c.computed is None]
         self.events_page = Compiled(st.events_page, dialect)
 
 
