@@ -205,6 +205,19 @@ def test_live_schema_can_be_distributed_by_tenant(backend, engine: Engine):
     assert distribution_problems(keys, columns) == []
 
 
+def test_live_check_notices_a_unique_index_without_tenant(backend, engine: Engine):
+    ensure_schema(engine, backend.schema)
+    schema = target_schema(engine, backend.schema)
+    events = engine.dialect.identifier_preparer.format_table(tables_for(schema).events)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE UNIQUE INDEX ix_no_tenant ON {events} (session_id, seq)")
+    with read_tx(engine) as conn:
+        keys = keys_of_database(inspect(conn), schema)
+    assert distribution_problems(keys, {}) == [
+        "events: unique ix_no_tenant (session_id, seq) lacks tenant"
+    ]
+
+
 def _columns(tables: Iterable[Table]) -> dict[str, set[str]]:
     return {t.name: {c.name for c in t.columns} for t in tables}
 
