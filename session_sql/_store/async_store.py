@@ -40,8 +40,8 @@ from typing import IO, Any, Literal, TypeVar, cast
 from psycopg import sql
 from sqlalchemy.util import await_, greenlet_spawn
 
-from session_sql._store import reader
-from session_sql._store.engine import translate_errors
+from session_sql._store import fastpath, reader
+from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
 from session_sql._store.metadata import UNSET, _Unset
 from session_sql._store.opening import StoredLog
 from session_sql._store.schema import DEFAULT_SCHEMA
@@ -95,6 +95,8 @@ class _Runner:
     def __init__(self, *, threads: int | None) -> None:
         self.threaded = threads is not None
         self.closed = False
+        self.writers: AsyncWriteConnections | None = None
+        """PostgreSQL: the connections appends run on, natively awaited (set once open)."""
         self._pool = (
             None
             if threads is None
@@ -252,7 +254,10 @@ class AsyncStoredSession(StoredSession):
         async with self._lock:
             events, transitions = self._begin_append(batch)
             try:
-                persisted = self._runner.submit(self._persist, events, transitions)
+                if self._runner.writers is None:
+                    persisted = self._runner.submit(self._persist, events, transitions)
+                else:
+                    persisted = asyncio.ensure_future(self._persist_async(events, transitions))
                 cancelled = await _settle(persisted)
                 persisted.result()  # the persist step's error, with nothing changed
                 self._commit(events, transitions)
@@ -262,6 +267,28 @@ class AsyncStoredSession(StoredSession):
         if cancelled:
             raise asyncio.CancelledError
         return events
+
+    async def _persist_async(self, events: list[SessionEvent], transitions: list[Any]) -> None:
+        """``_persist`` on PostgreSQL: the same transaction, on a natively awaited connection
+        (``fastpath.append_async``); the lost-race diagnosis is the sync store's own."""
+        writers = self._runner.writers
+        assert writers is not None
+        part = self._append_part(events, transitions)
+        with translate_errors(self.id):
+            try:
+                async with writers.borrow() as conn:
+                    moved = await fastpath.append_async(self._ctx, conn, part)
+            except fastpath.StaleConnectionError:
+                # The server dropped the kept connection while it sat idle; once more on a
+                # fresh one, as the pool's pre-ping would have done.
+                async with writers.borrow() as conn:
+                    moved = await fastpath.append_async(self._ctx, conn, part)
+        if not moved:
+            await greenlet_spawn(self._diagnose_lost_race)
+
+    def _diagnose_lost_race(self) -> None:
+        with translate_errors(self.id), read_tx(self._ctx.engine) as conn:
+            self._raise_lost_race(conn)
 
 
 class AsyncSessionStore:
@@ -290,6 +317,7 @@ class AsyncSessionStore:
             **options,
         )
         threads = max(1, int(options.get("pool_size", 5)))
+        self._size = threads
         self._runner = _Runner(threads=threads if url.startswith("sqlite") else None)
         self._opened: SessionStore | None = None
 
@@ -300,6 +328,8 @@ class AsyncSessionStore:
             except BaseException:
                 self._runner.shutdown()
                 raise
+            if not self._runner.threaded:
+                self._runner.writers = AsyncWriteConnections(self._opened.engine, self._size)
         return self
 
     def __await__(self) -> Generator[Any, None, AsyncSessionStore]:
@@ -336,6 +366,8 @@ class AsyncSessionStore:
     async def close(self) -> None:
         """Release every pooled connection (and the worker threads); again: nothing."""
         if self._opened is not None and not self._runner.closed:
+            if self._runner.writers is not None:
+                await self._runner.writers.close()
             await self._runner.call(self._opened.close)
         self._runner.shutdown()
 

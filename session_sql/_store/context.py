@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
@@ -20,7 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
-from session_sql._store.engine import is_sqlite
+from session_sql._store.engine import IdleConnection, is_sqlite
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import TENANT_SETTING, JSONText, SchemaTables
 from session_sql.catalog import Catalog
@@ -285,6 +286,53 @@ class CompiledStatements:
         self.events_page = Compiled(st.events_page, dialect)
 
 
+class ParsedMessages:
+    """Tail reads' projected messages, by ``(type, stored JSON text)``: bounded, per store.
+
+    An agent reads its last N messages every turn, and all but the newest are the rows it
+    read the turn before. Projecting a row (parse, freeze, shape check) is a pure function
+    of its type and text, so an entry is exactly what a fresh projection would give, and the
+    frozen message is safe to share. Only successes are kept (a malformed row raises every
+    time); rows longer than ``MAX_TEXT`` are not kept, and the oldest entries go once the
+    texts kept pass ``BUDGET`` characters.
+    """
+
+    MAX_TEXT = 16_384
+    BUDGET = 2_000_000
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str], Any] = {}
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, str]) -> Any:
+        """The message kept for ``key``, or ``MISSING``."""
+        return self._entries.get(key, MISSING)
+
+    def put(self, key: tuple[str, str], message: Any) -> None:
+        size = len(key[1])
+        if size > self.MAX_TEXT:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            self._entries[key] = message
+            self._size += size
+            while self._size > self.BUDGET:
+                oldest = next(iter(self._entries))
+                del self._entries[oldest]
+                self._size -= len(oldest[1])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._size = 0
+
+
+MISSING: Any = object()
+"""``ParsedMessages.get`` for a key not kept (a kept message may be ``None``)."""
+
+
 class StoreContext:
     """What a store's parts need: engine, tables, settings, and the prepared statements."""
 
@@ -311,6 +359,10 @@ class StoreContext:
         """Every row this store reads or writes is this tenant's."""
         self.sqlite = is_sqlite(engine)
         self.statements = Statements(tables, sqlite=self.sqlite, tenant=tenant)
+        self.idle = IdleConnection(engine, tenant)
+        """The connection kept for single-statement reads (see ``fastpath.surface_tail``)."""
+        self.parsed = ParsedMessages()
+        """Tail reads' projected messages (see ``reader``)."""
 
     def payload(self, session_id: str, head: int) -> str:
         """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON."""

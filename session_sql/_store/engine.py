@@ -19,13 +19,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from typing import Any, Final
 
 import psycopg
@@ -44,9 +45,9 @@ from sqlalchemy import (
 from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
-from sqlalchemy.util import await_
+from sqlalchemy.util import await_, greenlet_spawn
 
-from session_sql._store.schema import NAMING_CONVENTION
+from session_sql._store.schema import NAMING_CONVENTION, TENANT_SETTING
 from session_sql.errors import (
     ConcurrencyError,
     ConfigurationError,
@@ -60,6 +61,8 @@ dumps_json = dumps_compact
 """The serialiser every engine binds JSON with (floats stay floats on JSONB)."""
 
 __all__ = [
+    "AsyncWriteConnections",
+    "IdleConnection",
     "begin_raw_write",
     "database_label",
     "dumps_json",
@@ -404,6 +407,163 @@ def pipeline(driver_connection: Any) -> Iterator[None]:
             raise
     else:
         await_(manager.__aexit__(None, None, None))
+
+
+class IdleConnection:
+    """One DBAPI connection a store keeps outside its pool, idle and in autocommit, for reads
+    that need a single statement (the tail reads of ``fastpath``).
+
+    A checkout from the pool costs more than such a read: PostgreSQL's pre-ping is a round
+    trip, and the pool's events and reset run each time. This connection skips all that, and
+    since it is kept in autocommit it is never left inside a transaction. It is taken without
+    waiting: a caller that finds it in use (another thread, or another task of an async
+    store) takes the ordinary pooled path instead, so it never serialises readers. It comes
+    from the engine (the connect hooks ran on it) and is detached from the pool, so it does
+    not reduce the pool's capacity; an in-memory SQLite database, whose single connection
+    the pool hands to every user in turn, keeps none.
+
+    On PostgreSQL the store's ``tenant`` is set on it for the session (row-level security
+    reads it) when it is opened: it serves that store alone and never returns to the pool,
+    so no other user sees the setting, and each read stays one statement.
+    """
+
+    def __init__(self, engine: Engine, tenant: str = "") -> None:
+        self._engine = engine
+        self._tenant = tenant
+        self._lock = threading.Lock()
+        self._raw: Any = None
+        in_memory = is_sqlite(engine) and engine.url.database in (None, "", ":memory:")
+        # Only beside a queue pool (the store's own): another pool class may hand out one
+        # shared connection, which detaching would take from everybody else.
+        self._closed = in_memory or not isinstance(engine.pool, QueuePool)
+
+    @contextmanager
+    def borrow(self) -> Iterator[Any]:
+        """The idle DBAPI connection, or None when it is in use, closed or not kept.
+
+        An exception inside the block discards the connection (it may be broken; the next
+        borrower opens a new one).
+        """
+        if self._closed or not self._lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            if self._raw is None:
+                self._raw = self._open()
+            try:
+                yield self._raw.dbapi_connection
+            except BaseException:
+                self._discard()
+                raise
+        finally:
+            if self._closed:
+                self._discard()
+            self._lock.release()
+
+    def _open(self) -> Any:
+        raw = self._engine.raw_connection()
+        raw.detach()  # ours now: the pool neither counts nor resets it
+        dbapi: Any = raw.dbapi_connection
+        if not is_sqlite(self._engine):
+            try:
+                dbapi.rollback()  # out of whatever the pool's ping began
+                dbapi.autocommit = True
+                cursor = dbapi.cursor()
+                try:
+                    cursor.execute(
+                        "SELECT set_config(%(setting)s, %(tenant)s, false)",
+                        {"setting": TENANT_SETTING, "tenant": self._tenant},
+                    )
+                finally:
+                    cursor.close()
+            except BaseException:
+                with suppress(Exception):
+                    dbapi.close()
+                raise
+        return raw
+
+    def _discard(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            with suppress(Exception):  # closing a broken connection may fail: it is gone
+                # Closed by the driver itself: a detached fairy of the async pool would only
+                # terminate it, and psycopg wants it closed.
+                raw.dbapi_connection.close()
+
+    def close(self) -> None:
+        """Close the connection now, or, if it is in use, as soon as its borrower is done."""
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                self._discard()
+            finally:
+                self._lock.release()
+
+
+class AsyncWriteConnections:
+    """psycopg ``AsyncConnection``s that an async store on PostgreSQL keeps for its appends.
+
+    An append on the async engine's pool pays a checkout (its pre-ping is a round trip), the
+    pool's events and reset, and SQLAlchemy's adapter around every await. These connections
+    are taken from that pool once, kept checked out, and lent to one append at a time; at
+    most ``size`` are held, and an append that finds none free waits for one on the loop. A
+    connection that broke is given back to the pool invalidated (the pool replaces it); one
+    left inside a transaction is never lent again either.
+    """
+
+    def __init__(self, engine: Engine, size: int) -> None:
+        self._engine = engine
+        self._idle: list[Any] = []
+        self._slots = asyncio.Semaphore(size)
+        self._closed = False
+
+    @asynccontextmanager
+    async def borrow(self) -> AsyncIterator[Any]:
+        """A psycopg ``AsyncConnection``: idle, in autocommit, the caller's alone."""
+        async with self._slots:
+            if self._closed:
+                raise StoreError("the store is closed; open a new one with open_async_store()")
+            raw = self._idle.pop() if self._idle else await greenlet_spawn(self._checkout)
+            conn = raw.driver_connection
+            try:
+                yield conn
+            finally:
+                usable = not conn.broken and conn.info.transaction_status == _PG_IDLE
+                if usable and not self._closed:
+                    self._idle.append(raw)
+                else:
+                    await greenlet_spawn(_give_back, raw, not usable)
+
+    def _checkout(self) -> Any:
+        raw = self._engine.raw_connection()
+        dbapi: Any = raw.dbapi_connection
+        try:
+            dbapi.rollback()  # out of whatever the pool's ping began
+            dbapi.autocommit = True  # the appends send BEGIN themselves (in their pipeline)
+        except BaseException:
+            _give_back(raw, True)
+            raise
+        return raw
+
+    async def close(self) -> None:
+        """Give every idle connection back to the pool; lent ones go back when returned."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for raw in idle:
+            await greenlet_spawn(_give_back, raw, False)
+
+
+_PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
+
+
+def _give_back(raw: Any, broken: bool) -> None:
+    """Return a held connection to its pool (invalidated first when it cannot be reused)."""
+    with suppress(Exception):
+        if broken:
+            raw.invalidate()
+        else:
+            raw.dbapi_connection.autocommit = False  # as the pool's other connections
+        raw.close()
 
 
 def target_schema(engine: Engine | Connection, schema: str | None) -> str | None:

@@ -4,9 +4,11 @@ SQLAlchemy Core builds every statement (``context.Statements``); they are compil
 store and executed on a pooled DBAPI cursor, which takes the per-statement Core overhead off
 the interactive path. On PostgreSQL the statements of one append go through one pipeline (a
 single round trip). This module is the only one that touches a DBAPI cursor; its entry points
-are :func:`append`, :func:`insert_session`, :func:`surface_tail` (the tail read) and
-:func:`fetch_rows` (the page reads of a load). Every connection is checked out of the pool for
-one transaction and returned, whatever thread runs it.
+are :func:`append` (and :func:`append_parts`), :func:`insert_session`, :func:`surface_tail`
+(the tail read), :func:`fetch_rows` (the page reads of a load) and :func:`append_async` (the
+async store's appends on PostgreSQL, on a psycopg ``AsyncConnection``). Every write's
+connection is checked out of the pool for one transaction and returned, whatever thread runs
+it; a tail read runs on the store's idle connection when it is free.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
+import psycopg
 from sqlalchemy import Connection, insert
 
 from session_sql._store.context import Compiled, StoreContext
@@ -291,15 +294,20 @@ def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[dict[str, 
 
 def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) -> list[Any]:
     """``(pos, seq, type, data)`` of the last ``limit`` surface rows before position ``before``,
-    newest first: the tail read, one statement on a pooled DBAPI cursor.
+    newest first: the tail read, one statement on a DBAPI cursor.
 
     One statement reads one consistent snapshot on both backends, so it needs no explicit
-    transaction (the pool's reset ends PostgreSQL's implicit one); this takes the Core
-    connection and BEGIN/COMMIT overhead off the interactive read (a framework's
-    ``get_items(limit=10)``), which was half of its cost on SQLite.
+    transaction; this takes the Core connection and BEGIN/COMMIT overhead off the interactive
+    read (a framework's ``get_items(limit=10)``, an agent's ``messages(last=20)``). It runs on
+    the store's idle connection (``engine.IdleConnection``: no checkout, no pre-ping round
+    trip), or, when that is in use, not kept, broken, or checkouts are watched by listeners,
+    on a pooled connection.
     """
     c = ctx.compiled.surface_tail
-    params = {**c.defaults, "b_id": session_id, "b_before": before, "b_limit": limit}
+    params = c.bind({**c.defaults, "b_id": session_id, "b_before": before, "b_limit": limit})
+    rows = None if ctx.engine.pool.dispatch.checkout else _on_idle(ctx, c.sql, params)
+    if rows is not None:
+        return rows
     raw = ctx.engine.raw_connection()
     try:
         cur = raw.cursor()
@@ -308,7 +316,107 @@ def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) ->
             # rows are then fetched outside the pipeline, as the async adapter needs).
             with pipeline(raw.driver_connection):
                 raw.cursor().execute(ctx.compiled.set_tenant.sql, _tenant_params(ctx))
-        cur.execute(c.sql, c.bind(params))
+        cur.execute(c.sql, params)
         return list(cur.fetchall())
     finally:
         raw.close()  # back to the pool, which resets (rolls back) it
+
+
+def _on_idle(ctx: StoreContext, sql: str, params: Any) -> list[Any] | None:
+    """The rows of one statement run on the idle connection; None when it is not available
+    or the read failed (``borrow`` then discards the connection; the pool reads again)."""
+    try:
+        with ctx.idle.borrow() as dbapi:
+            if dbapi is None:
+                return None
+            cursor = dbapi.cursor()
+            try:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+    except Exception:  # a broken connection, most likely: the pool's path reports the rest
+        return None
+
+
+async def append_async(ctx: StoreContext, conn: Any, part: AppendPart) -> bool:
+    """:func:`append` on a psycopg ``AsyncConnection`` (PostgreSQL, the async store): the same
+    statements, parameters, checks and outcome, natively awaited.
+
+    ``conn`` is idle, in autocommit, and the caller's alone. Each await on the asyncio driver
+    costs a trip through the event loop, so the statements are bound on the client and sent
+    in three messages: ``BEGIN``, the tenant setting and the conditional head update (whose
+    count decides, as SQLite's fast path decides, before anything is inserted); the inserts,
+    surface upkeep and ``NOTIFY``, every count checked; then ``COMMIT`` (or ``ROLLBACK``).
+    Afterwards the connection is idle again, unless it broke. A connection found dead by the
+    first message raises ``StaleConnectionError`` (nothing written).
+    """
+    c = ctx.compiled
+    rows = [
+        event_row_json(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
+    ]
+    cur = psycopg.AsyncClientCursor(conn)
+    bind = cur.mogrify
+    statements: list[str] = []
+    expected: list[int | None] = []  # the row count each statement must report, if any
+    for row in rows:
+        statements.append(bind(c.insert_event.sql, c.insert_event.bind(row)))
+        expected.append(1)
+    for op, params in _surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
+        if op is SurfaceOp.RETARGET_NODE:
+            statements.append(bind(c.retarget_node.sql, params))
+            expected.append(None)
+            continue
+        sql = c.insert_node.sql if op is SurfaceOp.INSERT_NODES else c.drop_node.sql
+        count = 1 if op is SurfaceOp.INSERT_NODES else None
+        for one in params:
+            statements.append(bind(sql, one))
+            expected.append(count)
+    if ctx.channel is not None:
+        payload = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
+        statements.append(bind(c.notify.sql, c.notify.bind(payload)))
+        expected.append(None)
+    advance = bind(c.advance.sql, c.advance.bind(part.advance))
+    # SET LOCAL of the tenant (row-level security) inside the transaction, in the first
+    # message: the kept connection goes back to the pool some day, with no setting left.
+    tenant = bind(c.set_tenant.sql, _tenant_params(ctx))
+    try:
+        try:
+            await cur.execute(f"{_BEGIN};{tenant};{advance}")
+        except psycopg.OperationalError as exc:
+            if conn.broken:  # nothing can have been written: the transaction never ended
+                raise StaleConnectionError(str(exc)) from exc
+            raise
+        cur.nextset()  # the tenant setting's result, after BEGIN's
+        cur.nextset()  # the update's
+        if cur.rowcount != 1:
+            await cur.execute(_ROLLBACK)
+            return False
+        await cur.execute(";".join(statements))
+        for i, count in enumerate(expected):
+            if i and not cur.nextset():
+                raise AssertionError("a statement of the append reported no result")
+            if count is not None and cur.rowcount != count:
+                await cur.execute(_ROLLBACK)
+                raise CorruptSessionError(
+                    f"session {part.session_id!r}: rows already exist past the session's head "
+                    "(events or surface positions); run verify, refusing to append",
+                    session_id=part.session_id,
+                )
+        await cur.execute(_COMMIT)
+    except BaseException:
+        if not conn.broken and conn.info.transaction_status != _PG_IDLE:
+            await cur.execute(_ROLLBACK)
+        raise
+    return True
+
+
+class StaleConnectionError(psycopg.OperationalError):
+    """The connection was found dead at the start of an append, before anything could be
+    written: the append may run again on another connection (as a pre-ping would have)."""
+
+
+_BEGIN: Final = "BEGIN"
+_COMMIT: Final = "COMMIT"
+_ROLLBACK: Final = "ROLLBACK"
+_PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE

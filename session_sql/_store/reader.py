@@ -11,7 +11,7 @@ from psycopg import sql
 from sqlalchemy import Connection
 
 from session_sql._store import fastpath
-from session_sql._store.context import StoreContext
+from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
 from session_sql._store.fastpath import fetch_rows
 from session_sql._store.rows import event_from_row
@@ -61,6 +61,20 @@ def _project_row(
     )
 
 
+def _project_kept(ctx: StoreContext, session_id: str, seq: int, type_: str, data: Any) -> Any:
+    """``_project_row`` for tail reads, through the store's ``ParsedMessages``: the rows an
+    agent reads again every turn are parsed and checked once (failures are never kept)."""
+    items = ctx.catalog.item_types
+    if type(data) is not str:
+        return _project_row(session_id, seq, type_, data, items)
+    key = (type_, data)
+    message = ctx.parsed.get(key)
+    if message is MISSING:
+        message = _project_row(session_id, seq, type_, data, items)
+        ctx.parsed.put(key, message)
+    return message
+
+
 def _surface_rows(
     ctx: StoreContext, conn: Connection, session_id: str, before: int, limit: int | None
 ) -> list[Any]:
@@ -94,6 +108,11 @@ def surface_messages(
             rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
             if not rows:
                 require_session(conn, ctx, session_id)
+    if last is not None:
+        return [
+            SurfaceMessage(pos, seq, type_, _project_kept(ctx, session_id, seq, type_, data))
+            for pos, seq, type_, data in rows
+        ]
     items = ctx.catalog.item_types
     return [
         SurfaceMessage(pos, seq, type_, _project_row(session_id, seq, type_, data, items))
@@ -117,12 +136,26 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
         projected = (_project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
         return [m for m in projected if m is not None]
     found: list[Any] = []  # newest first
+    if last:
+        # Most tail reads take one statement: the last ``last`` nodes hold enough messages,
+        # or are the whole surface. Otherwise (no rows: does the session exist? more pages
+        # needed) the read starts again in one snapshot.
+        with translate_errors(session_id):
+            newest = fastpath.surface_tail(ctx, session_id, MAX_SEQ, last)
+        for _, seq, type_, data in newest:
+            message = _project_kept(ctx, session_id, seq, type_, data)
+            if message is not None and len(found) < last:
+                found.append(message)
+        if newest and (len(found) == last or len(newest) < last):
+            found.reverse()
+            return found
+        found = []
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
         before, page = MAX_SEQ, last
         while len(found) < last:
             rows = _surface_rows(ctx, conn, session_id, before, page)
             for _, seq, type_, data in reversed(rows):
-                message = _project_row(session_id, seq, type_, data, ctx.catalog.item_types)
+                message = _project_kept(ctx, session_id, seq, type_, data)
                 if message is not None and len(found) < last:
                     found.append(message)
             if len(rows) < page:

@@ -226,6 +226,7 @@ class SessionStore:
         if not event.contains(engine, "do_connect", _refuse_closed):
             # Without this the engine would quietly open a new pool on its next use.
             event.listen(engine, "do_connect", _refuse_closed)
+        self._ctx.idle.close()
         engine.dispose()
 
     def __enter__(self) -> SessionStore:

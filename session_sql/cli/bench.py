@@ -10,10 +10,12 @@ The baseline's SQL comes from the store: Core statements over ``tables_for(schem
 once per dialect and run on the raw driver connection; its SQLite connection runs the engine's
 ``sqlite_pragmas``. W8 measures on a fresh database of its own; W9 reads W4's big session, and
 W10 opens W4's sessions (compacted) and appends to them.
+W11 (PostgreSQL) compares the async API with the sync one, both session_sql.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import multiprocessing as mp
@@ -21,6 +23,7 @@ import os
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,6 +36,7 @@ from psycopg import sql
 from sqlalchemy import func, literal, make_url, select
 from sqlalchemy.dialects.postgresql import REGCLASS
 
+from session_sql._store.async_store import open_async_store
 from session_sql._store.schema import tables_for
 from session_sql._store.store import SessionStore, open_store
 from session_sql.cli._bench_raw import Raw, RawPostgres, RawSQLite
@@ -620,6 +624,78 @@ def w_contention(target: Target, per_process: int) -> list[Workload]:
     ]
 
 
+ASYNC_WORKERS = 16
+"""W11's concurrency: tasks on the async API, and threads on the sync API."""
+
+
+def _w11_message(i: int) -> Any:
+    return {
+        "id": f"u{i}",
+        "role": "user",
+        "content": [{"type": "text", "text": f"message {i}"}],
+        "source": {"kind": "user"},
+    }
+
+
+def _threads_run(target: Target, appends: int) -> float:
+    """Seconds for ``ASYNC_WORKERS`` threads to append one by one to a session each (sync API)."""
+    with target.store(pool_size=ASYNC_WORKERS) as store:
+        handles = [store.create_session() for _ in range(ASYNC_WORKERS)]
+        barrier = threading.Barrier(ASYNC_WORKERS + 1)
+
+        def work(handle: Any) -> None:
+            barrier.wait()
+            for i in range(appends):
+                handle.append("user/message", _w11_message(i), surface_op="append")
+
+        threads = [threading.Thread(target=work, args=(h,)) for h in handles]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0
+
+
+def _tasks_run(target: Target, appends: int) -> float:
+    """Seconds for ``ASYNC_WORKERS`` asyncio tasks to do the same through the async API."""
+
+    async def main() -> float:
+        opening = open_async_store(target.url, schema=target.schema, pool_size=ASYNC_WORKERS)
+        async with opening as store:
+            handles = [await store.create_session() for _ in range(ASYNC_WORKERS)]
+
+            async def work(handle: Any) -> None:
+                for i in range(appends):
+                    await handle.append("user/message", _w11_message(i), surface_op="append")
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(work(h) for h in handles))
+            return time.perf_counter() - t0
+
+    return asyncio.run(main())
+
+
+def w_async_appends(target: Target, appends: int, reps: int) -> Workload:
+    """W11: 16 asyncio tasks on 16 sessions (async API) vs 16 threads (sync API), PostgreSQL.
+
+    Both sides are session_sql; runs alternate, so drift hits both alike.
+    """
+    tasks, threads = [], []
+    for _ in range(reps):
+        threads.append(_threads_run(target, appends))
+        tasks.append(_tasks_run(target, appends))
+    w = _workload("W11 async appends x16", ASYNC_WORKERS * appends, tasks, threads, {})
+    w.extra = {
+        "workers": ASYNC_WORKERS,
+        "appends_per_worker": appends,
+        "baseline": "16 threads through the sync API",
+        "tasks_over_threads": round(w.ratio, 3),
+    }
+    return w
+
+
 def _noop(_: int) -> None:
     return None
 
@@ -785,6 +861,9 @@ def run(
         workloads.append(w_storage(main, size(10_000, 2000, 100)))
         workloads.append(w9)  # measured with W4/W5, on their 100k-event session
         workloads.append(w10)  # and W10 on the same sessions, compacted
+        if main.backend == "postgresql":
+            progress("W11 async appends")
+            workloads.append(w_async_appends(main, size(200, 50, 5), reps))
     return {
         "backend": targets[0].backend,
         "quick": quick,

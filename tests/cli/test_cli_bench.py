@@ -46,6 +46,7 @@ POSTGRES_WORKLOADS = [
     "W8 storage",
     "W9 messages(last=20)",
     "W10 open_session + append",
+    "W11 async appends x16",
 ]
 
 
@@ -77,6 +78,10 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     if backend.name == "postgresql":
         shared = by_name["W7 4 writers x 1 session"]["extra"]
         assert shared["no_gaps_no_duplicates"] and shared["verify_ok"]
+        tasks = by_name["W11 async appends x16"]
+        assert tasks["events_per_s"] > 0 and tasks["raw_events_per_s"] > 0 and tasks["reps"] >= 2
+        assert tasks["extra"]["workers"] == 16
+        assert tasks["extra"]["tasks_over_threads"] == tasks["ratio"] > 0
 
 
 def _backend_url(backend) -> str | None:
@@ -128,6 +133,22 @@ def test_the_raw_sqlite_baseline_runs_the_engines_pragmas(tmp_path: Path, synchr
 def test_sqlite_pragmas_refuse_an_unknown_mode():
     with pytest.raises(ValueError, match="synchronous"):
         sqlite_pragmas("OFF")
+
+
+def test_w11_runs_the_async_api_against_the_sync_one(backend):
+    """W11 (run by the bench on PostgreSQL) works on either backend: tasks through the async
+    API vs threads through the sync one, every append committed, the stores closed."""
+    with bench.bench_targets(_backend_url(backend)) as targets:
+        target = targets[0]
+        w = bench.w_async_appends(target, 3, 2)
+        with target.store() as store:
+            sessions = store.list_sessions(limit=1000)
+    assert w.name == "W11 async appends x16" and w.reps == 2
+    assert w.events_per_s > 0 and w.raw_events_per_s > 0 and w.ratio > 0
+    assert w.extra["workers"] == bench.ASYNC_WORKERS == 16
+    assert w.extra["appends_per_worker"] == 3
+    # 2 runs x 2 APIs x 16 sessions of 3 messages each
+    assert len(sessions) == 64 and {s.head_seq for s in sessions} == {2}
 
 
 def test_w8_measures_only_its_own_rows(backend):

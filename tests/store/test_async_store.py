@@ -304,6 +304,68 @@ def test_no_step_blocks_the_loop_on_io(backend, caplog) -> None:
     assert ticks >= 20  # at least 10 x 0.25 s of I/O went by with the loop free
 
 
+async def _slow_inserts(store: AsyncSessionStore) -> None:
+    """Make every events insert take ``_LATENCY`` inside the database (a trigger that sleeps),
+    so that an append waits on its own statements, wherever it runs them."""
+    engine = store._store.engine
+    if store.backend == "sqlite":
+
+        def on_checkout(dbapi_connection: Any, *args: Any) -> None:
+            dbapi_connection.create_function("nap", 0, lambda: time.sleep(_LATENCY))
+
+        event.listen(engine, "checkout", on_checkout)
+        statements = [
+            "CREATE TRIGGER nap_events BEFORE INSERT ON events BEGIN SELECT nap(); END",
+        ]
+    else:
+        schema = f'"{store.schema}"'
+        statements = [
+            f"CREATE FUNCTION {schema}.nap() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM pg_sleep({_LATENCY}); RETURN NEW; END $$",
+            f"CREATE TRIGGER nap_events BEFORE INSERT ON {schema}.events FOR EACH ROW "
+            f"EXECUTE FUNCTION {schema}.nap()",
+        ]
+
+    def create() -> None:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+
+    await store._runner.call(create)  # the store's own way to its database
+
+
+def test_an_append_waiting_on_the_database_never_blocks_the_loop(backend, caplog) -> None:
+    """The appends' own statements (on PostgreSQL, the kept async connections) are awaited."""
+
+    async def body(store: AsyncSessionStore) -> int:
+        writer = await store.create_session("s1")
+        await say(writer, "warm")  # the connection an append uses is open before timing
+        await _slow_inserts(store)
+        loop = asyncio.get_running_loop()
+        loop.set_debug(True)
+        loop.slow_callback_duration = _SLOW
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        tick = asyncio.create_task(ticker())
+        for i in range(4):
+            await say(writer, str(i))
+        await writer.append_many([{"type": "todo/write", "data": {}}] * 2)
+        tick.cancel()
+        assert writer.seq == 7 and (await store.verify("s1")).ok
+        return ticks
+
+    with caplog.at_level(logging.WARNING, logger="asyncio"):
+        ticks = run(backend, body)
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    assert ticks >= 40  # 6 x 0.25 s of database time went by with the loop free
+
+
 # -- concurrency ------------------------------------------------------------------------------
 
 

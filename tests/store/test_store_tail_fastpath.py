@@ -1,0 +1,163 @@
+"""How tail reads run: one statement on the store's idle connection, the ordinary path when
+that cannot answer alone, and the kept projections. The answers are the contract's
+(``test_store_tail.py``); these tests pin down the machinery behind them."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text, update
+
+from session_sql import CorruptSessionError, SessionStore, StoreError, open_store
+from session_sql._store.context import MISSING, ParsedMessages
+
+from .store_builders import recorded, reply, say, tables
+
+
+def idle_dbapi(store: SessionStore) -> Any:
+    """The idle connection's DBAPI connection (None when none is open)."""
+    raw = store._ctx.idle._raw
+    return None if raw is None else raw.dbapi_connection
+
+
+def test_tail_reads_run_on_the_idle_connection_without_a_checkout(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create_session("s")
+    for text_ in "abc":
+        say(handle, text_)
+    assert idle_dbapi(store) is None  # opened on the first tail read
+    first = store.messages("s", last=2)
+    kept = idle_dbapi(store)
+    assert kept is not None
+    pool = store.engine.pool
+    checkouts: list[int] = []
+    connect = pool.connect
+    monkeypatch.setattr(pool, "connect", lambda: checkouts.append(1) or connect())
+    assert store.messages("s", last=2) == first
+    assert [n.seq for n in store.surface_messages("s", last=2)] == [1, 2]
+    assert checkouts == []
+    assert idle_dbapi(store) is kept  # the same connection, every time
+    assert [m["content"][0]["text"] for m in first] == ["b", "c"]
+    store.messages("s")  # a full read takes the pool
+    assert checkouts == [1]
+
+
+def test_the_idle_connection_and_the_pool_give_the_same_answers(store: SessionStore) -> None:
+    """A checkout listener sends tail reads to the pool (listeners see every connection used),
+    which reads what the idle connection reads."""
+    handle = store.create_session("s")
+    for text_ in "abcd":
+        say(handle, text_)
+    reply(handle, None)  # a node without a message
+    idle = [store.messages("s", last=3), store.surface_messages("s", last=3)]
+    assert idle_dbapi(store) is not None
+    checkouts: list[Any] = []
+
+    def on_checkout(*args: Any) -> None:
+        checkouts.append(args)
+
+    event.listen(store.engine, "checkout", on_checkout)
+    try:
+        pooled = [store.messages("s", last=3), store.surface_messages("s", last=3)]
+    finally:
+        event.remove(store.engine, "checkout", on_checkout)
+    assert pooled == idle
+    assert len(checkouts) >= 2  # every read on the pool (messages needed two statements)
+    assert [m["content"][0]["text"] for m in idle[0]] == ["b", "c", "d"]
+
+
+def test_a_tail_needing_more_pages_is_read_again_in_one_snapshot(store: SessionStore) -> None:
+    handle = store.create_session("s")
+    say(handle, "a")
+    for _ in range(5):
+        reply(handle, None)  # on the surface, projects to no message
+    with recorded(store.engine) as rec:
+        assert [m["content"][0]["text"] for m in store.messages("s", last=1)] == ["a"]
+    # The one statement found no message in the last node: the read began again, in pages.
+    tail_sql = store._ctx.compiled.surface_tail.sql
+    assert rec.queries[0] == tail_sql
+    assert len(rec.queries) > 2
+
+
+def test_a_broken_idle_connection_is_replaced(store: SessionStore, backend: Any) -> None:
+    handle = store.create_session("s")
+    say(handle, "a")
+    store.messages("s", last=1)
+    dead = idle_dbapi(store)
+    if backend.name == "postgresql":
+        with store.engine.connect() as conn:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead.info.backend_pid})
+            conn.commit()
+    else:
+        dead.close()
+    assert [m["content"][0]["text"] for m in store.messages("s", last=1)] == ["a"]
+    assert idle_dbapi(store) is None  # discarded; the pool answered
+    assert [n.seq for n in store.surface_messages("s", last=1)] == [0]
+    assert idle_dbapi(store) not in (None, dead)
+
+
+def test_a_busy_idle_connection_sends_the_reader_to_the_pool(store: SessionStore) -> None:
+    handle = store.create_session("s")
+    say(handle, "a")
+    store.messages("s", last=1)
+    answers: list[Any] = []
+    with store._ctx.idle.borrow() as taken:
+        assert taken is not None
+        with store._ctx.idle.borrow() as second:
+            assert second is None  # taken without waiting
+        reader = threading.Thread(target=lambda: answers.append(store.messages("s", last=1)))
+        reader.start()
+        reader.join(10)
+    assert [m["content"][0]["text"] for (m,) in answers] == ["a"]
+
+
+def test_closing_the_store_closes_the_idle_connection(backend: Any) -> None:
+    store = open_store(backend.url, schema=backend.schema)
+    say(store.create_session("s"), "a")
+    store.messages("s", last=1)
+    assert idle_dbapi(store) is not None
+    store.close()
+    assert idle_dbapi(store) is None
+    with pytest.raises(StoreError):
+        store.messages("s", last=1)
+    with pytest.raises(StoreError):
+        store.surface_messages("s", last=1)
+
+
+def test_an_in_memory_store_keeps_no_idle_connection() -> None:
+    with open_store("sqlite://") as store:
+        say(store.create_session("s"), "a")
+        assert store.messages("s", last=1)[0]["content"][0]["text"] == "a"
+        assert idle_dbapi(store) is None
+
+
+def test_a_kept_projection_never_hides_a_corrupt_row(store: SessionStore) -> None:
+    handle = store.create_session("s")
+    say(handle, "a")
+    good = store.messages("s", last=1)
+    assert store.messages("s", last=1)[0] is good[0]  # kept: the same frozen message
+    events = tables(store).events
+    with store.engine.begin() as conn:
+        conn.execute(update(events).where(events.c.seq == 0).values(data={"id": "u"}))
+    for _ in range(2):  # refused every time: failures are never kept
+        with pytest.raises(CorruptSessionError):
+            store.messages("s", last=1)
+        with pytest.raises(CorruptSessionError):
+            store.surface_messages("s", last=1)
+
+
+def test_kept_projections_stay_within_their_budget() -> None:
+    kept = ParsedMessages()
+    kept.BUDGET = 100
+    for i in range(10):
+        kept.put(("user/message", f"{i:02d}" * 10), i)  # 20 characters each
+    assert kept._size <= 100
+    assert kept.get(("user/message", "09" * 10)) == 9  # the newest stay
+    assert kept.get(("user/message", "00" * 10)) is MISSING  # the oldest went
+    kept.put(("user/message", "x" * (ParsedMessages.MAX_TEXT + 1)), "big")
+    assert kept.get(("user/message", "x" * (ParsedMessages.MAX_TEXT + 1))) is MISSING
+    kept.clear()
+    assert kept._size == 0 and kept.get(("user/message", "09" * 10)) is MISSING
