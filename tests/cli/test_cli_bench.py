@@ -66,6 +66,7 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     assert by_name["W4 messages() of 2k nodes"]["extra"]["log_growth_100k_over_10k"] > 0
     tail = by_name["W9 messages(last=20)"]["extra"]
     assert tail["tail_over_raw_time"] > 0 and tail["last"] == 20
+    assert tail["cold_tail_over_raw_time"] > 0
     opened = by_name["W10 open_session + append"]["extra"]
     assert opened["open_append_ms"] > 0 and opened["log_growth_100k_over_10k"] > 0
     assert opened["open_over_raw_time"] > 0
@@ -147,6 +148,7 @@ def test_w11_runs_the_async_api_against_the_sync_one(backend):
     assert w.events_per_s > 0 and w.raw_events_per_s > 0 and w.ratio > 0
     assert w.extra["workers"] == bench.ASYNC_WORKERS == 16
     assert w.extra["appends_per_worker"] == 3
+    assert w.extra["cpu_us_per_append_tasks"] > 0 and w.extra["cpu_us_per_append_threads"] > 0
     # 2 runs x 2 APIs x 16 sessions of 3 messages each
     assert len(sessions) == 64 and {s.head_seq for s in sessions} == {2}
 
