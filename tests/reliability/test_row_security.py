@@ -122,3 +122,65 @@ def test_a_tenant_role_sees_and_writes_only_its_tenants_rows(
     finally:
         engine.dispose()
     assert _count(owner_url, schema, "events", None)["b"] == 2
+
+
+async def _kept_writer_append(url: str, schema: str) -> tuple[list[str], Any]:
+    """Append as tenant ``b`` on an async store's kept connection; the messages, and the
+    tenant setting that connection has once the append committed."""
+    async with open_async_store(url, schema=schema, tenant="b") as store:
+        writers = store._runner.writers
+        assert writers is not None  # appends run on the kept connections
+        handle = await store.open_session("s1")
+        await handle.append("user/message", user_message("async b"), surface_op="append")
+        assert len(writers._idle) == 1  # the append's connection, kept
+        async with writers.borrow() as conn:
+            cur = await conn.execute("SELECT current_setting('session_sql.tenant', true)")
+            row = await cur.fetchone()
+        texts = [m["content"][0]["text"] for m in await store.messages("s1")]
+    return texts, row[0] if row else None
+
+
+def test_the_idle_tail_read_and_the_kept_async_writers_carry_the_stores_tenant(
+    pg_backend, postgres_admin, login_role, monkeypatch
+) -> None:
+    """The connections kept outside the pool under row-level security: the idle connection
+    of tail reads sees its store's tenant only (without the setting it would see nothing),
+    and an append on a kept async connection lands in its store's tenant (without the
+    setting the head update would match no row) and leaves no setting behind."""
+    schema = pg_backend.schema
+    owner_url = login_role("owner")
+    _run(postgres_admin, [f'CREATE SCHEMA "{schema}" AUTHORIZATION "{text_role(owner_url)}"'])
+    open_store(owner_url, schema=schema).close()
+    url = login_role("tenant")
+    _run(postgres_admin, writer_grants(schema, text_role(url)))
+    for tenant in ("a", "b"):
+        with open_store(url, schema=schema, tenant=tenant) as store:
+            handle = store.create_session("s1", user_id="u")
+            handle.append("user/message", user_message(f"from {tenant}"), surface_op="append")
+
+    with open_store(url, schema=schema, tenant="b") as store:
+        assert store.messages("s1", last=1)[0]["content"][0]["text"] == "from b"
+        raw = store._ctx.idle._raw
+        assert raw is not None  # that read opened the idle connection
+        # From here on no connection can come from the pool: the idle one answers.
+        monkeypatch.setattr(store._ctx.engine, "raw_connection", _no_checkout)
+        assert [m["content"][0]["text"] for m in store.messages("s1", last=5)] == ["from b"]
+        assert [m.message["content"][0]["text"] for m in store.surface_messages("s1", last=5)] == [
+            "from b"
+        ]
+        cursor = raw.dbapi_connection.cursor()
+        cursor.execute("SELECT current_setting('session_sql.tenant', true)")
+        assert cursor.fetchone()[0] == "b"
+        cursor.execute(f'SELECT DISTINCT tenant FROM "{schema}".events')
+        assert cursor.fetchall() == [("b",)]  # a's rows exist, and stay out of sight
+        cursor.close()
+        monkeypatch.undo()
+
+    texts, setting = asyncio.run(_kept_writer_append(url, schema))
+    assert texts == ["from b", "async b"]
+    assert not setting  # SET LOCAL: gone with the transaction
+    assert _count(owner_url, schema, "events", None) == {"a": 1, "b": 2}
+
+
+def _no_checkout() -> Any:
+    raise AssertionError("a pooled connection was checked out")
