@@ -69,7 +69,10 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
 
     return RawStatements(
         insert_session=sql_text(insert(s).values({c.name: bindparam(c.name) for c in s.c})),
-        insert_event=sql_text(insert(e).values({c.name: bindparam(c.name) for c in e.c})),
+        # Generated columns (events.call_id) are computed by the database, never written.
+        insert_event=sql_text(
+            insert(e).values({c.name: bindparam(c.name) for c in e.c if c.computed is None})
+        ),
         advance=sql_text(
             update(s)
             .where(
