@@ -337,14 +337,19 @@ AMBIGUOUS_SHOWN = 8  # an ambiguous prefix lists at most this many of the ids it
 
 
 @contextmanager
-def cli_store(url: str, schema: str, *, create: bool = False) -> Iterator[SessionStore]:
-    """Open the store; unless ``create``, a missing or empty store is an error, never created.
+def cli_store(
+    url: str, schema: str, *, tenant: str = "", create: bool = False
+) -> Iterator[SessionStore]:
+    """Open the store (scoped to ``tenant``); unless ``create``, a missing or empty store is an
+    error, never created.
 
-    A URL or schema name the library refuses is a usage error (exit code 2).
+    A URL, schema or tenant name the library refuses is a usage error (exit code 2).
     """
     try:
-        store = open_store(url, schema=schema, create=create)
+        store = open_store(url, schema=schema, tenant=tenant, create=create)
     except ConfigurationError as exc:
+        if exc.option == "tenant":
+            raise CliError(f"invalid --tenant {tenant!r}: {exc}", code=2) from exc
         if exc.option == "url":
             raise CliError(f"invalid --url {url!r}: {exc}", code=2) from exc
         raise CliError(f"invalid --url or --schema: {exc}", code=2) from exc

@@ -114,6 +114,15 @@ SchemaOption = Annotated[
         help="PostgreSQL schema holding the tables (ignored on SQLite).",
     ),
 ]
+TenantOption = Annotated[
+    str,
+    typer.Option(
+        "--tenant",
+        envvar="SESSION_SQL_TENANT",
+        metavar="NAME",
+        help='Work only with this tenant\'s sessions (default: the default tenant, "").',
+    ),
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
 
 
@@ -121,8 +130,9 @@ def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion for ID arguments: the ids that start with what is typed so far."""
     url = ctx.params.get("url") or os.environ.get("SESSION_SQL_URL") or DEFAULT_URL
     schema = ctx.params.get("schema") or os.environ.get("SESSION_SQL_SCHEMA") or DEFAULT_SCHEMA
+    tenant = ctx.params.get("tenant") or os.environ.get("SESSION_SQL_TENANT") or ""
     try:
-        with cli_store(url, schema) as store:
+        with cli_store(url, schema, tenant=tenant) as store:
             infos = store.list_sessions(id_prefix=incomplete, limit=COMPLETIONS)
     except Exception:  # completing must never print an error into the user's command line
         return []
@@ -183,7 +193,11 @@ def _root(
         "session-sql demo", "session-sql demo --url postgresql://postgres@localhost/agents"
     )
 )
-def demo(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) -> None:
+def demo(
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+) -> None:
     """Record a realistic agent session and show it.
 
     The session has streamed replies, tool calls, a pruned tool result, a compaction summary,
@@ -193,11 +207,11 @@ def demo(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) ->
     each replacement shadows, the verify results, and SQL queries to explore the tables. Run
     it again for a new session.
     """
-    with cli_store(url, schema, create=True):
+    with cli_store(url, schema, tenant=tenant, create=True):
         pass  # fail early, before recording, when the URL or schema is unusable
-    run = record_demo(url, schema=schema)
+    run = record_demo(url, schema=schema, tenant=tenant)
     out = Out()
-    with cli_store(url, schema) as store:
+    with cli_store(url, schema, tenant=tenant) as store:
         events = list(store.events(run.session_id))
         fork_events = list(store.events(run.fork_id))
         messages = store.messages(run.session_id)
@@ -227,21 +241,31 @@ def demo(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) ->
 
 
 @app.command(epilog=_example("session-sql init --url postgresql://postgres@localhost/agents"))
-def init(url: UrlOption = DEFAULT_URL, schema: SchemaOption = DEFAULT_SCHEMA) -> None:
+def init(
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+) -> None:
     """Create the tables, or check an existing store.
 
     An empty database (or a missing SQLite file) is initialised; an existing store is checked
     by the schema gate, which refuses a database written by another schema version.
     """
-    with cli_store(url, schema, create=True) as store:
+    with cli_store(url, schema, tenant=tenant, create=True) as store:
         where = store.display_url + (f" (schema {store.schema})" if store.schema else "")
     Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
 
 
-@app.command(epilog=_example("session-sql ls --limit 5", "session-sql ls --json | jq '.[0].id'"))
+@app.command(
+    epilog=_example(
+        "session-sql ls --limit 5 --user alice --label team=support",
+        "session-sql ls --json | jq '.[0].id'",
+    )
+)
 def ls(
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many.")
     ] = 20,
@@ -252,19 +276,35 @@ def ls(
     parent: Annotated[
         str | None, typer.Option("--parent", metavar="ID", help="Only forks of this session.")
     ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            metavar="NAME=VALUE",
+            help="Only sessions with this label (repeatable: every one must match).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, most recently updated first."""
-    with cli_store(url, schema) as store:
-        infos = store.list_sessions(limit=limit, after=after, parent=parent)
+    """List sessions, most recently updated first, with their title, user and event count."""
+    labels = _label_pairs(label or [])
+    with cli_store(url, schema, tenant=tenant) as store:
+        infos = store.list_sessions(
+            limit=limit, after=after, parent=parent, user_id=user, labels=labels or None
+        )
     out = Out()
     if as_json:
-        out.json([info.model_dump() for info in infos])
+        out.json([{**info.model_dump(), "event_count": info.event_count} for info in infos])
         return
     rows = [
         [
             info.id,
-            str(info.head_seq + 1),
+            info.title or "",
+            info.user_id or "",
+            str(info.event_count),
             format_time(info.created_at),
             format_time(info.updated_at),
             info.parent_session or "",
@@ -274,7 +314,43 @@ def ls(
     if not rows:
         out.line("no sessions" + (f" forked from {parent}" if parent else ""))
         return
-    out.table(["ID", "EVENTS", "CREATED (UTC)", "UPDATED (UTC)", "PARENT"], rows)
+    out.table(["ID", "TITLE", "USER", "EVENTS", "CREATED (UTC)", "UPDATED (UTC)", "PARENT"], rows)
+
+
+def _label_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """``--label NAME=VALUE`` options as a mapping; a malformed one is a usage error."""
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="'--label'")
+        if name in labels and labels[name] != value:
+            raise typer.BadParameter(
+                f"label {name!r} given twice with different values", param_hint="'--label'"
+            )
+        labels[name] = value
+    return labels
+
+
+@app.command(epilog=_example('session-sql title 3f2a9c "Refund for order 1042"'))
+def title(
+    session: SessionArg,
+    text: Annotated[
+        str,
+        typer.Argument(metavar="TITLE", help='The new title ("" clears it).', show_default=False),
+    ],
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+) -> None:
+    """Set a session's title (shown by 'session-sql ls').
+
+    The title is metadata: the session's log and its updated time do not change.
+    """
+    with cli_store(url, schema, tenant=tenant) as store:
+        session_id = resolve_id(store, session)
+        info = store.update_session(session_id, title=text or None)
+    Out().line(f"{info.id}: " + (f"title {info.title!r}" if info.title else "title cleared"))
 
 
 @app.command(
@@ -287,6 +363,7 @@ def show(
     session_id: SessionArg,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     events: Annotated[
         bool, typer.Option("--events", help="Print the raw log instead of the messages.")
     ] = False,
@@ -323,7 +400,7 @@ def show(
     if surface and (events or ranged):
         raise CliError("--surface excludes --events, --from and --to", code=2)
     out = Out()
-    with cli_store(url, schema) as store:
+    with cli_store(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session_id)
         if events or ranged:
             _show_events(store, out, session_id, from_seq or 0, to_seq, as_json)
@@ -397,6 +474,7 @@ def tail(
     session_id: SessionArg,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     lines: Annotated[
         int,
         typer.Option(
@@ -432,7 +510,7 @@ def tail(
         sys.stdout.flush()
 
     try:
-        with cli_store(url, schema) as store:
+        with cli_store(url, schema, tenant=tenant) as store:
             session_id = resolve_id(store, session_id)
             head = store.head_seq(session_id)
             recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
@@ -477,6 +555,7 @@ def import_(
     ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     as_json: JsonOption = False,
 ) -> None:
     """Import sessions from JSONL files.
@@ -492,7 +571,10 @@ def import_(
     imported: list[dict[str, Any]] = []
     failed = 0
     total = sum(f.stat().st_size for f in files)
-    with cli_store(url, schema, create=True) as store, progress_bar(in_bytes=True) as progress:
+    with (
+        cli_store(url, schema, tenant=tenant, create=True) as store,
+        progress_bar(in_bytes=True) as progress,
+    ):
         task = progress.add_task("importing", total=total, visible=total >= PROGRESS_MIN_BYTES)
 
         def advance(size: int) -> None:
@@ -599,6 +681,7 @@ def export(
     ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
 ) -> None:
     """Export a session, or every session, as JSONL.
 
@@ -631,7 +714,7 @@ def export(
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CliError(f"cannot create {folder}: {exc.strerror or exc}") from exc
-    with cli_store(url, schema) as store:
+    with cli_store(url, schema, tenant=tenant) as store:
         if not all_sessions:
             assert target is not None
             session_id = resolve_id(store, target)
@@ -703,6 +786,7 @@ def verify(
     ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     as_json: JsonOption = False,
 ) -> None:
     """Check stored sessions against a replay of their logs.
@@ -714,7 +798,7 @@ def verify(
         raise CliError("give a session id or --all (not both)", code=2)
     out = Out()
     reports: list[VerifyReport] = []
-    with cli_store(url, schema) as store:
+    with cli_store(url, schema, tenant=tenant) as store:
         ids = (
             [resolve_id(store, session_id)]
             if session_id is not None
@@ -762,6 +846,7 @@ def repair(
     session_id: SessionArg,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     as_json: JsonOption = False,
 ) -> None:
     """Close a turn that a crashed process left open.
@@ -769,7 +854,7 @@ def repair(
     Appends an error result for each unanswered tool call, then step/end and turn/end with
     reason "interrupted". Does nothing when no turn is open.
     """
-    with cli_store(url, schema) as store:
+    with cli_store(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session_id)
         appended = store.repair(session_id)
     out = Out()
@@ -804,6 +889,7 @@ def delete(
     ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     as_json: JsonOption = False,
 ) -> None:
     """Delete whole sessions: their rows, every event and the surface.
@@ -816,7 +902,7 @@ def delete(
     sessions are not touched. Nothing is deleted unless every ID names a session.
     """
     out = Out()
-    with cli_store(url, schema) as store:
+    with cli_store(url, schema, tenant=tenant) as store:
         targets: dict[str, int] = {}
         for given in session_ids:
             session_id = resolve_id(store, given)
@@ -863,6 +949,7 @@ def stats(
     ] = None,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
     as_json: JsonOption = False,
 ) -> None:
     """Summarise the store with SQL.
@@ -870,7 +957,7 @@ def stats(
     Events by type, tool calls and errors by tool, tokens by model, and replacements, computed
     by SQL over the tables. A fork's inherited events count once, in its parent.
     """
-    with cli_store(url, schema) as store:
+    with cli_store(url, schema, tenant=tenant) as store:
         if session_id is not None:
             session_id = resolve_id(store, session_id)
         result = store.stats(session_id)

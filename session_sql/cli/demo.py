@@ -516,13 +516,14 @@ def record_demo(
     *,
     schema: str = "session_sql",
     session_id: str | None = None,
+    tenant: str = "",
 ) -> DemoRun:
     """Record the demo session, its fork, the crash and the repair; return what was written.
 
     The crash is real as far as the store can tell: the writing store is closed with a turn
     open, and a second store (another process, in real life) repairs the session.
     """
-    with open_store(url, schema=schema) as store:
+    with open_store(url, schema=schema, tenant=tenant) as store:
         session = store.create_session(session_id)
         main = _Agent(session)
         pruned_seq, turn_one_end = _turn_one(main)
@@ -537,7 +538,7 @@ def record_demo(
         prune_seq = _turn_two(main, pruned_seq)
         summary_seq, crash_seq = _turn_three_crashes(main, first_user, last_reply)
         summary_shadowed = tuple(session.events[summary_seq].source_event_seqs or ())
-    with open_store(url, schema=schema) as store:
+    with open_store(url, schema=schema, tenant=tenant) as store:
         repaired = store.repair(session.id)
     return DemoRun(
         session_id=session.id,

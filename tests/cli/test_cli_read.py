@@ -30,13 +30,23 @@ def test_ls_lists_sessions_newest_first(shared):
     out = cli("ls")
     assert out.code == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].split() == ["ID", "EVENTS", "CREATED", "(UTC)", "UPDATED", "(UTC)", "PARENT"]
+    assert lines[0].split() == [
+        "ID",
+        "TITLE",
+        "USER",
+        "EVENTS",
+        "CREATED",
+        "(UTC)",
+        "UPDATED",
+        "(UTC)",
+        "PARENT",
+    ]
     assert {demo.session_id, demo.fork_id} <= set(out.stdout.split())
     assert ANSI not in out.stdout
 
     listed = json.loads(cli("ls", "--json").stdout)
     infos = store.list_sessions()
-    assert listed == [info.model_dump() for info in infos]
+    assert listed == [{**info.model_dump(), "event_count": info.head_seq + 1} for info in infos]
     assert {row["id"] for row in listed} == {demo.session_id, demo.fork_id}
 
     forks = json.loads(cli("ls", "--json", "--parent", demo.session_id).stdout)

@@ -19,6 +19,7 @@ COMMANDS = [
     "demo",
     "init",
     "ls",
+    "title",
     "show",
     "tail",
     "import",
