@@ -621,9 +621,9 @@ def analyze(engine: Engine, tables: Sequence[Table]) -> None:
     with write_tx(engine) as conn:
         preparer = conn.dialect.identifier_preparer
         if is_sqlite(conn):
-            conn.exec_driver_sql(f"PRAGMA analysis_limit = {ANALYZE_SAMPLE_ROWS}")
+            conn.exec_driver_sql("PRAGMA analysis_limit = " + str(int(ANALYZE_SAMPLE_ROWS)))
             for t in tables:
-                conn.exec_driver_sql(f"ANALYZE {preparer.format_table(t)}")
+                conn.exec_driver_sql("ANALYZE " + preparer.format_table(t))
         else:
             conn.exec_driver_sql("ANALYZE " + ", ".join(preparer.format_table(t) for t in tables))
 

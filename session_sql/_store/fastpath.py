@@ -382,7 +382,7 @@ async def append_async(ctx: StoreContext, conn: Any, part: AppendPart) -> bool:
     tenant = bind(c.set_tenant.sql, _tenant_params(ctx))
     try:
         try:
-            await cur.execute(f"{_BEGIN};{tenant};{advance}")
+            await cur.execute(";".join((_BEGIN, tenant, advance)))  # compiled statements
         except psycopg.OperationalError as exc:
             if conn.broken:  # nothing can have been written: the transaction never ended
                 raise StaleConnectionError(str(exc)) from exc
