@@ -52,7 +52,7 @@ CREATE TABLE session_sql.events (
 	CONSTRAINT fk_events_tenant_session_id_sessions FOREIGN KEY(tenant, session_id) REFERENCES session_sql.sessions (tenant, id) ON DELETE CASCADE
 );
 
-CREATE INDEX ix_events_tenant_session_id_call_id_type ON session_sql.events (tenant, session_id, call_id, type);
+CREATE INDEX ix_events_tenant_session_id_call_id_type ON session_sql.events (tenant, session_id, call_id, type) WHERE call_id IS NOT NULL;
 
 CREATE INDEX ix_events_type_tenant_session_id_seq ON session_sql.events (type, tenant, session_id, seq);
 

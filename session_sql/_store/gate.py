@@ -255,7 +255,12 @@ def _differences(
             if "duplicates_constraint" not in ix  # PostgreSQL's index behind a UNIQUE
         }
         out.extend(_set_differences(table.name, "index", expected_ix, live_ix))
-        out.extend(_index_option_differences(table.name, indexes.get(key, [])))
+        partial = {
+            str(ix.name): _predicate(ix.dialect_options[dialect.name].get("where"))
+            for ix in table.indexes
+            if ix.dialect_options[dialect.name].get("where") is not None
+        }
+        out.extend(_index_option_differences(table.name, indexes.get(key, []), partial))
 
         expected_fk = {
             (
@@ -398,16 +403,28 @@ def _view_fingerprint(definition: str, schema: str | None, dialect: Dialect) -> 
     return sorted(tokens)
 
 
-def _index_option_differences(table: str, live: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Our indexes are plain: no WHERE (partial), no INCLUDE, no other access method than btree."""
+def _predicate(where: Any) -> str | None:
+    """A partial index's WHERE, compared without the server's parentheses, quotes and case."""
+    if where is None:
+        return None
+    text = re.sub(r'[()"]', "", str(where)).lower()
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _index_option_differences(
+    table: str, live: Sequence[Mapping[str, Any]], partial: Mapping[str, str | None]
+) -> list[str]:
+    """Our indexes are btree with no INCLUDE, and partial exactly where this build says
+    (``partial``: index name -> its normalised WHERE)."""
     out: list[str] = []
     for ix in live:
         options: Mapping[str, Any] = ix.get("dialect_options") or {}
         where = options.get("postgresql_where", options.get("sqlite_where"))
-        if where is not None:
-            out.append(
-                f"{table}: index {ix['name']} is partial (WHERE {where}), expected a full one"
-            )
+        expected = partial.get(str(ix["name"]))
+        if _predicate(where) != expected:
+            shape = f"partial (WHERE {where})" if where is not None else "a full one"
+            wanted = f"WHERE {expected}" if expected is not None else "a full one"
+            out.append(f"{table}: index {ix['name']} is {shape}, expected {wanted}")
         if options.get("postgresql_include"):
             out.append(f"{table}: index {ix['name']} INCLUDEs {options['postgresql_include']}")
         using = options.get("postgresql_using")

@@ -223,7 +223,17 @@ def tables_for(schema: str | None) -> SchemaTables:
     )
     # type last: the three equalities of a call-to-result join make this index the planner's
     # choice over (type, session_id, seq) even before ANALYZE.
-    Index(None, events.c.tenant, events.c.session_id, events.c.call_id, events.c.type)
+    # Partial: only calls and results are in it, so a lookup by seq never mistakes it for the
+    # primary key (PostgreSQL chose it over the PK for messages()' lookups before ANALYZE).
+    Index(
+        None,
+        events.c.tenant,
+        events.c.session_id,
+        events.c.call_id,
+        events.c.type,
+        postgresql_where=text("call_id IS NOT NULL"),  # unqualified, as the gate reads it back
+        sqlite_where=text("call_id IS NOT NULL"),
+    )
 
     surface = Table(
         "surface",
