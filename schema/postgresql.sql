@@ -29,6 +29,8 @@ CREATE TABLE session_sql.sessions (
 	CONSTRAINT pk_sessions PRIMARY KEY (tenant, id)
 );
 
+CREATE INDEX ix_sessions_labels ON session_sql.sessions USING gin (labels jsonb_path_ops);
+
 CREATE INDEX ix_sessions_tenant_created_at_id ON session_sql.sessions (tenant, created_at, id);
 
 CREATE INDEX ix_sessions_tenant_parent_session ON session_sql.sessions (tenant, parent_session);

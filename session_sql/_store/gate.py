@@ -43,6 +43,7 @@ from session_sql._store.schema import (
     TENANT_POLICY,
     SchemaTables,
     create_all,
+    indexes_of,
     tables_for,
 )
 from session_sql._store.views import view_select
@@ -245,9 +246,9 @@ def _differences(
         live_uq = {(u["name"], tuple(u["column_names"])) for u in uniques.get(key, [])}
         out.extend(_set_differences(table.name, "unique constraint", expected_uq, live_uq))
 
+        ours = indexes_of(table, dialect.name)
         expected_ix = {
-            (str(ix.name), tuple(c.name for c in ix.columns), bool(ix.unique))
-            for ix in table.indexes
+            (str(ix.name), tuple(c.name for c in ix.columns), bool(ix.unique)) for ix in ours
         }
         live_ix = {
             (ix["name"], tuple(str(c) for c in ix["column_names"]), bool(ix["unique"]))
@@ -257,10 +258,17 @@ def _differences(
         out.extend(_set_differences(table.name, "index", expected_ix, live_ix))
         partial = {
             str(ix.name): _predicate(ix.dialect_options[dialect.name].get("where"))
-            for ix in table.indexes
+            for ix in ours
             if ix.dialect_options[dialect.name].get("where") is not None
         }
-        out.extend(_index_option_differences(table.name, indexes.get(key, []), partial))
+        access = {
+            str(ix.name): (
+                ix.dialect_options[dialect.name].get("using") or "btree",
+                dict(ix.dialect_options[dialect.name].get("ops") or {}),
+            )
+            for ix in ours
+        }
+        out.extend(_index_option_differences(table.name, indexes.get(key, []), partial, access))
 
         expected_fk = {
             (
@@ -412,10 +420,14 @@ def _predicate(where: Any) -> str | None:
 
 
 def _index_option_differences(
-    table: str, live: Sequence[Mapping[str, Any]], partial: Mapping[str, str | None]
+    table: str,
+    live: Sequence[Mapping[str, Any]],
+    partial: Mapping[str, str | None],
+    access: Mapping[str, tuple[str, dict[str, str]]],
 ) -> list[str]:
-    """Our indexes are btree with no INCLUDE, and partial exactly where this build says
-    (``partial``: index name -> its normalised WHERE)."""
+    """Our indexes have no INCLUDE, are partial exactly where this build says (``partial``:
+    index name -> its normalised WHERE) and of the access method and operator classes it says
+    (``access``: name -> (method, {column: operator class}))."""
     out: list[str] = []
     for ix in live:
         options: Mapping[str, Any] = ix.get("dialect_options") or {}
@@ -427,10 +439,20 @@ def _index_option_differences(
             out.append(f"{table}: index {ix['name']} is {shape}, expected {wanted}")
         if options.get("postgresql_include"):
             out.append(f"{table}: index {ix['name']} INCLUDEs {options['postgresql_include']}")
-        using = options.get("postgresql_using")
-        if using not in (None, "btree"):
-            out.append(f"{table}: index {ix['name']} uses {using}, expected btree")
+        method = (options.get("postgresql_using") or "btree", options.get("postgresql_ops") or {})
+        expected_method = access.get(str(ix["name"]), ("btree", {}))
+        if method != expected_method:
+            out.append(
+                f"{table}: index {ix['name']} is {_access(method)}, "
+                f"expected {_access(expected_method)}"
+            )
     return out
+
+
+def _access(method: tuple[str, Mapping[str, str]]) -> str:
+    using, ops = method
+    classes = ", ".join(f"{column} {op}" for column, op in sorted(ops.items()))
+    return f"{using} ({classes})" if classes else using
 
 
 def _foreign_key_option_differences(table: str, live: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -180,6 +180,16 @@ def tables_for(schema: str | None) -> SchemaTables:
         Index(None, "tenant", "created_at", "id"),
         Index(None, "tenant", "user_id", "updated_at", "id"),
         Index(None, "tenant", "parent_session"),
+        # list_sessions(labels=...) on PostgreSQL: a containment test (labels @> '{...}') that
+        # this index answers, so a rare label is found without scanning the tenant's sessions.
+        # SQLite has no such index; there a label filter walks the tenant's updated_at order.
+        Index(
+            None,
+            "labels",
+            postgresql_using="gin",
+            postgresql_ops={"labels": "jsonb_path_ops"},
+            info={"dialect": "postgresql"},
+        ),
     )
 
     events = Table(
@@ -303,7 +313,16 @@ def meta_rows() -> list[dict[str, str]]:
     ]
 
 
-def _ddl_elements(tables: SchemaTables) -> list[ExecutableDDLElement]:
+def indexes_of(table: Table, dialect_name: str) -> list[Index]:
+    """``table``'s indexes that exist on ``dialect_name``, by name (some are PostgreSQL's only:
+    ``info["dialect"]`` names the one dialect an index is for)."""
+    return sorted(
+        (ix for ix in table.indexes if ix.info.get("dialect", dialect_name) == dialect_name),
+        key=lambda ix: str(ix.name),
+    )
+
+
+def _ddl_elements(tables: SchemaTables, dialect_name: str) -> list[ExecutableDDLElement]:
     """Every DDL statement, in an order that satisfies dependencies; deterministic."""
     elements: list[ExecutableDDLElement] = []
     schema = tables.metadata.schema
@@ -311,7 +330,7 @@ def _ddl_elements(tables: SchemaTables) -> list[ExecutableDDLElement]:
         elements.append(CreateSchema(schema, if_not_exists=True))
     for table in tables.base_tables:
         elements.append(CreateTable(table))
-        elements.extend(CreateIndex(ix) for ix in sorted(table.indexes, key=lambda i: str(i.name)))
+        elements.extend(CreateIndex(ix) for ix in indexes_of(table, dialect_name))
     elements.append(tables.create_view)
     elements.extend(CreateAnalyticsView(v, schema) for v in tables.analytics_views)
     return elements
@@ -356,7 +375,7 @@ def create_all(conn: Connection, schema: str | None) -> None:
     if conn.dialect.name == "sqlite":
         schema = None
     tables = tables_for(schema)
-    for element in _ddl_elements(tables):
+    for element in _ddl_elements(tables, conn.dialect.name):
         # CREATE SCHEMA IF NOT EXISTS still needs CREATE on the database; a role that owns
         # an existing schema (the documented least-privilege setup) must not need it.
         if isinstance(element, CreateSchema) and inspect(conn).has_schema(str(schema)):
@@ -384,7 +403,9 @@ def render_ddl(dialect_name: DialectName, schema: str = DEFAULT_SCHEMA) -> str:
     """
     dialect = _dialect(dialect_name)
     tables = tables_for(None if dialect_name == "sqlite" else schema)
-    statements = [str(el.compile(dialect=dialect)).strip() for el in _ddl_elements(tables)]
+    statements = [
+        str(el.compile(dialect=dialect)).strip() for el in _ddl_elements(tables, dialect_name)
+    ]
     if dialect_name == "postgresql":
         statements.extend(row_security_ddl(tables, dialect))
     statements.append(

@@ -24,8 +24,10 @@ from sqlalchemy import (
     make_url,
     or_,
     select,
+    type_coerce,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -525,8 +527,11 @@ class SessionStore:
         )
         if user is not None:
             query = query.where(s.c.user_id == user)
-        for name, value in wanted.items():
-            query = query.where(s.c.labels[name].as_string() == value)
+        if wanted and not self._ctx.sqlite:
+            query = query.where(type_coerce(s.c.labels, JSONB).contains(wanted))  # the GIN index
+        else:
+            for name, value in wanted.items():
+                query = query.where(s.c.labels[name].as_string() == value)
         if parent is not None:
             if not is_session_id(parent):
                 return []  # no session can have it as its parent

@@ -449,6 +449,14 @@ _TAMPERING = {
         lambda ddl: ddl.replace("WHERE t.type = 'turn/start'", "WHERE t.type = 'turn/end'"),
         "view turns: its definition differs from this build's",
     ),
+    "full index for a partial one": (
+        lambda ddl: ddl.replace(
+            "(tenant, session_id, call_id, type) WHERE call_id IS NOT NULL",
+            "(tenant, session_id, call_id, type)",
+        ),
+        "events: index ix_events_tenant_session_id_call_id_type is a full one, expected WHERE "
+        "call_id is not null",
+    ),
     "plain column for a generated one": (
         lambda ddl: re.sub(r"call_id TEXT GENERATED ALWAYS AS \(.*\) STORED", "call_id TEXT", ddl),
         "events.call_id: is a plain column, expected a generated one",
@@ -465,6 +473,35 @@ def test_tampering_beyond_names_and_columns_is_a_mismatch(backend, engine: Engin
     error = _mismatch(engine, backend)
     [difference] = error.differences
     assert difference.startswith(expected)
+
+
+# PostgreSQL's labels index: a GIN index with the jsonb_path_ops class that containment uses.
+_PG_TAMPERING = {
+    "btree for the labels GIN index": (
+        lambda ddl: ddl.replace("USING gin (labels jsonb_path_ops)", "(labels)"),
+        "sessions: index ix_sessions_labels is btree, expected gin (labels jsonb_path_ops)",
+    ),
+    "another operator class": (
+        lambda ddl: ddl.replace("USING gin (labels jsonb_path_ops)", "USING gin (labels)"),
+        "sessions: index ix_sessions_labels is gin, expected gin (labels jsonb_path_ops)",
+    ),
+}
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("kind", list(_PG_TAMPERING))
+def test_index_method_and_operator_class_are_checked(backend, engine: Engine, kind: str):
+    mutate, expected = _PG_TAMPERING[kind]
+    ddl = render_ddl("postgresql", schema=backend.schema)
+    assert mutate(ddl) != ddl, "the edit must change the DDL"
+    _run_ddl(engine, backend.schema, mutate)
+    assert list(_mismatch(engine, backend).differences) == [expected]
+
+
+def test_the_labels_index_is_postgresql_only():
+    assert "ix_sessions_labels" in render_ddl("postgresql")
+    assert "ix_sessions_labels" not in render_ddl("sqlite")
 
 
 def test_the_untouched_rendered_ddl_passes_the_gate(backend, engine: Engine):

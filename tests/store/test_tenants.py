@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from session_sql import (
     ConfigurationError,
@@ -400,3 +400,46 @@ def test_a_write_handle_reads_and_checks_its_own_tenants_surface(pair, api):
     assert not b.verify("s1").ok
     say(a.open_session("s1"), "a is unaffected")
     assert a.verify("s1").ok
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_label_filter_is_answered_by_the_labels_index(backend) -> None:
+    """On PostgreSQL a rare label is found through the GIN index, not by walking the tenant's
+    sessions; commonly carried labels still page through the updated_at index."""
+    store = open_store(backend.url, schema=backend.schema, tenant="a")
+    try:
+        store.create_session("template", labels={"team": "t0"})
+        engine = store._ctx.engine
+        statements: list[tuple[str, Any]] = []
+
+        def capture(conn, cursor, statement, parameters, context, executemany) -> None:
+            statements.append((statement, parameters))
+
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'SET LOCAL search_path TO "{backend.schema}"')
+            conn.exec_driver_sql(
+                "INSERT INTO sessions SELECT tenant, 's' || n, format_version, created_at + n, "
+                "parent_session, inherited_event_count, header, head_seq, surface_next_pos, "
+                "replace_generation, surface_digest, updated_at + n, 'i' || n, user_id, title, "
+                "jsonb_build_object('team', 't' || mod(n, 50), 'tier', "
+                "CASE WHEN n = 4321 THEN 'gold' ELSE 'basic' END) "
+                "FROM sessions, generate_series(1, 20000) AS n WHERE id = 'template'"
+            )
+            conn.exec_driver_sql("ANALYZE sessions")
+        event.listen(engine, "before_cursor_execute", capture)
+        try:
+            [gold] = store.list_sessions(labels={"tier": "gold"}, limit=50)
+        finally:
+            event.remove(engine, "before_cursor_execute", capture)
+        assert (gold.id, gold.labels) == ("s4321", {"team": "t21", "tier": "gold"})
+        [(statement, parameters)] = [s for s in statements if "FROM" in s[0]]
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SELECT set_config('session_sql.tenant', 'a', true)")
+            plan = "\n".join(
+                row[0] for row in conn.exec_driver_sql("EXPLAIN " + statement, parameters)
+            )
+        assert "ix_sessions_labels" in plan, plan
+        assert len(store.list_sessions(labels={"team": "t7", "tier": "basic"}, limit=50)) == 50
+    finally:
+        store.close()
