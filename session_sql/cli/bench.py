@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -190,11 +191,13 @@ class Target:
     schema: str
     workdir: str
     synchronous: str = "FULL"
+    tenant: str = ""
+    """The tenant both sides write (the store's ``tenant=``, the raw rows' tenant column)."""
 
     def store(self, **options: Any) -> SessionStore:
         if self.backend == "sqlite":
             options.setdefault("synchronous", self.synchronous)
-        return open_store(self.url, schema=self.schema, **options)
+        return open_store(self.url, schema=self.schema, tenant=self.tenant, **options)
 
     def fresh(self, name: str) -> Target:
         """The same backend and settings on an empty database: a new file, or a new schema."""
@@ -215,9 +218,9 @@ class Target:
 
     def raw(self) -> Raw:
         if self.backend == "sqlite":
-            return RawSQLite(str(make_url(self.url).database), self.synchronous)
+            return RawSQLite(str(make_url(self.url).database), self.synchronous, self.tenant)
         conninfo = make_url(self.url).set(drivername="postgresql")
-        return RawPostgres(conninfo.render_as_string(hide_password=False), self.schema)
+        return RawPostgres(conninfo.render_as_string(hide_password=False), self.schema, self.tenant)
 
 
 def _median_rate(samples: list[float]) -> float:
@@ -861,6 +864,14 @@ def run(
             workloads.append(w_append(target, n1, reps, label))
         progress("W2 append_many")
         workloads.append(w_append_many(main, size(100, 20), reps))
+        # W1 and W2 again in a named tenant (both sides write its rows): the tenant costs
+        # nothing beyond the key column, so these ratios should match the two above.
+        progress("W1/W2 in a tenant")
+        acme = dataclasses.replace(main, tenant="acme")
+        label = "W1 append" + (f" ({main.synchronous})" if main.backend == "sqlite" else "")
+        workloads.append(w_append(acme, n1, reps, label + " tenant acme"))
+        w2_acme = w_append_many(acme, size(100, 20), reps)
+        workloads.append(dataclasses.replace(w2_acme, name=w2_acme.name + " tenant acme"))
         big_batch = size(5000, 5000, 100)
         workloads.append(w_append_many(main, size(4, 1), reps, big_batch, "x5000"))
         progress("W3 compaction")

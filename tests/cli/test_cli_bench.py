@@ -18,6 +18,8 @@ SQLITE_WORKLOADS = [
     "W1 append (FULL)",
     "W1 append (NORMAL)",
     "W2 append_many x100",
+    "W1 append (FULL) tenant acme",
+    "W2 append_many x100 tenant acme",
     "W2 append_many x5000",
     "W3 compaction-heavy",
     "W4 messages() of 2k nodes",
@@ -33,6 +35,8 @@ SQLITE_WORKLOADS = [
 POSTGRES_WORKLOADS = [
     "W1 append",
     "W2 append_many x100",
+    "W1 append tenant acme",
+    "W2 append_many x100 tenant acme",
     "W2 append_many x5000",
     "W3 compaction-heavy",
     "W4 messages() of 2k nodes",
