@@ -1,4 +1,4 @@
--- session_sql schema version 3 for postgresql.
+-- session_sql schema version 4 for postgresql.
 -- Generated from session_sql/store/schema.py (render_ddl); do not edit by hand.
 
 CREATE SCHEMA IF NOT EXISTS session_sql;
@@ -163,4 +163,4 @@ CREATE POLICY tenant_isolation ON session_sql.surface USING (tenant = current_se
 
 ALTER VIEW session_sql.surface_messages SET (security_invoker = true);
 
-INSERT INTO session_sql.session_sql_meta (key, value) VALUES ('schema_version', '3'), ('application', 'session_sql');
+INSERT INTO session_sql.session_sql_meta (key, value) VALUES ('schema_version', '4'), ('application', 'session_sql');

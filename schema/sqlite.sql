@@ -1,4 +1,4 @@
--- session_sql schema version 3 for sqlite.
+-- session_sql schema version 4 for sqlite.
 -- Generated from session_sql/store/schema.py (render_ddl); do not edit by hand.
 
 CREATE TABLE session_sql_meta (
@@ -145,4 +145,4 @@ FROM events AS e
 JOIN json_each(e.source_event_seqs) AS src ON TRUE
 WHERE e.source_event_seqs IS NOT NULL;
 
-INSERT INTO session_sql_meta ("key", value) VALUES ('schema_version', '3'), ('application', 'session_sql');
+INSERT INTO session_sql_meta ("key", value) VALUES ('schema_version', '4'), ('application', 'session_sql');

@@ -1,8 +1,8 @@
 """Stores of an earlier schema version, created from that release's rendered DDL.
 
-``tests/fixtures/schema_v2/`` holds the DDL of schema version 2 as that release rendered it
-(default schema ``session_sql``); the gate must refuse such a store and ``migrate`` must copy
-from it.
+``tests/fixtures/schema_v2/`` and ``schema_v3/`` hold the DDL of schema versions 2 and 3 as
+those releases rendered it (default schema ``session_sql``); the gate must refuse such a store
+and ``migrate`` must copy from it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def legacy_ddl(version: int, dialect: str, schema: str) -> str:
-    """The DDL of an older ``version`` (only 2 is kept) for ``dialect``, in ``schema``."""
+    """The DDL of an older ``version`` (2 or 3) for ``dialect``, in ``schema``."""
     text = (FIXTURES / f"schema_v{version}" / f"{dialect}.sql").read_text(encoding="utf-8")
     if dialect == "postgresql":
         text = text.replace("SCHEMA IF NOT EXISTS session_sql;", f"SCHEMA IF NOT EXISTS {schema};")

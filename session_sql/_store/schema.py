@@ -67,7 +67,7 @@ __all__ = [
     "tables_for",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Bumped on any change to the structure below; a database of another version is refused."""
 
 APPLICATION = "session_sql"

@@ -209,6 +209,17 @@ def test_an_earlier_release_database_is_refused(backend, engine: Engine, version
     assert ("incarnation" in columns) == (version == 2)
 
 
+def test_a_version_3_database_is_refused(backend, engine: Engine):
+    """Version 3 had every table and column of this build, but not the labels index (it used to
+    be a structure difference; the version says it first)."""
+    create_legacy_store(engine, backend.schema, 3)
+    with recorded_writes(engine) as writes, pytest.raises(SchemaVersionError) as info:
+        ensure_schema(engine, backend.schema)
+    assert info.value.actual == "3"
+    assert "older" in str(info.value)
+    assert writes == []
+
+
 def test_unreadable_schema_version_is_refused(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
     meta = tables_for(backend.table_schema).meta
