@@ -204,6 +204,12 @@ class JsonlReader:
         if self._owned:
             self._fh.close()
 
+    def corrupt(self, line: int, exc: Exception, session_id: str) -> CorruptSessionError:
+        """The error for the bad event on ``line`` (an import's checks name the file's line)."""
+        return CorruptSessionError(
+            f"{self.path}: line {line}: {exc}", session_id=session_id, line=line
+        )
+
     def __enter__(self) -> JsonlReader:
         return self
 

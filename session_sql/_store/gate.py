@@ -1,11 +1,13 @@
 """The schema gate (SPEC §8.2): initialise an empty database, refuse any other build's.
 
-There are no migrations. A database is either empty (initialised here, in one transaction,
+Nothing is migrated in place. A database is either empty (initialised here, in one transaction,
 unless the caller only reads), or carries this build's ``schema_version`` and exactly this
 build's structure; anything else is refused before a single row is written. A database (or
 PostgreSQL schema) that holds other tables but none of ours belongs to another application: it
 is refused with ``SchemaVersionError`` and left exactly as it was. The way across versions is
-to export sessions with the build that wrote them and import them with this one.
+a new store: ``migrate`` copies every session into it (reading earlier versions with
+``stored_version`` and plain SQL), or an export with the build that wrote them and an import
+with this one.
 """
 
 from __future__ import annotations
@@ -49,15 +51,17 @@ from session_sql._store.schema import (
 from session_sql._store.views import view_select
 from session_sql.errors import SchemaMismatchError, SchemaVersionError, StoreError
 
-__all__ = ["ensure_schema"]
+__all__ = ["ensure_schema", "stored_version"]
 
 _Columns = dict[tuple[str | None, str], list[ReflectedColumn]]
 """Reflected columns keyed by (schema, table), as ``Inspector.get_multi_columns`` returns."""
 
 _ACROSS_VERSIONS = (
-    "there are no migrations: export the sessions with the build that wrote them "
-    "('session-sql export --all DIR') and import them into a new database with this one "
-    "('session-sql import DIR'); docs/operations.md shows the same in Python"
+    "a database is never changed in place: copy its sessions into a new database or schema "
+    "with 'session-sql migrate --from URL --to NEW_URL' (it reads schema versions 1 to "
+    f"{SCHEMA_VERSION}), or export them with the build that wrote them "
+    "('session-sql export --all DIR') and import them with this one ('session-sql import DIR'); "
+    "see docs/operations.md"
 )
 
 
@@ -143,9 +147,62 @@ def _check(conn: Connection, insp: Inspector, tables: SchemaTables, label: str) 
         )
 
 
+def stored_version(engine: Engine, schema: str | None) -> int:
+    """The schema version a store records, read without the rest of the gate (``migrate``
+    reads stores of earlier versions).
+
+    Raises ``StoreError`` when there is no store (the database or schema has none of our
+    tables) and ``SchemaVersionError`` when the version is unknown (no meta table or row, or a
+    value that is not a number) or another application wrote the database. Writes nothing.
+    """
+    schema = target_schema(engine, schema)
+    tables = tables_for(schema)
+    label = database_label(engine) + (f" (schema {schema})" if schema is not None else "")
+    with translate_errors(database=label), read_tx(engine) as conn:
+        insp = inspect(conn)
+        if not _present_objects(insp, tables):
+            _refuse_foreign(insp, tables, label)
+            raise StoreError(f"no store at {label}: it has no session_sql tables", path=label)
+        columns = insp.get_multi_columns(schema=schema, filter_names=[tables.meta.name])
+        actual, application = _stored_meta(conn, insp, columns, tables, label)
+    if application != APPLICATION:
+        raise SchemaVersionError(
+            f"{label}: the {tables.meta.name} table names application {application!r}, "
+            f"not {APPLICATION!r}; refusing to read a database another program wrote",
+            expected=SCHEMA_VERSION,
+            actual=actual,
+        )
+    if not (actual.isdecimal() and actual.isascii() and str(int(actual)) == actual):
+        raise SchemaVersionError(
+            f"{label}: {_describe_version(actual)}", expected=SCHEMA_VERSION, actual=actual
+        )
+    return int(actual)
+
+
 def _check_version(
     conn: Connection, insp: Inspector, columns: _Columns, tables: SchemaTables, label: str
 ) -> None:
+    actual, application = _stored_meta(conn, insp, columns, tables, label)
+    if actual != str(SCHEMA_VERSION):
+        raise SchemaVersionError(
+            f"{label}: {_describe_version(actual)}; {_ACROSS_VERSIONS}",
+            expected=SCHEMA_VERSION,
+            actual=actual,
+        )
+    if application != APPLICATION:
+        raise SchemaVersionError(
+            f"{label}: the {tables.meta.name} table names application {application!r}, "
+            f"not {APPLICATION!r}; refusing to open a database another program wrote",
+            expected=SCHEMA_VERSION,
+            actual=actual,
+        )
+
+
+def _stored_meta(
+    conn: Connection, insp: Inspector, columns: _Columns, tables: SchemaTables, label: str
+) -> tuple[str, str | None]:
+    """``(schema_version, application)`` from the meta table; ``SchemaVersionError`` when the
+    table or the version row is missing (the version is unknown)."""
     meta = tables.meta
     schema = tables.metadata.schema
     if meta.name not in insp.get_table_names(schema):
@@ -172,20 +229,7 @@ def _check_version(
             expected=SCHEMA_VERSION,
             actual=None,
         )
-    if actual != str(SCHEMA_VERSION):
-        raise SchemaVersionError(
-            f"{label}: {_describe_version(actual)}; {_ACROSS_VERSIONS}",
-            expected=SCHEMA_VERSION,
-            actual=actual,
-        )
-    application = rows.get("application")
-    if application != APPLICATION:
-        raise SchemaVersionError(
-            f"{label}: the {meta.name} table names application {application!r}, "
-            f"not {APPLICATION!r}; refusing to open a database another program wrote",
-            expected=SCHEMA_VERSION,
-            actual=actual,
-        )
+    return actual, rows.get("application")
 
 
 def _describe_version(actual: str) -> str:

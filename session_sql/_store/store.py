@@ -7,9 +7,9 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Literal, NamedTuple
+from typing import IO, Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
@@ -101,6 +101,7 @@ IMPORT_BATCH = 1000
 ANALYZE_AFTER_IMPORTED_EVENTS = 10_000
 """An import of at least this many events refreshes the planner statistics (ANALYZE)."""
 _log = logging.getLogger(__name__)
+_NO_METADATA = Metadata()
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 
 
@@ -137,6 +138,23 @@ class VerifyReport(BaseModel):
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+class ImportSource(Protocol):
+    """What ``_import`` stores: a header, then the events in order (a ``JsonlReader``, or a
+    session of another store that ``migrate`` reads)."""
+
+    header: FrozenDict
+
+    def raw_events(self) -> Iterator[tuple[int, Any]]:
+        """``(position, event)`` pairs; the position is what ``corrupt`` names (a line, a seq)."""
+        ...
+
+    def corrupt(self, position: int, exc: Exception, session_id: str) -> CorruptSessionError:
+        """The error for a bad event at ``position``, saying where it was read."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class _Loaded(NamedTuple):
@@ -352,11 +370,27 @@ class SessionStore:
         with JsonlReader(path) as source:
             return self._import(source)
 
-    def _import(self, source: JsonlReader) -> str:
-        """``import_jsonl`` from an open reader (the async store hands it one)."""
+    def _import(
+        self,
+        source: ImportSource,
+        *,
+        metadata: Metadata = _NO_METADATA,
+        updated_at: int | None = None,
+        check: Callable[[Replay, int], None] | None = None,
+        analyze: bool = True,
+    ) -> str:
+        """Store the session ``source`` reads, in one write transaction (``import_jsonl``; the
+        async store and ``migrate`` hand it theirs).
+
+        ``metadata`` and ``updated_at`` (default: now) go into the new row. ``check`` sees the
+        fold of the whole log and its inherited prefix before the commit: raising there writes
+        nothing. ``analyze``:
+        refresh the planner statistics after a large import (a caller importing many sessions
+        does it once at the end instead).
+        """
         ctx = self._ctx
         s = ctx.tables.sessions
-        with source:
+        try:
             header = source.header
             session_id = str(header["id"])
             check_header_limits(header, ctx.max_event_bytes)  # before the transaction
@@ -367,14 +401,17 @@ class SessionStore:
                         f"session {session_id!r} already exists", session_id=session_id
                     )
                 # The row goes first (the events reference it); its counters are set at the end.
+                now = ctx.clock() if updated_at is None else updated_at
                 row = _session_row(
-                    ctx.tenant, header, 0, -1, 0, 0, 0, ctx.clock(), uuid.uuid4().hex, Metadata()
+                    ctx.tenant, header, 0, -1, 0, 0, 0, now, uuid.uuid4().hex, metadata
                 )
                 conn.execute(insert(s), row)
                 folded = _ImportFold(conn, ctx, session_id, bool(header["isSeeded"]))
-                for line, raw in source.raw_events():
-                    folded.add(raw, line, source.path)
+                for position, raw in source.raw_events():
+                    folded.add(raw, position, source)
                 folded.flush()
+                if check is not None:
+                    check(folded.state, folded.inherited)
                 conn.execute(
                     update(s)
                     .where(self._own(s), s.c.id == session_id)
@@ -392,8 +429,10 @@ class SessionStore:
                     conn.execute(
                         ctx.statements.notify, {"b_channel": ctx.channel, "b_payload": payload}
                     )
-            if folded.state.length >= ANALYZE_AFTER_IMPORTED_EVENTS:
+            if analyze and folded.state.length >= ANALYZE_AFTER_IMPORTED_EVENTS:
                 self._refresh_statistics()
+        finally:
+            source.close()
         return session_id
 
     def _refresh_statistics(self) -> None:
@@ -645,6 +684,13 @@ class SessionStore:
         The log is streamed in pages from one snapshot and folded as it comes: memory follows
         the surface, not the length of the log.
         """
+        return self._verify(session_id)
+
+    def _verify(
+        self, session_id: str, seen: Callable[[SessionEvent], None] | None = None
+    ) -> VerifyReport:
+        """``verify``, showing each event read to ``seen`` (``migrate`` compares the copied log
+        with its source in the same pass)."""
         problems: list[str] = []
         ctx = self._ctx
         _lookup_id(session_id)
@@ -660,7 +706,10 @@ class SessionStore:
                 nonlocal count
                 for r in rows:
                     count += 1
-                    yield event_from_row(session_id, r)
+                    event = event_from_row(session_id, r)
+                    if seen is not None:
+                        seen(event)
+                    yield event
 
             try:
                 for step in replay_checked(events(), state, ctx.catalog, parsed=True):
@@ -909,7 +958,7 @@ class _ImportFold:
         self.batch: list[SessionEvent] = []
         self.batch_rows: list[dict[str, Any]] = []  # the JSON text checked, bound as it is
 
-    def add(self, raw: Any, line: int, path: Path) -> None:
+    def add(self, raw: Any, position: int, source: ImportSource) -> None:
         ctx = self.ctx
         try:
             event = check_logged(raw, self.state.length, ctx.catalog)
@@ -918,9 +967,7 @@ class _ImportFold:
             check_inherited_marker(event, self.seeded, event.seq if self.seeded else 0)
             self.state.fold(event, ctx.catalog, self._lookup)
         except (InvalidEventError, NotJSONError) as exc:  # SurfaceError included
-            raise CorruptSessionError(
-                f"{path}: line {line}: {exc}", session_id=self.session_id, line=line
-            ) from exc
+            raise source.corrupt(position, exc, self.session_id) from exc
         self.batch_rows.append(
             event_row_json(ctx.tenant, self.session_id, event, ctx.max_event_bytes)
         )
