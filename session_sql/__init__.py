@@ -48,6 +48,12 @@ if TYPE_CHECKING:
         AsyncStoredSession,
         open_async_store,
     )
+    from session_sql._store.migration import (
+        MigrationFailure,
+        MigrationProgress,
+        MigrationReport,
+        migrate,
+    )
     from session_sql._store.schema import SCHEMA_VERSION
     from session_sql._store.stats import ModelTokens, StoreStats, ToolStats
     from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
@@ -57,6 +63,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "AsyncSessionStore": "session_sql._store.async_store",
     "AsyncStoredSession": "session_sql._store.async_store",
+    "MigrationFailure": "session_sql._store.migration",
+    "MigrationProgress": "session_sql._store.migration",
+    "MigrationReport": "session_sql._store.migration",
     "SCHEMA_VERSION": "session_sql._store.schema",
     "ModelTokens": "session_sql._store.stats",
     "SessionInfo": "session_sql._store.store",
@@ -65,6 +74,7 @@ _LAZY = {
     "StoredSession": "session_sql._store.writer",
     "ToolStats": "session_sql._store.stats",
     "VerifyReport": "session_sql._store.store",
+    "migrate": "session_sql._store.migration",
     "open_async_store": "session_sql._store.async_store",
     "open_store": "session_sql._store.store",
 }
@@ -97,6 +107,9 @@ __all__ = [
     "InvalidEventError",
     "InvalidHeaderError",
     "InvalidSeedError",
+    "MigrationFailure",
+    "MigrationProgress",
+    "MigrationReport",
     "ModelTokens",
     "NotJSONError",
     "ReadOnlyError",
@@ -130,6 +143,7 @@ __all__ = [
     "interrupted_turn_closers",
     "invariant_validator",
     "jsonl_file_name",
+    "migrate",
     "open_async_store",
     "open_store",
     "snapshot_json",

@@ -22,56 +22,34 @@ anything else, before writing; then it copies what is missing.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    Column,
-    ColumnElement,
-    Connection,
-    Engine,
-    MetaData,
-    Table,
-    Text,
-    cast,
-    false,
-    func,
-    inspect,
-    literal,
-    select,
-    true,
-    tuple_,
-)
+from sqlalchemy import Engine, select, tuple_
 
 from session_sql._store.engine import (
     database_label,
     is_sqlite,
     make_engine,
     read_tx,
-    snapshot_tx,
     target_schema,
     translate_errors,
 )
-from session_sql._store.gate import ensure_schema, stored_version
-from session_sql._store.metadata import Metadata, check_labels, check_title, check_user_id
-from session_sql._store.rows import event_from_row, frozen_header
-from session_sql._store.schema import DEFAULT_SCHEMA, SCHEMA_VERSION, tables_for
-from session_sql._store.store import (
-    SessionStore,
-    _check_options,
-    _labels_value,
-    _require_sqlite_file,
-    open_store,
+from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
+from session_sql._store.source import (
+    PAGE,
+    Source,
+    SourceSession,
+    check_url,
+    describe,
+    refuse_row_security,
 )
+from session_sql._store.store import SessionStore, _check_options, open_store
 from session_sql.catalog import Catalog
 from session_sql.errors import (
     ConfigurationError,
@@ -80,24 +58,16 @@ from session_sql.errors import (
     InvalidEventError,
     InvalidHeaderError,
     NotJSONError,
-    SchemaMismatchError,
-    SchemaVersionError,
     SessionExistsError,
     SessionFormatUnsupportedError,
     SessionNotFoundError,
     StoreError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import FrozenDict, FrozenList, json_equal
-from session_sql.surface import Replay, node_digest, surface_digest
+from session_sql.jsonvalue import FrozenList, json_equal
+from session_sql.surface import Replay
 
 __all__ = ["MigrationFailure", "MigrationProgress", "MigrationReport", "migrate"]
-
-READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
-"""The schema versions a source may have: this build's and the two before it."""
-
-PAGE = 500
-"""Sessions listed, and events read, per statement."""
 
 PROGRESS_EVENTS = 1000
 """Within a session, progress is reported after this many events."""
@@ -178,9 +148,8 @@ class MigrationReport:
             done += f", {len(self.failures)} FAILED"
         outcome = "every session verified" if self.ok else "not every session was copied"
         return (
-            f"migrated {self.sessions} sessions of {self.tenants} tenant(s) from "
-            f"{self.source} (schema version {self.source_version}) to {self.destination}: "
-            f"{done}; {outcome}"
+            f"migrated {self.sessions} sessions of {self.tenants} tenant(s), schema version "
+            f"{self.source_version}, from {self.source} to {self.destination}: {done}; {outcome}"
         )
 
 
@@ -220,7 +189,7 @@ def migrate(
     copied (a corrupt source, an event the destination refuses) is reported in
     ``failures`` and the others are still copied.
     """
-    source = _Source(from_url, from_schema)
+    source = Source(from_url, from_schema)
     try:
         destination = _Destination(to_url, to_schema, catalog, options)
         try:
@@ -240,7 +209,7 @@ def migrate(
 class _Run:
     """One migration: the check of what the destination holds, then the copy."""
 
-    def __init__(self, source: _Source, destination: _Destination, progress: Progress | None):
+    def __init__(self, source: Source, destination: _Destination, progress: Progress | None):
         self.source = source
         self.destination = destination
         self.progress = progress
@@ -341,7 +310,7 @@ class _Run:
 
 
 def _copy_session(
-    source: _Source,
+    source: Source,
     store: SessionStore,
     tenant: str,
     session_id: str,
@@ -349,7 +318,7 @@ def _copy_session(
 ) -> int:
     """Copy one session in one transaction of ``store`` and verify the copy; returns its
     number of events. Raises (one of ``_SESSION_ERRORS``) with nothing written."""
-    where = _where(store.display_url, tenant, session_id)
+    where = describe(store.display_url, tenant, session_id)
     with source.read(tenant, session_id) as session:
         copy = _SessionCopy(session, source.label, on_events)
 
@@ -357,7 +326,7 @@ def _copy_session(
             problems = session.problems(state, inherited)
             if problems:
                 raise CorruptSessionError(
-                    f"{_where(source.label, tenant, session_id)} does not verify in the source "
+                    f"{describe(source.label, tenant, session_id)} does not verify in the source "
                     f"({'; '.join(problems)}); nothing was copied: run 'session-sql verify' on "
                     "it there",
                     session_id=session_id,
@@ -387,7 +356,7 @@ def _copy_session(
 
 
 def _check_equal(
-    source: _Source, store: SessionStore, label: str, tenant: str, session_id: str
+    source: Source, store: SessionStore, label: str, tenant: str, session_id: str
 ) -> int:
     """Check that a session the destination holds is the source's, copied whole and verified;
     returns its number of events. Raises ``SessionExistsError`` when it is not."""
@@ -428,10 +397,6 @@ def _check_equal(
     return read.count
 
 
-def _where(label: str, tenant: str, session_id: str) -> str:
-    return f"{label}: session {session_id!r}" + (f" of tenant {tenant!r}" if tenant else "")
-
-
 class _LogHash:
     """An order-sensitive hash of a log's events, equal for equal JSON whatever the backend
     (PostgreSQL's JSONB reorders object keys, so keys are sorted)."""
@@ -467,7 +432,7 @@ class _SessionCopy:
     """A source session as the destination's import reads it (``store.ImportSource``)."""
 
     def __init__(
-        self, session: _SourceSession, label: str, on_events: Callable[[int], None]
+        self, session: SourceSession, label: str, on_events: Callable[[int], None]
     ) -> None:
         self.header = session.header
         self._session = session
@@ -484,344 +449,13 @@ class _SessionCopy:
 
     def corrupt(self, seq: int, exc: Exception, session_id: str) -> CorruptSessionError:
         return CorruptSessionError(
-            f"{_where(self._label, self._session.tenant, session_id)} seq {seq}: {exc}",
+            f"{describe(self._label, self._session.tenant, session_id)} seq {seq}: {exc}",
             session_id=session_id,
             seq=seq,
         )
 
     def close(self) -> None:
         pass
-
-
-# --------------------------------------------------------------------------------------------
-# The source: a store of any readable version, read with plain SQL
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """The tables of a source and what its version keeps: tenants and metadata since 3."""
-
-    sessions: Table
-    events: Table
-    surface: Table
-    tenanted: bool
-
-    def tenant(self, table: Table) -> ColumnElement[Any]:
-        return table.c.tenant if self.tenanted else literal("", Text)
-
-    def own(self, table: Table, tenant: str) -> ColumnElement[bool]:
-        if self.tenanted:
-            return table.c.tenant == tenant
-        return true() if tenant == "" else false()
-
-
-@functools.cache
-def _legacy_layout(schema: str | None) -> _Layout:
-    """Versions 1 and 2: no tenant, no metadata; only the columns every version has."""
-    md = MetaData(schema=schema)
-    sessions = Table(
-        "sessions",
-        md,
-        Column("id", Text, primary_key=True),
-        Column("inherited_event_count", BigInteger),
-        Column("header", Text),
-        Column("head_seq", BigInteger),
-        Column("surface_next_pos", BigInteger),
-        Column("replace_generation", BigInteger),
-        Column("updated_at", BigInteger),
-    )
-    events = Table(
-        "events",
-        md,
-        Column("session_id", Text),
-        Column("seq", BigInteger),
-        Column("type", Text),
-        Column("time", BigInteger),
-        Column("data", Text),
-        Column("source_event_seqs", Text),
-        Column("surface_op", Text),
-        Column("ignorable", Boolean),
-    )
-    surface = Table(
-        "surface",
-        md,
-        Column("session_id", Text),
-        Column("pos", BigInteger),
-        Column("event_seq", BigInteger),
-    )
-    return _Layout(sessions, events, surface, tenanted=False)
-
-
-def _current_layout(schema: str | None) -> _Layout:
-    t = tables_for(schema)
-    return _Layout(t.sessions, t.events, t.surface, tenanted=True)
-
-
-class _Source:
-    """The store migrated from; only ever read."""
-
-    def __init__(self, url: str, schema: str) -> None:
-        _check_url(url, "from_url")
-        _check_options(schema, None, None, None)
-        engine = make_engine(url)
-        try:
-            target = target_schema(engine, schema)
-            try:
-                _require_sqlite_file(engine.url)
-                self.version = stored_version(engine, target)
-            except StoreError as exc:
-                if exc.path is None:
-                    raise
-                raise StoreError(
-                    f"nothing to migrate: no store at {exc.path}", path=exc.path
-                ) from exc
-            if self.version == SCHEMA_VERSION:
-                ensure_schema(engine, target, create=False)  # the whole gate
-                self.layout = _current_layout(target)
-                _refuse_row_security(engine, self.layout.sessions, "source")
-            elif self.version in READABLE_VERSIONS:
-                self.layout = _legacy_layout(target)
-                _check_legacy_columns(engine, self.layout, self.version)
-            else:
-                label = database_label(engine)
-                raise SchemaVersionError(
-                    f"{label}: schema version {self.version} is not one migrate can read "
-                    f"(it reads versions {', '.join(map(str, READABLE_VERSIONS))})"
-                    + ("; upgrade session_sql to read it" if self.version > SCHEMA_VERSION else ""),
-                    expected=SCHEMA_VERSION,
-                    actual=str(self.version),
-                )
-        except BaseException:
-            engine.dispose()
-            raise
-        self.engine = engine
-        self.schema = target
-        self.label = database_label(engine) + (f" (schema {target})" if target else "")
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def totals(self) -> tuple[int, int, int]:
-        """``(tenants, sessions, events)`` in the source."""
-        s = self.layout.sessions
-        with translate_errors(database=self.label), read_tx(self.engine) as conn:
-            tenants = conn.execute(
-                select(func.count(func.distinct(self.layout.tenant(s))))
-            ).scalar_one()
-            sessions, events = conn.execute(
-                select(func.count(), func.coalesce(func.sum(s.c.head_seq + 1), 0))
-            ).one()
-        return int(tenants), int(sessions), int(events)
-
-    def session_keys(self) -> Iterator[tuple[str, str]]:
-        """Every ``(tenant, id)`` in primary-key order, a page per read."""
-        s = self.layout.sessions
-        tenant = self.layout.tenant(s)
-        query = select(tenant, s.c.id).order_by(tenant, s.c.id).limit(PAGE)
-        after: tuple[str, str] | None = None
-        while True:
-            page = query
-            if after is not None:
-                page = page.where(
-                    tuple_(s.c.tenant, s.c.id) > tuple_(*after)
-                    if self.layout.tenanted
-                    else s.c.id > after[1]
-                )
-            with translate_errors(database=self.label), read_tx(self.engine) as conn:
-                rows = [(str(t), str(i)) for t, i in conn.execute(page)]
-            yield from rows
-            if len(rows) < PAGE:
-                return
-            after = rows[-1]
-
-    def has(self, tenant: str, session_id: str) -> bool:
-        s = self.layout.sessions
-        with translate_errors(session_id), read_tx(self.engine) as conn:
-            query = select(s.c.id).where(self.layout.own(s, tenant), s.c.id == session_id)
-            return conn.execute(query).first() is not None
-
-    def event_count(self, tenant: str, session_id: str) -> int:
-        """The number of events the session's row claims (0 when it is gone)."""
-        s = self.layout.sessions
-        with translate_errors(session_id), read_tx(self.engine) as conn:
-            head = conn.execute(
-                select(s.c.head_seq).where(self.layout.own(s, tenant), s.c.id == session_id)
-            ).scalar()
-        return 0 if head is None else max(int(head) + 1, 0)
-
-    @contextmanager
-    def read(self, tenant: str, session_id: str) -> Iterator[_SourceSession]:
-        """One session in one snapshot: its row and surface digest now, its events paged."""
-        layout = self.layout
-        s, sf = layout.sessions, layout.surface
-        columns = [
-            cast(s.c.header, Text).label("header"),
-            s.c.head_seq,
-            s.c.surface_next_pos,
-            s.c.replace_generation,
-            s.c.inherited_event_count,
-            s.c.updated_at,
-        ]
-        if layout.tenanted:
-            columns += [s.c.surface_digest, s.c.user_id, s.c.title, s.c.labels]
-        with translate_errors(session_id), snapshot_tx(self.engine) as conn:
-            row = conn.execute(
-                select(*columns).where(layout.own(s, tenant), s.c.id == session_id)
-            ).first()
-            if row is None:
-                raise SessionNotFoundError(
-                    f"{_where(self.label, tenant, session_id)} was deleted from the source "
-                    "during the migration",
-                    session_id=session_id,
-                )
-            header = frozen_header(session_id, row.header)
-            if str(header["id"]) != session_id:
-                raise CorruptSessionError(
-                    f"{_where(self.label, tenant, session_id)}: its header names id "
-                    f"{header['id']!r}",
-                    session_id=session_id,
-                )
-            metadata = Metadata()
-            if layout.tenanted:
-                metadata = Metadata(
-                    check_user_id(row.user_id),
-                    check_title(row.title),
-                    check_labels(_labels_value(session_id, row.labels), "labels"),
-                )
-            row_sum = 0
-            nodes = select(sf.c.pos, sf.c.event_seq).where(
-                layout.own(sf, tenant), sf.c.session_id == session_id
-            )
-            for pos, seq in conn.execute(nodes):
-                row_sum += node_digest(pos, seq)
-            yield _SourceSession(
-                conn,
-                layout,
-                tenant,
-                session_id,
-                header,
-                metadata,
-                row,
-                surface_digest(row_sum, row.surface_next_pos, row.replace_generation),
-            )
-
-
-class _SourceSession:
-    """One source session inside its snapshot transaction."""
-
-    def __init__(
-        self,
-        conn: Connection,
-        layout: _Layout,
-        tenant: str,
-        session_id: str,
-        header: FrozenDict,
-        metadata: Metadata,
-        row: Any,
-        digest: int,
-    ) -> None:
-        self._conn = conn
-        self._layout = layout
-        self.tenant = tenant
-        self.session_id = session_id
-        self.header = header
-        self.metadata = metadata
-        self.updated_at = int(row.updated_at)
-        self._row = row
-        self._digest = digest
-
-    def events(self) -> Iterator[SessionEvent]:
-        """Events ``0..head_seq`` in pages; a missing seq is ``CorruptSessionError``."""
-        e = self._layout.events
-        head = int(self._row.head_seq)
-        query = (
-            select(
-                e.c.seq,
-                e.c.type,
-                e.c.time,
-                cast(e.c.data, Text).label("data"),
-                e.c.source_event_seqs,
-                e.c.surface_op,
-                e.c.ignorable,
-            )
-            .where(self._layout.own(e, self.tenant), e.c.session_id == self.session_id)
-            .order_by(e.c.seq)
-            .limit(PAGE)
-        )
-        expected = 0
-        while expected <= head:
-            rows = self._conn.execute(query.where(e.c.seq >= expected, e.c.seq <= head)).all()
-            for row in rows:
-                if row[0] != expected:  # its seq: one is missing
-                    break
-                yield event_from_row(self.session_id, row)
-                expected += 1
-            if expected <= head and (len(rows) < PAGE or rows[-1][0] != expected - 1):
-                raise CorruptSessionError(
-                    f"session {self.session_id!r}: event seq {expected} is missing below the "
-                    f"head {head} in the source; run 'session-sql verify' on it there",
-                    session_id=self.session_id,
-                    seq=expected,
-                )
-
-    def problems(self, state: Replay, inherited: int) -> list[str]:
-        """How the fold of the copied log differs from the source's row and surface table."""
-        row = self._row
-        found: list[str] = []
-        for column, stored, folded in (
-            ("head_seq", row.head_seq, state.length - 1),
-            ("surface_next_pos", row.surface_next_pos, state.next_pos),
-            ("replace_generation", row.replace_generation, state.replace_generation),
-            ("inherited_event_count", row.inherited_event_count, inherited),
-        ):
-            if stored != folded:
-                found.append(f"sessions.{column} is {stored}, the log implies {folded}")
-        if self._digest != state.digest:
-            found.append("the surface table differs from the fold of the log")
-        stored_digest = getattr(row, "surface_digest", None)
-        if stored_digest is not None and stored_digest != state.digest:
-            found.append(
-                f"sessions.surface_digest is {stored_digest}, the log implies {state.digest}"
-            )
-        return found
-
-
-def _check_legacy_columns(engine: Engine, layout: _Layout, version: int) -> None:
-    """Refuse an earlier-version source that lacks a column migrate reads."""
-    missing: list[str] = []
-    with translate_errors(database=database_label(engine)), read_tx(engine) as conn:
-        insp = inspect(conn)
-        for table in (layout.sessions, layout.events, layout.surface):
-            live = {c["name"] for c in insp.get_columns(table.name, table.schema)}
-            missing += [f"{table.name}.{c.name}" for c in table.c if c.name not in live]
-    if missing:
-        raise SchemaMismatchError(
-            f"{database_label(engine)}: a schema version {version} store without the columns "
-            f"{', '.join(missing)}; refusing to read it",
-            expected=SCHEMA_VERSION,
-            actual=str(version),
-            differences=tuple(f"missing column {m}" for m in missing),
-        )
-
-
-def _refuse_row_security(engine: Engine, sessions: Table, side: str) -> None:
-    """Refuse a role that row-level security keeps to one tenant (PostgreSQL): it would see
-    no session, or only some, and a migration must see them all."""
-    if is_sqlite(engine):
-        return
-    name = engine.dialect.identifier_preparer.format_table(sessions)
-    with translate_errors(database=database_label(engine)), read_tx(engine) as conn:
-        active, role = conn.execute(
-            select(func.row_security_active(literal(name, Text)), func.current_user())
-        ).one()
-    if active:
-        raise ConfigurationError(
-            f"the {side} {database_label(engine)}: role {role!r} is subject to row-level "
-            "security and sees one tenant's sessions at most; migrate reads and checks every "
-            "tenant's: connect as the owner of the tables (the role that ran 'session-sql "
-            "init') or a superuser",
-            option="url",
-        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -835,7 +469,7 @@ class _Destination:
     def __init__(
         self, url: str, schema: str, catalog: Catalog | None, options: Mapping[str, Any]
     ) -> None:
-        _check_url(url, "to_url")
+        check_url(url, "to_url")
         _check_options(schema, catalog, None, None)
         self._url = url
         self._schema = schema
@@ -870,7 +504,7 @@ class _Destination:
             return False
         self._store = store
         try:
-            _refuse_row_security(store.engine, tables_for(store.schema).sessions, "destination")
+            refuse_row_security(store.engine, tables_for(store.schema).sessions, "destination")
         except BaseException:
             self._close_store()
             raise
@@ -937,8 +571,3 @@ def _same_store(engine: Engine, schema: str | None, other: Engine, other_schema:
     return engine.url.set(password=None) == other.url.set(password=None) and (
         schema == other_schema
     )
-
-
-def _check_url(url: object, name: str) -> None:
-    if not isinstance(url, str) or not url:
-        raise ConfigurationError(f"{name} must be a database URL, not {url!r}", option="url")

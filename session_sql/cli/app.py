@@ -9,6 +9,7 @@ this module's help texts by ``_docs``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import warnings
@@ -24,6 +25,8 @@ from rich.text import Text
 
 from session_sql import (
     SCHEMA_VERSION,
+    ConfigurationError,
+    MigrationProgress,
     SessionEvent,
     SessionExistsError,
     SessionNotFoundError,
@@ -33,6 +36,7 @@ from session_sql import (
     check_invariants,
     fold_surface,
 )
+from session_sql import migrate as migrate_store
 from session_sql._store.schema import render_ddl
 from session_sql.cli import bench as workloads
 from session_sql.cli._render import (
@@ -772,6 +776,99 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
             raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
     sys.stderr.write(f"exported {count} events of {session_id} to {target}\n")
     return 1
+
+
+@app.command(
+    epilog=_example(
+        "session-sql migrate --from sqlite:///sessions.db --to sqlite:///sessions-v3.db",
+        "session-sql migrate --from postgresql://postgres@localhost/agents "
+        "--to postgresql://postgres@localhost/agents --to-schema session_sql_v3",
+    )
+)
+def migrate(
+    from_url: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            envvar="SESSION_SQL_URL",
+            metavar="URL",
+            help="The store to copy from (only read): of this version, or of schema version "
+            "1 or 2.",
+            show_default=False,
+        ),
+    ],
+    to_url: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            metavar="URL",
+            help="The store to copy into: an empty database (or file, or schema), or the "
+            "destination of an interrupted migrate from the same store.",
+            show_default=False,
+        ),
+    ],
+    from_schema: Annotated[
+        str,
+        typer.Option(
+            "--from-schema",
+            envvar="SESSION_SQL_SCHEMA",
+            metavar="NAME",
+            help="PostgreSQL schema of the source (ignored on SQLite).",
+        ),
+    ] = DEFAULT_SCHEMA,
+    to_schema: Annotated[
+        str,
+        typer.Option(
+            "--to-schema",
+            metavar="NAME",
+            help="PostgreSQL schema of the destination (ignored on SQLite).",
+        ),
+    ] = DEFAULT_SCHEMA,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Draw no progress bar.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Copy every session of every tenant into a new store, and verify each copy.
+
+    For a new schema version, another backend or a fresh database. Each session is copied in
+    one transaction, with its tenant, metadata, times and fork lineage, then verified against
+    the source (its replay, counters, digest and events). A store of schema version 1 or 2
+    (which this build refuses to open) is read too: its sessions go to the default tenant.
+    Nothing is ever written to the source.
+
+    An interrupted migrate is resumed by running it again: the sessions already copied are
+    checked and skipped, the rest copied. A destination that holds anything else is refused
+    before anything is written. Prints one summary line (the report with --json); a session
+    that cannot be copied is an error line, and the exit code is then 1. Stop the writers of
+    the source first: a session written after it was copied makes a rerun refuse it.
+    """
+    with progress_bar() as bar:
+        sessions = bar.add_task("sessions", total=None, visible=not quiet)
+        events = bar.add_task("events", total=None, visible=not quiet)
+
+        def show(step: MigrationProgress) -> None:
+            bar.update(sessions, completed=step.sessions_done, total=step.sessions_total)
+            bar.update(events, completed=step.events_done, total=step.events_total)
+
+        try:
+            report = migrate_store(
+                from_url,
+                to_url,
+                from_schema=from_schema,
+                to_schema=to_schema,
+                progress=None if quiet else show,
+            )
+        except ConfigurationError as exc:
+            raise CliError(f"invalid --from, --to or schema: {exc}", code=2) from exc
+    for failure in report.failures:
+        tenant = f" of tenant {failure.tenant!r}" if failure.tenant else ""
+        error_line(f"session {failure.session_id!r}{tenant} was not copied: {failure.error}")
+    out = Out()
+    if as_json:
+        out.json(dataclasses.asdict(report) | {"ok": report.ok})
+    else:
+        out.line(report.summary())
+    if not report.ok:
+        raise typer.Exit(1)
 
 
 @app.command(epilog=_example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))
