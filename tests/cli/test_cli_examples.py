@@ -4,10 +4,10 @@ The examples are read from the commands themselves (the epilogs ``docs/cli.md`` 
 run in the order ``session-sql --help`` lists the commands, ``delete`` last (it removes the
 session the others name). The store holds what the examples assume: a session whose id starts
 with ``3f2a9c``, the files ``import`` names and a ``backup/`` directory, as a user following
-the help would have them. Two substitutions, both of the *location*, never of the command: a
-``--url`` names the test's store (the examples name servers this machine may not have), and
-``bench`` runs a stand-in for the workloads (they take minutes; ``test_cli_bench.py`` runs the
-real ones).
+the help would have them. Substitutions of the *location* only, never of the command: a
+``--url`` or ``--from`` names the test's store and a ``--to`` a new SQLite file (the examples
+name servers this machine may not have), and ``bench`` runs a stand-in for the workloads (they
+take minutes; ``test_cli_bench.py`` runs the real ones).
 
 ``session-sql`` runs in process, and the rest of a pipeline (``jq``, ``gzip``, ``>``) as real
 programs and files: starting the console script once per example would take minutes on a
@@ -122,11 +122,16 @@ def _split(tokens: list[str], separator: str) -> list[list[str]]:
 
 
 def _located(cli: Cli, args: list[str]) -> list[str]:
-    """``args`` with a ``--url`` value replaced by the test store's URL."""
+    """``args`` with a ``--url`` value replaced by the test store's URL; for ``migrate``, its
+    ``--from`` too, and its ``--to`` by a SQLite file of its own (one per destination named)."""
     located = list(args)
+    migrating = located[:1] == ["migrate"]
     for i, arg in enumerate(located[:-1]):
-        if arg == "--url":
+        if arg == "--url" or (migrating and arg == "--from"):
             located[i + 1] = cli.url
+        elif migrating and arg == "--to":
+            name = "".join(c if c.isalnum() else "-" for c in located[i + 1])
+            located[i + 1] = f"sqlite:///{cli.cwd / name}.db"
     return located
 
 
@@ -184,6 +189,11 @@ def test_every_help_example_runs_as_printed(cli, monkeypatch):
         ids = {info.id for info in store.iter_sessions()}
     assert "second" in ids  # imported from session-2.jsonl
     assert FULL_ID not in ids and OTHER_ID not in ids  # the delete examples deleted them
+    migrated = sorted(cli.cwd.glob("sqlite---*.db"))
+    assert migrated, "the migrate examples wrote no store"
+    for path in migrated:  # each a whole copy, taken before the delete examples ran
+        with open_store(f"sqlite:///{path}", create=False) as store:
+            assert FULL_ID in {info.id for info in store.iter_sessions()}
 
 
 def test_the_examples_need_no_shell_features():

@@ -24,6 +24,7 @@ COMMANDS = [
     "tail",
     "import",
     "export",
+    "migrate",
     "verify",
     "repair",
     "delete",

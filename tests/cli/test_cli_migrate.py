@@ -1,0 +1,155 @@
+"""``session-sql migrate``: output, exit codes, resuming, refusals, the progress bar."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+
+import pytest
+from sqlalchemy import delete
+
+from session_sql import Session, open_store
+from session_sql._store.engine import make_engine, write_tx
+from session_sql._store.schema import tables_for
+
+from ..legacy_schema import create_legacy_store, insert_legacy_session
+from ..store.store_builders import say, tool_turn
+from .conftest import SCRIPT, Cli
+
+
+def _target(cli: Cli, name: str = "new.db") -> str:
+    return f"sqlite:///{cli.cwd / name}"
+
+
+def test_migrate_prints_one_summary_line_and_verifies(cli, demo):
+    out = cli("migrate", "--to", _target(cli))
+
+    assert out.code == 0, out.stderr
+    assert out.stderr == ""  # no progress bar outside a terminal
+    (line,) = out.stdout.splitlines()
+    assert line.startswith("migrated 2 sessions of 1 tenant(s), schema version 3, from ")
+    assert re.search(r": 2 copied \(\d+ events\); every session verified$", line)
+    with open_store(_target(cli), create=False) as store:
+        assert {info.id for info in store.iter_sessions()} == {demo.session_id, demo.fork_id}
+        assert store.session_info(demo.fork_id).parent_session == demo.session_id
+
+
+def test_a_rerun_skips_and_json_reports(cli, demo):
+    assert cli("migrate", "--to", _target(cli), "--quiet").code == 0
+
+    out = cli("migrate", "--to", _target(cli), "--json")
+
+    assert out.code == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["ok"] is True
+    assert (report["sessions"], report["copied"], report["skipped"]) == (2, 0, 2)
+    assert report["failures"] == []
+    assert report["source_version"] == 3
+
+
+def test_a_session_that_cannot_be_copied_is_an_error_line_and_exit_1(cli, demo):
+    with cli.store() as store, write_tx(store.engine) as conn:
+        sf = tables_for(store.schema).surface
+        conn.execute(delete(sf).where(sf.c.session_id == demo.fork_id, sf.c.pos == 0))
+
+    out = cli("migrate", "--to", _target(cli))
+
+    assert out.code == 1
+    (error,) = out.error_lines
+    assert error.startswith(f"session-sql: error: session '{demo.fork_id}' was not copied: ")
+    assert "does not verify in the source" in error
+    assert "1 copied" in out.stdout and "1 FAILED" in out.stdout
+
+
+def test_a_conflicting_destination_is_refused_with_exit_1(cli, demo):
+    with open_store(_target(cli)) as other:
+        say(other.create_session(demo.session_id), "not the same")
+
+    out = cli("migrate", "--to", _target(cli))
+
+    assert out.code == 1
+    (error,) = out.error_lines
+    assert f"already holds session {demo.session_id!r}" in error
+    assert "nothing was written" in error
+    assert out.stdout == ""
+    with open_store(_target(cli), create=False) as other:
+        assert [i.id for i in other.iter_sessions()] == [demo.session_id]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["--to", "nonsense://x"], 2, "invalid --from, --to or schema"),
+        (["--to", "sqlite:///new.db", "--to-schema", "a b"], 2, "schema"),
+        ([], 2, "Missing option '--to'"),
+    ],
+)
+def test_usage_errors_exit_2(cli, demo, args, code, said):
+    out = cli("migrate", *args)
+    assert out.code == code
+    assert said in out.stderr
+    assert not (cli.cwd / "new.db").exists()
+
+
+def test_a_missing_source_exits_1_and_creates_nothing(sqlite_cli):
+    out = sqlite_cli("migrate", "--from", "sqlite:///absent.db", "--to", _target(sqlite_cli))
+    assert out.code == 1
+    assert "nothing to migrate: no store at" in out.stderr
+    assert not (sqlite_cli.cwd / "absent.db").exists()
+    assert not (sqlite_cli.cwd / "new.db").exists()
+
+
+def test_a_schema_version_2_store_is_migrated(sqlite_cli):
+    engine = make_engine(sqlite_cli.url)
+    try:
+        create_legacy_store(engine, "session_sql", 2)
+        session = Session("old")
+        tool_turn(session, 1)
+        insert_legacy_session(engine, None, 2, session.header, list(session.events))
+    finally:
+        engine.dispose()
+    assert sqlite_cli("ls").code == 1  # the gate refuses to open it
+
+    out = sqlite_cli("migrate", "--to", _target(sqlite_cli))
+
+    assert out.code == 0, out.stderr
+    assert "schema version 2" in out.stdout and "1 copied" in out.stdout
+    listed = sqlite_cli("ls", "--url", _target(sqlite_cli))
+    assert listed.code == 0 and "old" in listed.stdout
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_progress_bar_is_drawn_on_a_terminal_unless_quiet(sqlite_cli, quiet):
+    with sqlite_cli.store() as store:
+        for n in range(3):
+            tool_turn(store.create_session(f"s{n}"), 1)
+    controller, terminal = pty.openpty()
+    try:
+        done = subprocess.run(
+            [str(SCRIPT), "migrate", "--to", _target(sqlite_cli), *(["-q"] if quiet else [])],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            cwd=sqlite_cli.cwd,
+            env={**os.environ, **sqlite_cli.env, "COLUMNS": "100"},
+            timeout=120,
+            check=False,
+        )
+        os.close(terminal)
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        os.close(controller)
+    assert done.returncode == 0
+    assert b"3 copied" in done.stdout
+    assert (b"sessions" in drawn and b"events" in drawn) is not quiet
