@@ -148,9 +148,14 @@ class MigrationReport:
             done += f", {len(self.failures)} FAILED"
         outcome = "every session verified" if self.ok else "not every session was copied"
         return (
-            f"migrated {self.sessions} sessions of {self.tenants} tenant(s), schema version "
-            f"{self.source_version}, from {self.source} to {self.destination}: {done}; {outcome}"
+            f"migrated {_count(self.sessions, 'session')} of {_count(self.tenants, 'tenant')}, "
+            f"schema version {self.source_version}, from {self.source} to {self.destination}: "
+            f"{done}; {outcome}"
         )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 Progress = Callable[[MigrationProgress], None]

@@ -30,7 +30,7 @@ def test_migrate_prints_one_summary_line_and_verifies(cli, demo):
     assert out.code == 0, out.stderr
     assert out.stderr == ""  # no progress bar outside a terminal
     (line,) = out.stdout.splitlines()
-    assert line.startswith("migrated 2 sessions of 1 tenant(s), schema version 3, from ")
+    assert line.startswith("migrated 2 sessions of 1 tenant, schema version 3, from ")
     assert re.search(r": 2 copied \(\d+ events\); every session verified$", line)
     with open_store(_target(cli), create=False) as store:
         assert {info.id for info in store.iter_sessions()} == {demo.session_id, demo.fork_id}
