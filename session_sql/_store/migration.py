@@ -225,6 +225,7 @@ class _Run:
 
     def run(self) -> MigrationReport:
         held = self.destination.exists() and self._check_held()
+        self.destination.store("")  # created now, even when there is nothing to copy
         for tenant, session_id in self.source.session_keys():
             if held and self.destination.holds(tenant, session_id):
                 continue  # checked equal above

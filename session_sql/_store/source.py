@@ -198,17 +198,14 @@ class Source:
     def session_keys(self) -> Iterator[tuple[str, str]]:
         """Every ``(tenant, id)`` in primary-key order, a page per read."""
         s = self.layout.sessions
-        tenant = self.layout.tenant(s)
-        query = select(tenant, s.c.id).order_by(tenant, s.c.id).limit(PAGE)
+        tenanted = self.layout.tenanted
+        key = (s.c.tenant, s.c.id) if tenanted else (s.c.id,)
+        query = select(self.layout.tenant(s), s.c.id).order_by(*key).limit(PAGE)
         after: tuple[str, str] | None = None
         while True:
             page = query
             if after is not None:
-                page = page.where(
-                    tuple_(s.c.tenant, s.c.id) > tuple_(*after)
-                    if self.layout.tenanted
-                    else s.c.id > after[1]
-                )
+                page = page.where(tuple_(*key) > tuple_(*(after if tenanted else after[1:])))
             with translate_errors(database=self.label), read_tx(self.engine) as conn:
                 rows = [(str(t), str(i)) for t, i in conn.execute(page)]
             yield from rows

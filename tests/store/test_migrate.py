@@ -157,9 +157,12 @@ def total_sessions(where: Backend) -> int:
 
 
 @pytest.mark.parametrize(("source_kind", "destination_kind"), DIRECTIONS)
-def test_every_tenant_is_copied_whole_and_verified(place, source_kind, destination_kind):
+def test_every_tenant_is_copied_whole_and_verified(
+    place, source_kind, destination_kind, monkeypatch
+):
     source, destination = place(source_kind), place(destination_kind)
     fill(source)
+    monkeypatch.setattr(source_module, "PAGE", 2)  # sessions and events listed across pages
     steps: list[MigrationProgress] = []
 
     report = _run(source, destination, progress=steps.append)
@@ -192,10 +195,12 @@ def test_every_tenant_is_copied_whole_and_verified(place, source_kind, destinati
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
-def test_a_rerun_checks_and_skips_what_is_there(place, kind):
+def test_a_rerun_checks_and_skips_what_is_there(place, kind, monkeypatch):
     source, destination = place(kind), place("sqlite")
     fill(source)
     _run(source, destination)
+    monkeypatch.setattr(source_module, "PAGE", 2)
+    monkeypatch.setattr(migration, "PAGE", 2)  # the destination's sessions, across pages
     before = dump_tables_all(destination)
 
     again = _run(source, destination)
@@ -272,8 +277,9 @@ def _legacy_sessions() -> list[tuple[Any, list[Any], int]]:
 
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("kind", BACKENDS)
-def test_an_earlier_version_is_read_into_the_default_tenant(place, kind, version):
+def test_an_earlier_version_is_read_into_the_default_tenant(place, kind, version, monkeypatch):
     source, destination = place(kind), place("sqlite")
+    monkeypatch.setattr(source_module, "PAGE", 2)
     engine = make_engine(source.url)
     try:
         create_legacy_store(engine, source.schema, version)
@@ -528,6 +534,18 @@ def test_bad_urls_are_refused_and_create_nothing(place, tmp_path):
     with pytest.raises(StoreError):
         migrate(source.url, f"sqlite:///{tmp_path / 'text.db'}")
     assert (tmp_path / "text.db").read_text() == "not a database\n" * 100
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_an_empty_source_gives_an_empty_store(place, kind):
+    source, destination = place("sqlite"), place(kind)
+    _open(source).close()
+
+    report = _run(source, destination)
+
+    assert report.ok and (report.sessions, report.copied, report.tenants) == (0, 0, 0)
+    with _open(destination, create=False) as store:
+        assert store.list_sessions() == []
 
 
 def test_a_destination_of_another_version_is_refused(place):
