@@ -187,12 +187,12 @@ class Source:
         """``(tenants, sessions, events)`` in the source."""
         s = self.layout.sessions
         with translate_errors(database=self.label), read_tx(self.engine) as conn:
-            tenants = conn.execute(
-                select(func.count(func.distinct(self.layout.tenant(s))))
-            ).scalar_one()
             sessions, events = conn.execute(
                 select(func.count(), func.coalesce(func.sum(s.c.head_seq + 1), 0))
             ).one()
+            tenants = min(int(sessions), 1)  # before version 3, every session is tenant ""
+            if self.layout.tenanted:
+                tenants = conn.execute(select(func.count(func.distinct(s.c.tenant)))).scalar_one()
         return int(tenants), int(sessions), int(events)
 
     def session_keys(self) -> Iterator[tuple[str, str]]:

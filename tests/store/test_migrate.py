@@ -548,6 +548,28 @@ def test_an_empty_source_gives_an_empty_store(place, kind):
         assert store.list_sessions() == []
 
 
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_an_empty_earlier_version_store_has_no_tenant(place, kind):
+    source, destination = place(kind), place("sqlite")
+    engine = make_engine(source.url)
+    try:
+        create_legacy_store(engine, source.schema, 2)
+    finally:
+        engine.dispose()
+    report = _run(source, destination)
+    assert report.ok and (report.source_version, report.sessions, report.tenants) == (2, 0, 0)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_the_same_store_as_both_ends_is_refused(place, kind):
+    where = place(kind)
+    fill(where)
+    before = dump_tables_all_tenants(where)
+    with pytest.raises(ConfigurationError, match="same store"):
+        _run(where, where)
+    assert dump_tables_all_tenants(where) == before
+
+
 def test_a_destination_of_another_version_is_refused(place):
     source, destination = place("sqlite"), place("sqlite")
     fill(source)
