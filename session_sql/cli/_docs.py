@@ -29,8 +29,8 @@ _INTRO = f"""# CLI reference
 `{PROG}` is installed with the package (in `.venv/bin/`; `source .venv/bin/activate` puts it
 on your `PATH`). Every command takes `--url` (or `SESSION_SQL_URL`; default
 `sqlite:///sessions.db`, the file `sessions.db` in the current directory) and, for PostgreSQL,
-`--schema` (or `SESSION_SQL_SCHEMA`; default `session_sql`). Commands that only read never
-create a database.
+`--schema` (or `SESSION_SQL_SCHEMA`; default `session_sql`), except `migrate`, which takes two
+stores: `--from` and `--to`. Commands that only read never create a database.
 
 **Session ids** may be given in full or by any unique prefix, as in git: `show 3f2a` names the
 session whose id starts with `3f2a`. An exact id always wins; a prefix that several ids start
