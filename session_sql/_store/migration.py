@@ -177,14 +177,14 @@ def migrate(
 ) -> MigrationReport:
     """Copy every session of every tenant from the store at ``from_url`` into ``to_url``.
 
-    The source is only read; it may be of this build or of schema version 1 or 2 (whose
-    sessions go to the default tenant). The destination must be empty (it is initialised) or
-    the destination of an earlier, interrupted migration from the same source: its sessions
-    are checked against the source, and the missing ones copied. Each session is copied in one
-    transaction with its metadata, times, fork lineage and tenant, then verified. ``catalog``
-    checks the events (pass the one your sessions need); ``options`` open the destination (as
-    ``open_store``'s: ``max_event_bytes``, ``synchronous``, ...); ``progress`` is called as
-    sessions and events go by.
+    The source is only read; it may be of this build or of any earlier schema version (1 and
+    2 had no tenants: their sessions go to the default tenant). The destination must be empty
+    (it is initialised) or the destination of an earlier, interrupted migration from the same
+    source: its sessions are checked against the source, and the missing ones copied. Each
+    session is copied in one transaction with its metadata, times, fork lineage and tenant,
+    then verified. ``catalog`` checks the events (pass the one your sessions need);
+    ``options`` open the destination (as ``open_store``'s: ``max_event_bytes``,
+    ``synchronous``, ...); ``progress`` is called as sessions and events go by.
 
     Raises ``ConfigurationError`` (an unusable URL or option, both URLs naming one store),
     ``StoreError`` (no store at ``from_url``, an unreachable database),

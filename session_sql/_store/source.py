@@ -1,9 +1,11 @@
 """Reading a store of any schema version ``migrate`` accepts, without the gate's refusal.
 
-A store of this build is opened through the whole gate; versions 1 and 2 (which the gate
-refuses) are read with plain SQL over the columns every version has: ``sessions`` (header,
-counters, ``updated_at``), ``events`` and ``surface``. Version 2 has no tenant and no metadata
-(everything is the default tenant's), version 1 not even ``incarnation``, which is never read.
+A store of this build is opened through the whole gate; earlier versions (which the gate
+refuses) are read with plain SQL. Version 3 has this build's tables and columns (only an index
+is new), so it is read through them. Versions 1 and 2 are read over the columns every version
+has: ``sessions`` (header, counters, ``updated_at``), ``events`` and ``surface``; they have no
+tenant and no metadata (everything is the default tenant's), version 1 not even
+``incarnation``, which is never read.
 Rows become events and headers at the store's one seam (``rows.event_from_row``,
 ``rows.frozen_header``), so an old row is checked exactly as a current one.
 """
@@ -72,8 +74,11 @@ __all__ = [
     "refuse_row_security",
 ]
 
-READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
-"""The schema versions a source may have: this build's and the two before it."""
+READABLE_VERSIONS = (1, 2, 3, SCHEMA_VERSION)
+"""The schema versions a source may have: this build's and every one before it."""
+
+TENANTED = 3
+"""The first version with tenants and metadata (the tables of this build's, but for an index)."""
 
 PAGE = 500
 """Sessions listed, and events read, per statement."""
@@ -160,9 +165,9 @@ class Source:
             if self.version == SCHEMA_VERSION:
                 ensure_schema(engine, target, create=False)  # the whole gate
                 self.layout = _current_layout(target)
-                refuse_row_security(engine, self.layout.sessions, "source")
             elif self.version in READABLE_VERSIONS:
-                self.layout = _legacy_layout(target)
+                tenanted = self.version >= TENANTED
+                self.layout = _current_layout(target) if tenanted else _legacy_layout(target)
                 _check_legacy_columns(engine, self.layout, self.version)
             else:
                 label = database_label(engine)
@@ -173,6 +178,8 @@ class Source:
                     expected=SCHEMA_VERSION,
                     actual=str(self.version),
                 )
+            if self.layout.tenanted:
+                refuse_row_security(engine, self.layout.sessions, "source")
         except BaseException:
             engine.dispose()
             raise
@@ -366,7 +373,7 @@ class SourceSession:
 
 
 def _check_legacy_columns(engine: Engine, layout: _Layout, version: int) -> None:
-    """Refuse an earlier-version source that lacks a column migrate reads."""
+    """Refuse an earlier-version source that lacks a column of ``layout``."""
     missing: list[str] = []
     with translate_errors(database=database_label(engine)), read_tx(engine) as conn:
         insp = inspect(conn)

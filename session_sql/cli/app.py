@@ -792,8 +792,8 @@ def migrate(
             "--from",
             envvar="SESSION_SQL_URL",
             metavar="URL",
-            help="The store to copy from (only read): of this version, or of schema version "
-            "1 or 2.",
+            help="The store to copy from (only read): of this version or of any earlier "
+            "schema version.",
             show_default=False,
         ),
     ],
@@ -831,9 +831,9 @@ def migrate(
 
     For a new schema version, another backend or a fresh database. Each session is copied in
     one transaction, with its tenant, metadata, times and fork lineage, then verified against
-    the source (its replay, counters, digest and events). A store of schema version 1 or 2
-    (which this build refuses to open) is read too: its sessions go to the default tenant.
-    Nothing is ever written to the source.
+    the source (its replay, counters, digest and events). A store of an earlier schema version
+    (which this build refuses to open) is read too; versions 1 and 2 had no tenants, so their
+    sessions go to the default tenant. Nothing is ever written to the source.
 
     An interrupted migrate is resumed by running it again: the sessions already copied are
     checked and skipped, the rest copied. A destination that holds anything else is refused

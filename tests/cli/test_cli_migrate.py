@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from sqlalchemy import delete
 
-from session_sql import Session, open_store
+from session_sql import SCHEMA_VERSION, Session, open_store
 from session_sql._store.engine import make_engine, write_tx
 from session_sql._store.schema import tables_for
 
@@ -30,7 +30,7 @@ def test_migrate_prints_one_summary_line_and_verifies(cli, demo):
     assert out.code == 0, out.stderr
     assert out.stderr == ""  # no progress bar outside a terminal
     (line,) = out.stdout.splitlines()
-    assert line.startswith("migrated 2 sessions of 1 tenant, schema version 3, from ")
+    assert line.startswith(f"migrated 2 sessions of 1 tenant, schema version {SCHEMA_VERSION}, ")
     assert re.search(r": 2 copied \(\d+ events\); every session verified$", line)
     with open_store(_target(cli), create=False) as store:
         assert {info.id for info in store.iter_sessions()} == {demo.session_id, demo.fork_id}
@@ -47,7 +47,7 @@ def test_a_rerun_skips_and_json_reports(cli, demo):
     assert report["ok"] is True
     assert (report["sessions"], report["copied"], report["skipped"]) == (2, 0, 2)
     assert report["failures"] == []
-    assert report["source_version"] == 3
+    assert report["source_version"] == SCHEMA_VERSION
 
 
 def test_a_session_that_cannot_be_copied_is_an_error_line_and_exit_1(cli, demo):

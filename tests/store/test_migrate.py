@@ -318,7 +318,34 @@ def test_an_earlier_version_is_read_into_the_default_tenant(place, kind, version
     assert total_sessions(destination) == 3
 
 
-@pytest.mark.parametrize("stored", ["0", "4", "two", "02"])
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_version_3_store_is_read_with_its_tenants_and_metadata(place, kind):
+    """Version 3 had this build's tables and columns; only PostgreSQL's labels index is new.
+    A store of this build taken back to it (the index dropped, the version row set to 3) is
+    what that release wrote."""
+    source, destination = place(kind), place("sqlite")
+    fill(source)
+    expected = {tenant: snapshot(source, tenant) for tenant in TENANTS}
+    engine = make_engine(source.url)
+    t = tables_for(None if kind == "sqlite" else source.schema)
+    try:
+        with write_tx(engine) as conn:
+            conn.execute(update(t.meta).where(t.meta.c.key == "schema_version").values(value="3"))
+            if kind == "postgresql":
+                conn.execute(text(f'DROP INDEX "{source.schema}".ix_sessions_labels'))
+    finally:
+        engine.dispose()
+    with pytest.raises(SchemaVersionError):
+        _open(source, create=False)
+
+    report = _run(source, destination)
+
+    assert report.ok and (report.source_version, report.tenants, report.copied) == (3, 3, 9)
+    for tenant in TENANTS:
+        assert snapshot(destination, tenant) == expected[tenant]
+
+
+@pytest.mark.parametrize("stored", ["0", str(session_sql.SCHEMA_VERSION + 1), "two", "02"])
 def test_a_source_of_an_unknown_version_is_refused(place, stored):
     source, destination = place("sqlite"), place("sqlite")
     engine = make_engine(source.url)
