@@ -12,9 +12,21 @@ from collections import Counter
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import ColumnElement, Connection, Select, and_, case, false, func, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    and_,
+    case,
+    false,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
 
 from session_sql._store.schema import SchemaTables
+from session_sql.catalog import CORE_TYPES, SURFACE_TYPES
 from session_sql.errors import CorruptSessionError, SessionNotFoundError
 
 __all__ = ["ModelTokens", "StoreStats", "ToolStats", "collect_stats"]
@@ -91,10 +103,108 @@ def _where_session(query: Select[Any], column: Any, session_id: str | None) -> S
     return query if session_id is None else query.where(column == session_id)
 
 
+# A subquery with a LIMIT is computed row by row and never merged into the query around it, so
+# the GROUP BY around it sorts the few values it yields; merged, SQLite's sorter would carry
+# each row's whole JSON ``data`` (the column the aggregates read) and spill it to disk.
+_UNMERGED = 2**62
+
+
+def _events_by_type(
+    t: SchemaTables, tenant: str, session_id: str | None, dialect: str
+) -> Select[Any]:
+    """``(type, n)`` for each event type, most frequent first (some may count 0).
+
+    PostgreSQL groups one (parallel) pass over the events. SQLite, one thread, counts each type
+    in the ``(type, tenant, session_id, seq)`` index alone, never reading an event row: the
+    types are listed by skipping through that index (one search per distinct type, the
+    recursive ``event_types``), then each is counted by a range search in it. Read row by
+    row, the same count was most of ``stats``' time on SQLite.
+    """
+    e, s = t.events, t.sessions
+    if dialect != "sqlite":
+        return (
+            select(e.c.type, func.count().label("n"))
+            .select_from(_own_events(t, tenant, session_id))
+            .group_by(e.c.type)
+            .order_by(func.count().desc(), e.c.type)
+        )
+    first = e.alias("first_type")
+    types = select(func.min(first.c.type).label("type")).cte("event_types", recursive=True)
+    after = e.alias("next_type")
+    types = types.union_all(
+        select(
+            select(func.min(after.c.type)).where(after.c.type > types.c.type).scalar_subquery()
+        ).where(types.c.type.is_not(None))
+    )
+    counted = e.alias("counted")
+    n = (
+        select(func.count())
+        .select_from(
+            counted.join(
+                s,
+                and_(
+                    s.c.tenant == counted.c.tenant,
+                    s.c.id == counted.c.session_id,
+                    counted.c.seq >= s.c.inherited_event_count,
+                ),
+            )
+        )
+        .where(counted.c.type == types.c.type, counted.c.tenant == tenant)
+    )
+    if session_id is not None:
+        n = n.where(counted.c.session_id == session_id)
+    count = n.scalar_subquery()
+    return (
+        select(types.c.type, count.label("n"))
+        .where(types.c.type.is_not(None))
+        .order_by(literal_column("n").desc(), types.c.type)
+    )
+
+
+# The rules refuse a surfaceOp on these core types (SPEC §4), so none of them can replace.
+_NEVER_REPLACING = frozenset(CORE_TYPES) - SURFACE_TYPES
+
+
+def _replacing_rows(
+    conn: Connection,
+    t: SchemaTables,
+    tenant: str,
+    session_id: str | None,
+    by_type: dict[str, int],
+) -> Any:
+    """``(type, source_event_seqs)`` of each replacing event.
+
+    No index holds ``surface_op``, so this reads event rows. PostgreSQL reads them in one
+    (parallel) pass. SQLite reads only the rows of the types that can replace (those present,
+    ``by_type``, less the core types that never can), one range of the type index per type:
+    chunks, steps, turns and tool calls, most of a log, are never read.
+    """
+    e = t.events
+    query = (
+        select(e.c.type, e.c.source_event_seqs)
+        .select_from(_own_events(t, tenant, session_id))
+        .where(e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
+    )
+    if conn.dialect.name != "sqlite":
+        return conn.execute(query)
+    candidates = sorted(set(by_type) - _NEVER_REPLACING)
+    if not candidates:
+        return []
+    # One branch per type: an equality on the type is what makes SQLite take the type index
+    # (an IN list of them it may read through the primary key instead, row by row).
+    return conn.execute(union_all(*(query.where(e.c.type == name) for name in candidates)))
+
+
 def collect_stats(
     conn: Connection, t: SchemaTables, tenant: str, session_id: str | None
 ) -> StoreStats:
-    """Aggregate a tenant's sessions, or one session (``SessionNotFoundError`` when missing)."""
+    """Aggregate a tenant's sessions, or one session (``SessionNotFoundError`` when missing).
+
+    Five statements, each served by an index: the session rows; the events by type (from the
+    type index alone on SQLite); the tool calls and the replies (each a range of the type index
+    plus, for a call, one search of the ``call_id`` index); and the replacing events (on
+    SQLite, ranges of the type index for the types that can replace).
+    """
     e, s = t.events, t.sessions
     own = _own_events(t, tenant, session_id)
 
@@ -124,45 +234,52 @@ def collect_stats(
             result.c.call_id == call.c.call_id,
         ),
     )
-    tool_name = call.c.data["name"].as_string()
-    tools_query = _where_session(
-        select(
-            tool_name.label("tool"),
-            func.count(call.c.seq).label("calls"),
-            func.sum(case((is_error, 1), else_=0)).label("errors"),
+    per_call = (
+        _where_session(
+            select(
+                call.c.data["name"].as_string().label("tool"),
+                case((is_error, 1), else_=0).label("error"),
+            )
+            .select_from(calls_joined)
+            .where(call.c.type == "tool/call"),
+            call.c.session_id,
+            session_id,
         )
-        .select_from(calls_joined)
-        .where(call.c.type == "tool/call")
-        .group_by(tool_name)
-        .order_by(func.count(call.c.seq).desc(), tool_name),
-        call.c.session_id,
-        session_id,
+        .limit(_UNMERGED)
+        .subquery("calls")
+    )
+    tools_query = (
+        select(
+            per_call.c.tool,
+            func.count().label("calls"),
+            func.sum(per_call.c.error).label("errors"),
+        )
+        .group_by(per_call.c.tool)
+        .order_by(func.count().desc(), per_call.c.tool)
     )
 
-    model = e.c.data[("message", "source", "model")].as_string()
-    tokens_query = (
+    replies = (
         select(
-            model.label("model"),
-            func.count().label("messages"),
-            func.sum(e.c.data[("usage", "inputTokens")].as_integer()).label("input_tokens"),
-            func.sum(e.c.data[("usage", "outputTokens")].as_integer()).label("output_tokens"),
+            e.c.data[("message", "source", "model")].as_string().label("model"),
+            e.c.data[("usage", "inputTokens")].as_integer().label("input_tokens"),
+            e.c.data[("usage", "outputTokens")].as_integer().label("output_tokens"),
         )
         .select_from(own)
         .where(e.c.type == "assistant/message")
-        .group_by(model)
-        .order_by(model)
+        .limit(_UNMERGED)
+        .subquery("replies")
     )
-    by_type_query = (
-        select(e.c.type, func.count().label("n"))
-        .select_from(own)
-        .group_by(e.c.type)
-        .order_by(func.count().desc(), e.c.type)
+    tokens_query = (
+        select(
+            replies.c.model,
+            func.count().label("messages"),
+            func.sum(replies.c.input_tokens).label("input_tokens"),
+            func.sum(replies.c.output_tokens).label("output_tokens"),
+        )
+        .group_by(replies.c.model)
+        .order_by(replies.c.model)
     )
-    replaces_query = (
-        select(e.c.type, e.c.source_event_seqs)
-        .select_from(own)
-        .where(e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
-    )
+    by_type_query = _events_by_type(t, tenant, session_id, conn.dialect.name)
     sessions_query = _where_session(
         select(
             func.count().label("sessions"),
@@ -178,7 +295,7 @@ def collect_stats(
     totals = conn.execute(sessions_query).one()
     if session_id is not None and totals.sessions == 0:
         raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
-    by_type = {row.type: int(row.n) for row in conn.execute(by_type_query)}
+    by_type = {row.type: int(row.n) for row in conn.execute(by_type_query) if row.n}
     tools = [
         ToolStats(tool=str(row.tool), calls=int(row.calls), errors=int(row.errors or 0))
         for row in conn.execute(tools_query)
@@ -194,7 +311,7 @@ def collect_stats(
     ]
     replacements: Counter[str] = Counter()
     shadowed = 0
-    for row in conn.execute(replaces_query):
+    for row in _replacing_rows(conn, t, tenant, session_id, by_type):
         replacements[row.type] += 1
         shadowed += _cited(session_id, row.source_event_seqs)
     return StoreStats(
