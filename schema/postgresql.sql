@@ -146,6 +146,7 @@ SELECT e.tenant AS tenant,
        src.n - 1 AS ordinal,
        CAST(src.value AS BIGINT) AS source_seq
 FROM session_sql.events AS e
+JOIN session_sql.sessions AS s ON s.tenant = e.tenant AND s.id = e.session_id
 JOIN LATERAL jsonb_array_elements_text(CAST(e.source_event_seqs AS JSONB)) WITH ORDINALITY AS src(value, n) ON TRUE
 WHERE e.source_event_seqs IS NOT NULL;
 

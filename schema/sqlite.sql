@@ -93,27 +93,28 @@ SELECT t.tenant AS tenant,
        t.session_id AS session_id,
        CAST(t.data ->> 'turn' AS BIGINT) AS turn,
        t.seq AS start_seq,
-       CASE WHEN t.ended THEN t.next_seq END AS end_seq,
+       e.seq AS end_seq,
        t.time AS start_time,
-       CASE WHEN t.ended THEN t.next_time END AS end_time,
-       CASE WHEN t.ended THEN t.next_time - t.time END AS duration_ms,
-       CASE WHEN t.ended THEN t.next_data -> 'reason' ->> 'kind' END AS reason,
-       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'user/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS user_messages,
-       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'assistant/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS assistant_messages,
-       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'tool/call' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_calls,
-       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'tool/result' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS tool_results,
+       e.time AS end_time,
+       e.time - t.time AS duration_ms,
+       e.data -> 'reason' ->> 'kind' AS reason,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'user/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(ne.seq, ns.seq, s.head_seq + 1)) AS user_messages,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'assistant/message' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(ne.seq, ns.seq, s.head_seq + 1)) AS assistant_messages,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'tool/call' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(ne.seq, ns.seq, s.head_seq + 1)) AS tool_calls,
+       (SELECT COUNT(m.seq) FROM events AS m WHERE m.type = 'tool/result' AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq AND m.seq < COALESCE(ne.seq, ns.seq, s.head_seq + 1)) AS tool_results,
        t.seq < s.inherited_event_count AS inherited
-FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.type AS type,
-             b.time AS time, b.data AS data,
-             LEAD(b.seq) OVER w AS next_seq,
-             LEAD(b.time) OVER w AS next_time,
-             LEAD(b.data) OVER w AS next_data,
-             COALESCE(LEAD(b.type) OVER w = 'turn/end'
-                      AND LEAD(b.data ->> 'turn') OVER w = (b.data ->> 'turn'), FALSE) AS ended
-      FROM events AS b
-      WHERE b.type IN ('turn/start', 'turn/end')
-      WINDOW w AS (PARTITION BY b.tenant, b.session_id ORDER BY b.seq)) AS t
+FROM events AS t
 JOIN sessions AS s ON s.tenant = t.tenant AND s.id = t.session_id
+LEFT JOIN events AS ns
+  ON ns.type = 'turn/start' AND ns.tenant = t.tenant AND ns.session_id = t.session_id
+ AND ns.seq = (SELECT MIN(x.seq) FROM events AS x WHERE x.type = 'turn/start' AND x.tenant = t.tenant AND x.session_id = t.session_id AND x.seq > t.seq)
+LEFT JOIN events AS ne
+  ON ne.type = 'turn/end' AND ne.tenant = t.tenant AND ne.session_id = t.session_id
+ AND ne.seq = (SELECT MIN(x.seq) FROM events AS x WHERE x.type = 'turn/end' AND x.tenant = t.tenant AND x.session_id = t.session_id AND x.seq > t.seq)
+ AND ne.seq < COALESCE(ns.seq, s.head_seq + 1)
+LEFT JOIN events AS e
+  ON e.tenant = ne.tenant AND e.session_id = ne.session_id AND e.seq = ne.seq
+ AND (e.data ->> 'turn') = (t.data ->> 'turn')
 WHERE t.type = 'turn/start';
 
 CREATE VIEW replacements AS
@@ -142,6 +143,7 @@ SELECT e.tenant AS tenant,
        CAST(src.key AS BIGINT) AS ordinal,
        CAST(src.value AS BIGINT) AS source_seq
 FROM events AS e
+JOIN sessions AS s ON s.tenant = e.tenant AND s.id = e.session_id
 JOIN json_each(e.source_event_seqs) AS src ON TRUE
 WHERE e.source_event_seqs IS NOT NULL;
 

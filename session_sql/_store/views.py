@@ -59,11 +59,14 @@ WHERE c.type = 'tool/call'
 """
 
 
-def _count_in_turn(event_type: str, label: str) -> str:
+def _count_in_turn(
+    event_type: str, label: str, end: str = "COALESCE(t.next_seq, s.head_seq + 1)"
+) -> str:
+    """Events of ``event_type`` after the turn/start ``t`` and before the seq ``end``."""
     return (
         f"(SELECT COUNT(m.seq) FROM {{p}}events AS m WHERE m.type = '{event_type}'"
         " AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq"
-        f" AND m.seq < COALESCE(t.next_seq, s.head_seq + 1)) AS {label}"
+        f" AND m.seq < {end}) AS {label}"
     )
 
 
@@ -99,6 +102,50 @@ JOIN {{p}}sessions AS s ON s.tenant = t.tenant AND s.id = t.session_id
 WHERE t.type = 'turn/start'
 """
 
+# SQLite does not narrow the window above to a session: it moves a filter on `session_id` into
+# the window's subquery, but without the tenant (which comes from the join) the type index is
+# searched by type alone, so a question about one session read every session's turn
+# boundaries. This form has no window: each turn/start (found through `sessions`, so a filter
+# on a session or a tenant reaches the index) finds the next turn/start and the next turn/end
+# by one index search each (MIN over an index range), and the turn/end is its end when it comes
+# first and has the same turn number (parenthesised: DuckDB, which runs this text when it
+# attaches the file, binds `->>` more loosely than `=`). The four counts then stop at the first
+# of the two, as the window's next boundary did.
+_NEXT = (
+    "(SELECT MIN(x.seq) FROM {{p}}events AS x WHERE x.type = '{event_type}'"
+    " AND x.tenant = t.tenant AND x.session_id = t.session_id AND x.seq > t.seq)"
+)
+_BOUNDARY = "COALESCE(ne.seq, ns.seq, s.head_seq + 1)"  # the first of the two, or past the head
+_TURNS_SQLITE = f"""
+SELECT t.tenant AS tenant,
+       t.session_id AS session_id,
+       CAST(t.data ->> 'turn' AS BIGINT) AS turn,
+       t.seq AS start_seq,
+       e.seq AS end_seq,
+       t.time AS start_time,
+       e.time AS end_time,
+       e.time - t.time AS duration_ms,
+       e.data -> 'reason' ->> 'kind' AS reason,
+       {_count_in_turn("user/message", "user_messages", _BOUNDARY)},
+       {_count_in_turn("assistant/message", "assistant_messages", _BOUNDARY)},
+       {_count_in_turn("tool/call", "tool_calls", _BOUNDARY)},
+       {_count_in_turn("tool/result", "tool_results", _BOUNDARY)},
+       {_OWN.format(alias="t")}
+FROM {{p}}events AS t
+JOIN {{p}}sessions AS s ON s.tenant = t.tenant AND s.id = t.session_id
+LEFT JOIN {{p}}events AS ns
+  ON ns.type = 'turn/start' AND ns.tenant = t.tenant AND ns.session_id = t.session_id
+ AND ns.seq = {_NEXT.format(event_type="turn/start")}
+LEFT JOIN {{p}}events AS ne
+  ON ne.type = 'turn/end' AND ne.tenant = t.tenant AND ne.session_id = t.session_id
+ AND ne.seq = {_NEXT.format(event_type="turn/end")}
+ AND ne.seq < COALESCE(ns.seq, s.head_seq + 1)
+LEFT JOIN {{p}}events AS e
+  ON e.tenant = ne.tenant AND e.session_id = ne.session_id AND e.seq = ne.seq
+ AND (e.data ->> 'turn') = (t.data ->> 'turn')
+WHERE t.type = 'turn/start'
+"""
+
 # How each dialect expands the JSON list in `source_event_seqs` into rows:
 # (the FROM item, joined with ON TRUE; the seq as BIGINT; its 0-based ordinal).
 _EXPLODE: dict[str, tuple[str, str, str]] = {
@@ -117,6 +164,9 @@ _EXPLODE: dict[str, tuple[str, str, str]] = {
 
 
 def _source_event_seqs(dialect: str) -> str:
+    # The join with sessions adds no row and drops none (every event has its session row); it
+    # hands the session's tenant to the events' primary key, so a filter on `session_id`
+    # alone still reads that session's events only.
     item, seq, ordinal = _EXPLODE[dialect]
     return f"""
 SELECT e.tenant AS tenant,
@@ -126,6 +176,7 @@ SELECT e.tenant AS tenant,
        {ordinal} AS ordinal,
        {seq} AS source_seq
 FROM {{p}}events AS e
+JOIN {{p}}sessions AS s ON s.tenant = e.tenant AND s.id = e.session_id
 JOIN {item.format(alias="e")} ON TRUE
 WHERE e.source_event_seqs IS NOT NULL
 """
@@ -211,7 +262,7 @@ _VIEWS = (
             "tool_results",
             "inherited",
         ),
-        {"sqlite": _TURNS, "postgresql": _TURNS},
+        {"sqlite": _TURNS_SQLITE, "postgresql": _TURNS},
     ),
     AnalyticsView(
         "replacements",

@@ -21,6 +21,7 @@ from session_sql._store import store as store_module
 from session_sql._store.engine import analyze, read_tx
 from session_sql._store.schema import tables_for
 from session_sql.cli.demo import record_demo
+from tests.builders import begin_turn, call_tool, end_turn, reply, say
 from tests.docs.test_docs_sql import recipes
 from tests.store.analytics_data import TURN, bulk_session
 
@@ -119,6 +120,42 @@ def test_views_answer_from_the_log(backend, engine: Engine):
     assert seqs == expected and expected
 
 
+def test_a_turn_ends_at_its_own_turn_end_and_counts_up_to_the_next_boundary(
+    backend, engine: Engine
+):
+    # Both dialects' turns views (SQLite's has no window function) must agree on the edges:
+    # events between a turn/end and the next turn/start belong to no turn, a turn/end of
+    # another turn number ends nothing (but still bounds the counts), the last turn is open.
+    with open_store(backend.url, schema=backend.schema) as store:
+        h = store.create_session("edges")
+        begin_turn(h, 1)  # 0
+        say(h)  # 1
+        call_tool(h, "c1")  # 2
+        end_turn(h, 1)  # 3
+        say(h)  # 4: between turns
+        begin_turn(h, 2)  # 5
+        reply(h, turn=2)  # 6
+        end_turn(h, 3, kind="aborted")  # 7: not turn 2's end
+        say(h)  # 8: after that boundary
+        begin_turn(h, 3)  # 9
+        say(h)  # 10
+        reply(h, turn=3)  # 11: the log ends inside turn 3
+    rows = _rows(
+        engine,
+        backend,
+        "SELECT turn, start_seq, end_seq, reason, duration_ms, user_messages, "
+        "assistant_messages, tool_calls, tool_results FROM turns "
+        "WHERE session_id = 'edges' ORDER BY start_seq",
+    )
+    assert [r[:4] + r[5:] for r in rows] == [
+        (1, 0, 3, "completed", 1, 0, 1, 0),
+        (2, 5, None, None, 0, 1, 0, 0),
+        (3, 9, None, None, 1, 1, 0, 0),
+    ]
+    assert rows[0][4] is not None and rows[0][4] >= 0
+    assert rows[1][4] is None and rows[2][4] is None
+
+
 # --------------------------------------------------------------------------------------------
 # Plans on 200k events
 
@@ -128,9 +165,19 @@ VIEW_QUERIES = {
     "AVG(latency_ms) FROM tool_calls GROUP BY tool",
     "tool_calls one session": "SELECT COUNT(*) FROM tool_calls WHERE session_id = 'big'",
     "turns": "SELECT COUNT(*), SUM(duration_ms), SUM(tool_calls) FROM turns",
-    "turns one session": "SELECT COUNT(*) FROM turns WHERE session_id = 'big'",
+    "turns one session": "SELECT COUNT(*), SUM(duration_ms), SUM(user_messages), "
+    "SUM(assistant_messages), SUM(tool_calls), SUM(tool_results) FROM turns "
+    "WHERE session_id = 'big'",
     "replacements": "SELECT COUNT(*), SUM(bytes_before - bytes_after) FROM replacements",
     "source_event_seqs": "SELECT COUNT(*) FROM source_event_seqs WHERE source_seq = 5",
+}
+# Each view asked about the small session (0.25% of the events): every read of events must be
+# narrowed to that session by an index, never a pass over the other session's rows.
+SMALL_SESSION_QUERIES = {
+    "tool_calls small session": "SELECT * FROM tool_calls WHERE session_id = 'small'",
+    "turns small session": "SELECT * FROM turns WHERE session_id = 'small'",
+    "replacements small session": "SELECT * FROM replacements WHERE session_id = 'small'",
+    "source_event_seqs small session": "SELECT * FROM source_event_seqs WHERE session_id = 'small'",
 }
 
 
@@ -140,7 +187,13 @@ def _sqlite_problems(plan: list[str]) -> list[str]:
         line
         for line in plan
         if re.search(r"\bSCAN \w+\b", line)
-        and not re.search(r"VIRTUAL TABLE|SCAN \(subquery|SCAN (t|s|sessions|replacements)\b", line)
+        # Scans of a subquery's or a CTE's rows (the types stats lists, the per-call and
+        # per-reply rows it groups) and of the sessions table are not scans of events.
+        and not re.search(
+            r"VIRTUAL TABLE|SCAN \(subquery|SCAN (t|s|sessions|replacements|event_types|calls"
+            r"|replies)\b",
+            line,
+        )
         and "CONSTANT ROW" not in line
     ]
     problems = [line for line in plan if "AUTOMATIC" in line]
@@ -163,6 +216,30 @@ def _pg_problems(node: dict[str, Any], inner: bool = False) -> list[str]:
         sub = child.get("Parent Relationship") == "SubPlan"
         hashed = kind == "Hash"
         out.extend(_pg_problems(child, (inner or nested_inner or sub) and not hashed))
+    return out
+
+
+def _sqlite_unnarrowed(plan: list[str]) -> list[str]:
+    """Reads of events whose index search does not name the session."""
+    reads = [line for line in plan if re.search(r"\b(SCAN|SEARCH) \w+", line)]
+    events = [
+        line
+        for line in reads
+        if re.search(r"INDEX (ix_events_|sqlite_autoindex_events_)", line)
+        or re.fullmatch(r"\W*SCAN (b|c|e|m|r|t|x)\b.*", line)
+    ]
+    return [line for line in events if "session_id=" not in line]
+
+
+def _pg_unnarrowed(node: dict[str, Any]) -> list[str]:
+    """Scans of events that no index condition on the session narrows."""
+    out = []
+    if node.get("Relation Name") == "events":
+        cond = str(node.get("Index Cond", "")) + str(node.get("Recheck Cond", ""))
+        if "session_id" not in cond:
+            out.append(f"{node['Node Type']} on events ({node.get('Alias')})")
+    for child in node.get("Plans", []):
+        out.extend(_pg_unnarrowed(child))
     return out
 
 
@@ -221,6 +298,18 @@ def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
 
     bad = {name: problems for name, (_, problems) in plans.items() if problems}
     assert not bad, bad
+
+    unnarrowed = {}
+    for name, sql in SMALL_SESSION_QUERIES.items():
+        plan, problems = _explain(big, backend, sql)
+        assert not problems, (name, problems)
+        if backend.name == "sqlite":
+            missed = _sqlite_unnarrowed(plan.split("\n"))
+        else:
+            missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
+        if missed:
+            unnarrowed[name] = missed
+    assert not unnarrowed, unnarrowed
     call_index = "ix_events_tenant_session_id_call_id_type"
     if backend.name == "sqlite":
         # SQLite joins by nested loops only: the inner side must be an index search.
