@@ -86,7 +86,12 @@ def _cited(session_id: str | None, raw: str | None) -> int:
 
 def _own_events(t: SchemaTables, tenant: str, session_id: str | None) -> Any:
     """A tenant's events joined to their session row, skipping inherited copies; optionally
-    one session."""
+    one session.
+
+    The session is chosen on the session row, never as ``events.session_id = ?``: given that
+    constant, SQLite took the primary key's range (every row of the session) over the type
+    index for the statements below that read one type's rows.
+    """
     e, s = t.events, t.sessions
     condition = and_(
         s.c.tenant == tenant,
@@ -95,7 +100,7 @@ def _own_events(t: SchemaTables, tenant: str, session_id: str | None) -> Any:
         e.c.seq >= s.c.inherited_event_count,
     )
     if session_id is not None:
-        condition = and_(condition, e.c.session_id == session_id)
+        condition = and_(condition, s.c.id == session_id)
     return e.join(s, condition)
 
 
@@ -242,7 +247,7 @@ def collect_stats(
             )
             .select_from(calls_joined)
             .where(call.c.type == "tool/call"),
-            call.c.session_id,
+            s.c.id,
             session_id,
         )
         .limit(_UNMERGED)

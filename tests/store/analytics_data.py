@@ -13,12 +13,15 @@ which is fine for reading them back with SQL: the surface table is left empty.
 from __future__ import annotations
 
 import json
+import os
 import time
+from typing import Any
 
 from sqlalchemy import Engine, insert, text
 
 from session_sql._store.engine import write_tx
 from session_sql._store.schema import tables_for
+from session_sql.jsonl import dumps_line
 
 TURN = 16
 PRUNE_EVERY = 8
@@ -158,4 +161,109 @@ def expected_tool_calls(count: int) -> int:
     return count // TURN
 
 
-__all__ = ["TURN", "bulk_session", "expected_tool_calls", "json"]
+def _turn_events(turn: int, base: int) -> list[dict[str, Any]]:
+    """The 16 wire events of turn ``turn`` (1-based) from seq ``base``: the template above, as
+    the library writes them (messages in the shapes SPEC §3 gives)."""
+    call_id = f"call-{turn}"
+    tool = TOOLS[turn % len(TOOLS)]
+    at = 1_700_000_000_000 + 10 * base
+
+    def event(offset: int, type_: str, data: Any, **extra: Any) -> dict[str, Any]:
+        return {
+            "type": type_,
+            "seq": base + offset,
+            "time": at + 10 * offset,
+            "data": data,
+            **extra,
+        }
+
+    def where(step: int) -> dict[str, int]:
+        return {"turn": turn, "step": step}
+
+    def reply(offset: int, step: int, sources: list[int], calls: bool) -> dict[str, Any]:
+        content: list[dict[str, Any]] = [{"type": "text", "text": "word " * 8}]
+        if calls:
+            content.append({"type": "tool-call", "id": call_id, "name": tool, "arguments": {}})
+        message = {
+            "id": f"a{base + offset}",
+            "role": "assistant",
+            "content": content,
+            "source": {"kind": "model", "provider": "openai", "model": "gpt-test"},
+        }
+        data = {
+            **where(step),
+            "message": message,
+            "usage": {"inputTokens": 1000, "outputTokens": 50},
+        }
+        return event(offset, "assistant/message", data, surfaceOp="append", sourceEventSeqs=sources)
+
+    def result(offset: int, body: str, error: bool) -> dict[str, Any]:
+        block: dict[str, Any] = {
+            "type": "tool-result",
+            "toolCallId": call_id,
+            "content": [{"type": "text", "text": body}],
+        }
+        if error:
+            block["isError"] = True
+        message = {
+            "id": f"r{turn}",
+            "role": "user",
+            "content": [block],
+            "source": {"kind": "tool", "callId": call_id},
+        }
+        return event(offset, "tool/result", {**where(1), "message": message})
+
+    chunk = {"type": "text-delta", "index": 0, "text": "word "}
+    error = turn % ERROR_EVERY == 0
+    out = [
+        event(0, "turn/start", {"turn": turn}),
+        event(
+            1,
+            "user/message",
+            {
+                "id": f"u{base + 1}",
+                "role": "user",
+                "content": [{"type": "text", "text": "go on"}],
+                "source": {"kind": "user"},
+            },
+            surfaceOp="append",
+        ),
+        event(2, "step/start", where(1)),
+        *(event(k, "assistant/chunk", {**where(1), "chunk": chunk}) for k in range(3, 7)),
+        reply(7, 1, [base + k for k in range(3, 7)], True),
+        event(8, "tool/call", {**where(1), "callId": call_id, "name": tool, "arguments": "{}"}),
+        {
+            **result(9, "output line " * 40, error),
+            "surfaceOp": "append",
+            "sourceEventSeqs": [base + 8],
+        },
+    ]
+    if turn % PRUNE_EVERY == 0:  # the pruning takes the first step/end's place, as above
+        replace = {"op": "replace", "start": base + 9, "end": base + 9}
+        pruned = result(10, "[pruned]", error)
+        out.append({**pruned, "surfaceOp": replace, "sourceEventSeqs": [base + 9]})
+    else:
+        out.append(event(10, "step/end", where(1)))
+    out += [
+        event(11, "step/start", where(2)),
+        event(12, "assistant/chunk", {**where(2), "chunk": chunk}),
+        reply(13, 2, [base + 12], False),
+        event(14, "step/end", where(2)),
+        event(15, "turn/end", {"turn": turn, "reason": {"kind": "completed"}}),
+    ]
+    return out
+
+
+def write_jsonl(path: str | os.PathLike[str], session_id: str, count: int) -> None:
+    """The same session as ``bulk_session``, as a JSONL export for ``import_jsonl`` (the
+    store's own bulk path, every line checked), streamed to ``path``."""
+    assert count % TURN == 0
+    header = {"version": 0, "id": session_id, "createdAt": 1_700_000_000_000, "isSeeded": False}
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(dumps_line(header))
+        for n in range(count // TURN):
+            for wire in _turn_events(n + 1, n * TURN):
+                out.write(dumps_line(wire))
+
+
+__all__ = ["TURN", "bulk_session", "expected_tool_calls", "json", "write_jsonl"]

@@ -23,7 +23,7 @@ from session_sql._store.schema import tables_for
 from session_sql.cli.demo import record_demo
 from tests.builders import begin_turn, call_tool, end_turn, reply, say
 from tests.docs.test_docs_sql import recipes
-from tests.store.analytics_data import TURN, bulk_session
+from tests.store.analytics_data import TURN, bulk_session, write_jsonl
 
 
 def _rows(engine: Engine, backend: Any, sql: str) -> list[tuple[Any, ...]]:
@@ -277,7 +277,7 @@ def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
     captured: list[tuple[str, Any]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("SELECT") and "events" in statement:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")) and "events" in statement:
             captured.append((statement, parameters))
 
     with open_store(backend.url, schema=backend.schema) as store:
@@ -316,12 +316,40 @@ def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
         for name in ("tool_calls", "tool_calls one session", "recipe tool-error-rate"):
             assert call_index in plans[name][0], (name, plans[name][0])
         assert "ix_events_type_tenant_session_id_seq" in plans["turns"][0]
+        # No stats statement reads a session's event rows one by one through the primary key
+        # (counting by type and finding replacements did: most of stats' time): types are
+        # counted in the type index alone, and rows are read only for the types asked about.
+        stats_plans = {name: plan for name, (plan, _) in plans.items() if name.startswith("stats")}
+        assert len(stats_plans) == 2 * 5, stats_plans.keys()  # 5 statements each
+        for name, plan in stats_plans.items():
+            assert "sqlite_autoindex_events_1" not in plan, (name, plan)
+        counts = [p for p in stats_plans.values() if "event_types" in p]
+        assert len(counts) == 2 and all(
+            "COVERING INDEX ix_events_type_tenant_session_id_seq (type=? AND tenant=?" in p
+            for p in counts
+        ), counts
     else:
         # PostgreSQL may hash the whole store (linear); one session goes through the index.
         assert (
             call_index in plans["tool_calls one session"][0]
             or "Hash" in (plans["tool_calls one session"][0])
         )
+
+
+def test_the_benchmark_session_imports_as_the_generated_one(backend, engine: Engine, tmp_path):
+    # scripts/bench_analytics.py fills the store through import_jsonl with write_jsonl's file;
+    # it must hold the same log as bulk_session's rows (what the plan test above reads).
+    path = tmp_path / "bench.jsonl"
+    write_jsonl(path, "imported", 100 * TURN)
+    with open_store(backend.url, schema=backend.schema) as store:
+        store.import_jsonl(path)
+        assert store.verify("imported").ok
+        bulk_session(engine, backend.table_schema, "generated", 100 * TURN)
+        imported = store.stats("imported").model_dump(exclude={"session_id"})
+        generated = store.stats("generated").model_dump(exclude={"session_id"})
+    assert imported == generated
+    assert imported["replacements"] == {"tool/result": 100 // 8}
+    assert {t["tool"]: t["errors"] for t in imported["tools"]}["shell"] == 100 // 10
 
 
 # --------------------------------------------------------------------------------------------
