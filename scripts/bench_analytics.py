@@ -13,7 +13,7 @@ beside it, so a question about one session shows whether it reads only that sess
 Each query runs --repeat times; the medians of its wall-clock and of this process's CPU time
 are printed, in seconds, as a Markdown table with the machine's load average before and after
 (on a shared machine the wall clock follows the load; SQLite's CPU time does not). Each view is
-asked for every column of one session's rows (``SELECT COUNT(*), MAX(col), ... WHERE
+asked for every column of one session's rows (``SELECT COUNT(*), COUNT(col), ... WHERE
 session_id = ...``); the recipes run as written. The
 target is every figure under 5 s at a million events. The SQLite file or PostgreSQL schema is
 dropped at the end unless --keep is given; with --keep, a later run with the same --url and
@@ -119,7 +119,7 @@ def main() -> None:
             # Every column of every row of the session, aggregated into one row: the database
             # computes them all (a view's subqueries run only for the columns asked for) and
             # the figure is its work, not the client's building of 62,500 rows.
-            columns = ", ".join("MAX(" + c + ")" for c in view.columns[2:])
+            columns = ", ".join("COUNT(" + c + ")" for c in view.columns[2:])
             sql = "SELECT COUNT(*), " + columns + " FROM " + view.name + " WHERE session_id = "
             sql += "?" if sqlite else "%(s)s"
             for label, sid in ((big, BIG), (small, SMALL)):
