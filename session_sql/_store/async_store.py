@@ -320,16 +320,30 @@ class AsyncSessionStore:
         self._size = threads
         self._runner = _Runner(threads=threads if url.startswith("sqlite") else None)
         self._opened: SessionStore | None = None
+        # Tasks that open the store at once (a framework session's first calls, run
+        # concurrently) wait for one opening instead of each opening, and leaking, a store.
+        self._open_lock = asyncio.Lock()
 
     async def _open(self) -> AsyncSessionStore:
-        if self._opened is None:
-            try:
-                self._opened = await self._runner.call(self._opening)
-            except BaseException:
-                self._runner.shutdown()
-                raise
-            if not self._runner.threaded:
-                self._runner.writers = AsyncWriteConnections(self._opened.engine, self._size)
+        if self._opened is not None:
+            return self
+        cancelled = False
+        async with self._open_lock:
+            if self._opened is None:
+                # Kept even when the opening task is cancelled meanwhile, so that the next
+                # caller finds it (and close() closes it) rather than opening another.
+                opening = self._runner.submit(self._opening)
+                cancelled = await _settle(opening)
+                try:
+                    opened = opening.result()
+                except BaseException:
+                    self._runner.shutdown()
+                    raise
+                if not self._runner.threaded:
+                    self._runner.writers = AsyncWriteConnections(opened.engine, self._size)
+                self._opened = opened
+        if cancelled:
+            raise asyncio.CancelledError
         return self
 
     def __await__(self) -> Generator[Any, None, AsyncSessionStore]:

@@ -95,6 +95,66 @@ def test_opening_refuses_what_open_store_refuses(tmp_path) -> None:
         asyncio.run(bad_option())
 
 
+def test_tasks_opening_a_store_at_once_open_it_once(backend, monkeypatch) -> None:
+    """A framework session's first calls may run concurrently, each opening the store on
+    first use: one store is opened, and every caller gets it (none is leaked unclosed)."""
+    opened: list[SessionStore] = []
+
+    async def main() -> None:
+        store = open_async_store(backend.url, schema=backend.schema)
+        opening = store._opening
+
+        def counted() -> SessionStore:
+            time.sleep(0.05)  # a slow open: the other tasks arrive while it runs
+            opened.append(opening())
+            return opened[-1]
+
+        monkeypatch.setattr(store, "_opening", counted)
+        try:
+            got = await asyncio.gather(*(store._open() for _ in range(4)), store)
+            assert all(s is store for s in got)
+            handle = await store.create_session("s1")
+            assert await say(handle) == 0
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+    assert len(opened) == 1
+
+
+def test_a_cancelled_opening_keeps_the_store_for_the_next_caller(backend, monkeypatch) -> None:
+    opened: list[SessionStore] = []
+
+    async def main() -> None:
+        store = open_async_store(backend.url, schema=backend.schema)
+        opening = store._opening
+        started = threading.Event()
+
+        def slow() -> SessionStore:
+            started.set()
+            time.sleep(0.05)
+            opened.append(opening())
+            return opened[-1]
+
+        monkeypatch.setattr(store, "_opening", slow)
+        first = asyncio.ensure_future(store._open())
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        try:
+            await store  # finds the store the cancelled task opened
+            handle = await store.create_session("s1")
+            assert await say(handle) == 0
+        finally:
+            await store.close()
+        assert opened[0].engine.pool.checkedout() == 0  # close() closed that one
+
+    asyncio.run(main())
+    assert len(opened) == 1
+
+
 def test_a_closed_async_store_refuses_calls(backend) -> None:
     async def body(store: AsyncSessionStore) -> None:
         handle = await store.create_session("s1")
