@@ -1098,7 +1098,7 @@ def schema_(
 @app.command(
     epilog=_example(
         "session-sql bench --quick",
-        "session-sql bench --url postgresql://postgres@127.0.0.1/test --json > pg.json",
+        "session-sql bench --url postgresql://postgres@127.0.0.1/test --only W1,W11 --json",
     )
 )
 def bench(
@@ -1115,6 +1115,17 @@ def bench(
         ),
     ] = None,
     quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (under a minute).")] = False,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only",
+            metavar="W1,W7,...",
+            help=(
+                "Run only these workloads (comma-separated, W1 to W11; W4, W5, W9 and W10"
+                " share one setup and run together)."
+            ),
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Measure session_sql against the raw driver doing the same rows, in the same run.
@@ -1132,7 +1143,14 @@ def bench(
     def progress(name: str) -> None:
         sys.stderr.write(f"{PROG}: bench: {name} ...\n")
 
-    report = workloads.run(url, quick=quick, progress=progress)
+    selected = None
+    if only is not None:
+        selected = frozenset(name.strip().upper() for name in only.split(",") if name.strip())
+        unknown = sorted(selected - {f"W{i}" for i in range(1, 12)})
+        if unknown or not selected:
+            named = ", ".join(unknown) or "(none given)"
+            raise CliError(f"--only: unknown workloads {named}; give W1 to W11", code=2)
+    report = workloads.run(url, quick=quick, progress=progress, only=selected)
     out = Out()
     if as_json:
         out.json(report)

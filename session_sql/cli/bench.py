@@ -842,55 +842,69 @@ def run(
     quick: bool,
     progress: Callable[[str], None] = lambda _: None,
     scale: float = 1.0,
+    only: frozenset[str] | None = None,
 ) -> dict[str, Any]:
-    """Run every workload for the backend of ``url`` and return the JSON report.
+    """Run every workload for the backend of ``url`` (or those named in ``only``, e.g.
+    ``{"W1", "W11"}``) and return the JSON report.
 
-    ``scale`` shrinks every size (the tests run the real workloads at a tiny scale).
+    ``scale`` shrinks every size (the tests run the real workloads at a tiny scale). W4, W5,
+    W9 and W10 share one setup: naming any of them runs all four.
     """
 
     def size(full: int, fast: int, floor: int = 1) -> int:
         return max(floor, int((fast if quick else full) * scale))
+
+    def wanted(*names: str) -> bool:
+        return only is None or any(name in only for name in names)
 
     reps = 3 if quick else 5
     n1 = size(1500, 300, 60)
     workloads: list[Workload] = []
     with bench_targets(url) as targets:
         main = targets[0]
-        for target in targets:
+        for target in targets if wanted("W1") else []:
             label = "W1 append"
             if target.backend == "sqlite":
                 label = f"W1 append ({target.synchronous})"
             progress(label)
             workloads.append(w_append(target, n1, reps, label))
-        progress("W2 append_many")
-        workloads.append(w_append_many(main, size(100, 20), reps))
+        if wanted("W2"):
+            progress("W2 append_many")
+            workloads.append(w_append_many(main, size(100, 20), reps))
         # W1 and W2 again in a named tenant (both sides write its rows): the tenant costs
         # nothing beyond the key column, so these ratios should match the two above.
-        progress("W1/W2 in a tenant")
         acme = dataclasses.replace(main, tenant="acme")
-        label = "W1 append" + (f" ({main.synchronous})" if main.backend == "sqlite" else "")
-        workloads.append(w_append(acme, n1, reps, label + " tenant acme"))
-        w2_acme = w_append_many(acme, size(100, 20), reps)
-        workloads.append(dataclasses.replace(w2_acme, name=w2_acme.name + " tenant acme"))
-        big_batch = size(5000, 5000, 100)
-        workloads.append(w_append_many(main, size(4, 1), reps, big_batch, "x5000"))
-        progress("W3 compaction")
-        workloads.append(w_compaction(main, n1, reps))
-        progress("W4/W5/W9/W10 reads and opens")
-        nodes = size(2000, 400, 10)
-        big, small = size(100_000, 20_000, nodes * 10), size(10_000, 2_000, nodes * 2)
-        w4, *w5, w9, w10 = w_read(main, big, small, nodes, reps)
-        workloads.extend((w4, *w5))
-        progress("W6 follow")
-        workloads.append(w_follow(main, size(200, 50, 10)))
-        if main.backend == "postgresql":
+        if wanted("W1"):
+            progress("W1 in a tenant")
+            label = "W1 append" + (f" ({main.synchronous})" if main.backend == "sqlite" else "")
+            workloads.append(w_append(acme, n1, reps, label + " tenant acme"))
+        if wanted("W2"):
+            progress("W2 in a tenant")
+            w2_acme = w_append_many(acme, size(100, 20), reps)
+            workloads.append(dataclasses.replace(w2_acme, name=w2_acme.name + " tenant acme"))
+            big_batch = size(5000, 5000, 100)
+            workloads.append(w_append_many(main, size(4, 1), reps, big_batch, "x5000"))
+        if wanted("W3"):
+            progress("W3 compaction")
+            workloads.append(w_compaction(main, n1, reps))
+        reads: list[Workload] = []
+        if wanted("W4", "W5", "W9", "W10"):
+            progress("W4/W5/W9/W10 reads and opens")
+            nodes = size(2000, 400, 10)
+            big, small = size(100_000, 20_000, nodes * 10), size(10_000, 2_000, nodes * 2)
+            reads = w_read(main, big, small, nodes, reps)
+            workloads.extend(reads[:-2])  # W4 and W5; W9 and W10 are reported after W8
+        if wanted("W6"):
+            progress("W6 follow")
+            workloads.append(w_follow(main, size(200, 50, 10)))
+        if main.backend == "postgresql" and wanted("W7"):
             progress("W7 contention")
             workloads.extend(w_contention(main, size(400, 100, 10)))
-        progress("W8 storage")
-        workloads.append(w_storage(main, size(10_000, 2000, 100)))
-        workloads.append(w9)  # measured with W4/W5, on their 100k-event session
-        workloads.append(w10)  # and W10 on the same sessions, compacted
-        if main.backend == "postgresql":
+        if wanted("W8"):
+            progress("W8 storage")
+            workloads.append(w_storage(main, size(10_000, 2000, 100)))
+        workloads.extend(reads[-2:])  # W9 on W4/W5's 100k-event session, W10 on the same
+        if main.backend == "postgresql" and wanted("W11"):
             progress("W11 async appends")
             workloads.append(w_async_appends(main, size(200, 50, 5), reps))
     return {

@@ -293,3 +293,19 @@ def test_bench_url_sqlite_puts_its_files_beside_that_path(sqlite_cli: Cli, tmp_p
     assert out.code == 0, out.stderr
     assert seen and {Path(w).parent for w in seen} == {named.parent}
     assert os.listdir(named.parent) == []  # the temp files are gone, mine.db never made
+
+
+def test_only_runs_the_named_workloads(backend):
+    report = bench.run(_backend_url(backend), quick=True, scale=0.03, only=frozenset({"W1", "W3"}))
+    names = [w["name"] for w in report["workloads"]]
+    if backend.name == "sqlite":
+        w1 = ["W1 append (FULL)", "W1 append (NORMAL)", "W1 append (FULL) tenant acme"]
+    else:
+        w1 = ["W1 append", "W1 append tenant acme"]
+    assert names == [*w1, "W3 compaction-heavy"]
+
+
+def test_only_refuses_an_unknown_workload(sqlite_cli: Cli):
+    out = sqlite_cli("bench", "--quick", "--only", "W1,W12")
+    assert out.code == 2
+    assert "W12" in out.stderr
