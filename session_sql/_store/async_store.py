@@ -275,14 +275,8 @@ class AsyncStoredSession(StoredSession):
         assert writers is not None
         part = self._append_part(events, transitions)
         with translate_errors(self.id):
-            try:
-                async with writers.borrow() as conn:
-                    moved = await fastpath.append_async(self._ctx, conn, part)
-            except fastpath.StaleConnectionError:
-                # The server dropped the kept connection while it sat idle; once more on a
-                # fresh one, as the pool's pre-ping would have done.
-                async with writers.borrow() as conn:
-                    moved = await fastpath.append_async(self._ctx, conn, part)
+            async with writers.borrow() as conn:
+                moved = await fastpath.append_async(self._ctx, conn, part)
         if not moved:
             await greenlet_spawn(self._diagnose_lost_race)
 

@@ -14,7 +14,19 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Engine, Select, Text, bindparam, cast, delete, func, select, true
+from sqlalchemy import (
+    Engine,
+    Integer,
+    Select,
+    Text,
+    bindparam,
+    cast,
+    delete,
+    func,
+    literal_column,
+    select,
+    true,
+)
 from sqlalchemy import update as sa_update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -84,6 +96,19 @@ class Statements:
         # unnested into rows (one parse, one plan, one execution for the whole batch, where
         # executemany runs the insert once per row). Same conflict rule, same row count.
         self.insert_events_unnest = None if sqlite else _insert_unnest(e)
+        # PostgreSQL's one-round-trip append (``fastpath``): its statements and the commit
+        # go in one message, so nothing may depend on a row count read by the client. The
+        # head update fails the transaction itself when it matches no row (1 / count(*) of
+        # the updated rows: division_by_zero, which the fast path reads as a lost race), and
+        # the inserts carry no ON CONFLICT: once the head update has matched, a row already
+        # sitting past the head is a unique violation, never silently kept.
+        advanced = self.advance.returning(s.c.head_seq).cte("advanced")
+        self.guarded_advance = select(
+            (literal_column("1", Integer) // func.count()).label("advanced")
+        ).select_from(advanced)
+        self.insert_event_strict = pg_insert(e)
+        self.insert_node_strict = pg_insert(sf)
+        self.insert_events_unnest_strict = None if sqlite else _insert_unnest(e, strict=True)
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
         # SET LOCAL of the tenant setting that row-level security reads (PostgreSQL).
         self.set_tenant = select(
@@ -179,9 +204,10 @@ class Statements:
         )
 
 
-def _insert_unnest(table: Any) -> Any:
+def _insert_unnest(table: Any, *, strict: bool = False) -> Any:
     """``INSERT INTO table SELECT * FROM unnest(:u_<col>::<type>[], ...) ON CONFLICT DO
-    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back."""
+    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back.
+    ``strict``: without ``ON CONFLICT`` (a taken key is an error)."""
     written = [c for c in table.c if c.computed is None]  # the database computes the rest
     names = [c.name for c in written]
     arrays = [
@@ -189,7 +215,8 @@ def _insert_unnest(table: Any) -> Any:
     ]
     rows = func.unnest(*arrays).table_valued(*names).render_derived(name="r")
     columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in written]
-    return pg_insert(table).from_select(names, select(*columns)).on_conflict_do_nothing()
+    inserted = pg_insert(table).from_select(names, select(*columns))
+    return inserted if strict else inserted.on_conflict_do_nothing()
 
 
 def _is_json(column: Any) -> bool:
@@ -277,6 +304,17 @@ class CompiledStatements:
         self.drop_node = Compiled(st.drop_node, dialect)
         self.retarget_node = Compiled(st.retarget_node, dialect)
         self.notify = Compiled(st.notify, dialect)
+        written = [c.name for c in tables.events.c if c.computed is None]
+        self.guarded_advance = Compiled(st.guarded_advance, dialect)
+        self.insert_event_strict = Compiled(st.insert_event_strict, dialect, written)
+        self.insert_node_strict = Compiled(
+            st.insert_node_strict, dialect, [c.name for c in tables.surface.c]
+        )
+        self.insert_events_unnest_strict = (
+            None
+            if st.insert_events_unnest_strict is None
+            else Compiled(st.insert_events_unnest_strict, dialect)
+        )
         self.set_tenant = Compiled(st.set_tenant, dialect)
         self.surface_tail = Compiled(st.surface_tail, dialect)
         self.insert_events_unnest = (

@@ -20,8 +20,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import select as io_select
 import sqlite3
 import threading
 import time
@@ -359,7 +361,37 @@ def _postgresql_engine(
             dbapi_connection.autocommit = autocommit
 
     event.listen(engine, "connect", on_connect)
+    if kw["pool_pre_ping"]:
+        engine.dialect.do_ping = functools.partial(_quiet_ping, engine.dialect.do_ping)  # type: ignore[method-assign]
     return engine
+
+
+def _quiet_ping(ping: Any, dbapi_connection: Any) -> bool:
+    """The pool's pre-ping without a round trip while the connection is plainly alive.
+
+    A connection the server ended (a restart, ``pg_terminate_backend``, an idle timeout) gets
+    the server's FATAL message and then end-of-file, so its socket turns readable; an idle
+    pooled connection otherwise receives nothing. So a connection that is idle, whose libpq
+    status is OK and whose socket has nothing to read is alive as far as a ping could tell
+    (a ping into a silently dead network would hang rather than fail); anything else gets
+    the dialect's real ping (``ping``), which fails on a dead connection as before. Each
+    checkout then costs a ``select()`` instead of a round trip: an append is one round trip.
+    """
+    quiet = _is_quiet(getattr(dbapi_connection, "driver_connection", dbapi_connection))
+    return True if quiet else bool(ping(dbapi_connection))
+
+
+def _is_quiet(conn: Any) -> bool:
+    """A psycopg connection that is open, idle and has nothing to read (see ``_quiet_ping``)."""
+    try:
+        pgconn = conn.pgconn
+        return bool(
+            pgconn.status == _PQ_OK
+            and pgconn.transaction_status == _PG_IDLE
+            and not io_select.select([pgconn.socket], [], [], 0)[0]
+        )
+    except Exception:  # a closed connection has no socket: not quiet
+        return False
 
 
 SET_TENANT: Final = "SELECT set_config('session_sql.tenant', %s, true)"
@@ -519,11 +551,25 @@ class AsyncWriteConnections:
 
     @asynccontextmanager
     async def borrow(self) -> AsyncIterator[Any]:
-        """A psycopg ``AsyncConnection``: idle, in autocommit, the caller's alone."""
+        """A psycopg ``AsyncConnection``: idle, in autocommit, the caller's alone.
+
+        A kept connection is checked as the pool's pre-ping checks a pooled one
+        (:func:`_quiet_ping`, no round trip); one the server ended while it sat idle is
+        given back invalidated and another taken, since an append, sent with its commit,
+        cannot be retried once sent.
+        """
         async with self._slots:
             if self._closed:
                 raise StoreError("the store is closed; open a new one with open_async_store()")
-            raw = self._idle.pop() if self._idle else await greenlet_spawn(self._checkout)
+            raw: Any = None
+            while raw is None and self._idle:
+                held = self._idle.pop()
+                if _is_quiet(held.driver_connection):
+                    raw = held
+                else:
+                    await greenlet_spawn(_give_back, held, True)
+            if raw is None:
+                raw = await greenlet_spawn(self._checkout)
             conn = raw.driver_connection
             try:
                 yield conn
@@ -554,6 +600,7 @@ class AsyncWriteConnections:
 
 
 _PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
+_PQ_OK: Final = psycopg.pq.ConnStatus.OK
 
 
 def _give_back(raw: Any, broken: bool) -> None:

@@ -14,12 +14,13 @@ it; a tail read runs on the store's idle connection when it is free.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 import psycopg
 from sqlalchemy import Connection, insert
+from sqlalchemy.util import await_
 
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.engine import begin_raw_write, pipeline, write_tx
@@ -125,6 +126,8 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     Returns ``None`` once committed, or the index of the first part whose head update matched
     no row (nothing written: that session's writer lost a race). Raises as :func:`append`.
     """
+    if not ctx.sqlite and len(parts) == 1:
+        return None if _append_one_trip(ctx, parts[0]) else 0
     c = ctx.compiled
     planned = []
     for p in parts:
@@ -193,11 +196,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
             for check_cur, count, session_id in event_checks + node_checks:
                 if check_cur.rowcount != count:
                     dbapi.rollback()
-                    raise CorruptSessionError(
-                        f"session {session_id!r}: rows already exist past the session's head "
-                        "(events or surface positions); run verify, refusing to append",
-                        session_id=session_id,
-                    )
+                    raise _rows_past_head(session_id)
             dbapi.commit()
         except BaseException as exc:
             if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
@@ -217,6 +216,102 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     finally:
         raw.close()  # back to the pool, which resets it (or drops it when invalidated)
     return None
+
+
+def _rows_past_head(session_id: str) -> CorruptSessionError:
+    return CorruptSessionError(
+        f"session {session_id!r}: rows already exist past the session's head "
+        "(events or surface positions); run verify, refusing to append",
+        session_id=session_id,
+    )
+
+
+def _one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[str, list[Any]]]:
+    """The statements of one session's append in PostgreSQL's one-round-trip form, each with
+    the parameters it runs with (one execution per entry): the tenant setting, the guarded
+    head update, the event rows, the surface upkeep and ``NOTIFY``, in that order.
+
+    Nothing in it depends on a row count read by the client (see ``Statements``): a lost
+    race fails the guard, a row past the head fails an insert, either way the whole
+    transaction rolls back, so it can be sent with its commit.
+    """
+    c = ctx.compiled
+    rows = [
+        event_row_json(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
+    ]
+    out: list[tuple[str, list[Any]]] = [
+        (c.set_tenant.sql, [_tenant_params(ctx)]),
+        (c.guarded_advance.sql, [c.guarded_advance.bind(part.advance)]),
+    ]
+    unnest = c.insert_events_unnest_strict
+    if len(rows) > 1 and unnest is not None:
+        out.append((unnest.sql, [unnest_params(c.event_columns, rows)]))
+    else:
+        out.append((c.insert_event_strict.sql, [c.insert_event_strict.bind(r) for r in rows]))
+    for op, params in _surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
+        if op is SurfaceOp.INSERT_NODES:
+            out.append((c.insert_node_strict.sql, params))
+        elif op is SurfaceOp.DROP_NODES:
+            out.append((c.drop_node.sql, params))
+        else:
+            out.append((c.retarget_node.sql, [params]))
+    if ctx.channel is not None:
+        payload = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
+        out.append((c.notify.sql, [c.notify.bind(payload)]))
+    return out
+
+
+def _outcome(exc: BaseException, session_id: str) -> bool:
+    """What a failed one-round-trip append means (nothing was written): False for a lost
+    race (the guard), ``CorruptSessionError`` raised for a row past the head; else re-raised."""
+    if isinstance(exc, psycopg.errors.DivisionByZero):
+        return False
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        raise _rows_past_head(session_id) from exc
+    raise exc
+
+
+def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
+    """One session's append on PostgreSQL as one round trip that also commits: False
+    (nothing written) when its head update matched no row.
+
+    The statements of :func:`_one_trip`, bound on the client, go as one query on a pooled
+    connection put in autocommit: several statements in one query are one implicit
+    transaction, committed when the query returns or rolled back whole by the first error.
+    One query is one send and one wait, where a pipeline flushes and polls once per
+    statement. The connection goes back to the pool as it came (autocommit off, idle).
+    """
+    raw = ctx.engine.raw_connection()
+    try:
+        dbapi: Any = raw.dbapi_connection  # the async engine's adapts an AsyncConnection
+        driver: Any = raw.driver_connection
+        dbapi.autocommit = True
+        try:
+            if isinstance(driver, psycopg.AsyncConnection):  # inside greenlet_spawn
+                return bool(await_(append_async(ctx, driver, part)))
+            cur = psycopg.ClientCursor(driver)
+            try:
+                cur.execute(_one_query(cur.mogrify, ctx, part))  # compiled statements
+            except psycopg.Error as exc:
+                if driver.broken:
+                    raise
+                return _outcome(exc, part.session_id)
+            return True
+        except BaseException:
+            if driver.broken:  # lost: the pool drops it (see append_parts)
+                raw.invalidate()
+            raise
+        finally:
+            if not driver.broken:
+                dbapi.autocommit = False
+    finally:
+        raw.close()
+
+
+def _one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPart) -> str:
+    """:func:`_one_trip`'s statements bound by ``bind`` (a client cursor's ``mogrify``) and
+    joined into one query."""
+    return ";".join([bind(sql, one) for sql, params in _one_trip(ctx, part) for one in params])
 
 
 def fetch_rows(conn: Connection, stmt: Compiled, params: dict[str, Any]) -> list[Any]:
@@ -341,82 +436,20 @@ def _on_idle(ctx: StoreContext, sql: str, params: Any) -> list[Any] | None:
 
 async def append_async(ctx: StoreContext, conn: Any, part: AppendPart) -> bool:
     """:func:`append` on a psycopg ``AsyncConnection`` (PostgreSQL, the async store): the same
-    statements, parameters, checks and outcome, natively awaited.
+    statements, checks and outcome as the sync store's one round trip, natively awaited.
 
     ``conn`` is idle, in autocommit, and the caller's alone. Each await on the asyncio driver
-    costs a trip through the event loop, so the statements are bound on the client and sent
-    in three messages: ``BEGIN``, the tenant setting and the conditional head update (whose
-    count decides, as SQLite's fast path decides, before anything is inserted); the inserts,
-    surface upkeep and ``NOTIFY``, every count checked; then ``COMMIT`` (or ``ROLLBACK``).
-    Afterwards the connection is idle again, unless it broke. A connection found dead by the
-    first message raises ``StaleConnectionError`` (nothing written).
+    costs a trip through the event loop, so the statements of :func:`_one_trip` are bound on
+    the client and sent as one query: one await, one round trip, and (several statements in
+    one query being one implicit transaction) committed when it returns, or rolled back
+    whole by the first error. Afterwards the connection is idle again, unless it broke.
     """
-    c = ctx.compiled
-    rows = [
-        event_row_json(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
-    ]
     cur = psycopg.AsyncClientCursor(conn)
-    bind = cur.mogrify
-    statements: list[str] = []
-    expected: list[int | None] = []  # the row count each statement must report, if any
-    for row in rows:
-        statements.append(bind(c.insert_event.sql, c.insert_event.bind(row)))
-        expected.append(1)
-    for op, params in _surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
-        if op is SurfaceOp.RETARGET_NODE:
-            statements.append(bind(c.retarget_node.sql, params))
-            expected.append(None)
-            continue
-        sql = c.insert_node.sql if op is SurfaceOp.INSERT_NODES else c.drop_node.sql
-        count = 1 if op is SurfaceOp.INSERT_NODES else None
-        for one in params:
-            statements.append(bind(sql, one))
-            expected.append(count)
-    if ctx.channel is not None:
-        payload = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
-        statements.append(bind(c.notify.sql, c.notify.bind(payload)))
-        expected.append(None)
-    advance = bind(c.advance.sql, c.advance.bind(part.advance))
-    # SET LOCAL of the tenant (row-level security) inside the transaction, in the first
-    # message: the kept connection goes back to the pool some day, with no setting left.
-    tenant = bind(c.set_tenant.sql, _tenant_params(ctx))
+    query = _one_query(cur.mogrify, ctx, part)
     try:
-        try:
-            await cur.execute(";".join((_BEGIN, tenant, advance)))  # compiled statements
-        except psycopg.OperationalError as exc:
-            if conn.broken:  # nothing can have been written: the transaction never ended
-                raise StaleConnectionError(str(exc)) from exc
+        await cur.execute(query)  # compiled statements, bound by the driver
+    except psycopg.Error as exc:
+        if conn.broken:
             raise
-        cur.nextset()  # the tenant setting's result, after BEGIN's
-        cur.nextset()  # the update's
-        if cur.rowcount != 1:
-            await cur.execute(_ROLLBACK)
-            return False
-        await cur.execute(";".join(statements))
-        for i, count in enumerate(expected):
-            if i and not cur.nextset():
-                raise AssertionError("a statement of the append reported no result")
-            if count is not None and cur.rowcount != count:
-                await cur.execute(_ROLLBACK)
-                raise CorruptSessionError(
-                    f"session {part.session_id!r}: rows already exist past the session's head "
-                    "(events or surface positions); run verify, refusing to append",
-                    session_id=part.session_id,
-                )
-        await cur.execute(_COMMIT)
-    except BaseException:
-        if not conn.broken and conn.info.transaction_status != _PG_IDLE:
-            await cur.execute(_ROLLBACK)
-        raise
+        return _outcome(exc, part.session_id)
     return True
-
-
-class StaleConnectionError(psycopg.OperationalError):
-    """The connection was found dead at the start of an append, before anything could be
-    written: the append may run again on another connection (as a pre-ping would have)."""
-
-
-_BEGIN: Final = "BEGIN"
-_COMMIT: Final = "COMMIT"
-_ROLLBACK: Final = "ROLLBACK"
-_PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE

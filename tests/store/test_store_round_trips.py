@@ -1,0 +1,129 @@
+"""PostgreSQL: an append is one round trip that also commits (SPEC §8.3's one transaction,
+sent as one message), on the sync and the async API, and a checkout of a live pooled
+connection costs none. Counted from libpq's protocol trace of the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+
+from session_sql import ConcurrencyError, open_async_store, open_store
+
+from .store_builders import user_message
+
+pytestmark = pytest.mark.postgresql
+
+
+@pytest.fixture
+def pg(postgres_admin: Engine) -> Iterator[tuple[str, str]]:
+    schema = f"rt_{uuid.uuid4().hex}"
+    yield postgres_admin.url.render_as_string(hide_password=False), schema
+    with postgres_admin.begin() as conn:
+        conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+
+
+@contextmanager
+def traced(conn: Any, path: Path) -> Iterator[list[str]]:
+    """Trace ``conn`` inside the block; the list then holds the client's messages of each
+    round trip (one per ReadyForQuery the server sent)."""
+    trips: list[str] = []
+    with path.open("w") as out:
+        conn.pgconn.trace(out.fileno())
+        conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            yield trips
+        finally:
+            conn.pgconn.untrace()
+    sent: list[str] = []
+    for line in path.read_text().splitlines():
+        fields = line.split("\t")
+        if len(fields) < 3 or fields[0] not in ("F", "B"):
+            continue  # the rest of a multi-line statement
+        if fields[0] == "F":
+            sent.append(fields[2].split(" ")[0])
+        elif fields[2].startswith("ReadyForQuery"):
+            trips.append(" ".join(sent))
+            sent = []
+
+
+def one_message(trip: str) -> bool:
+    """One pipeline (one Sync) or one simple query: no ping, no BEGIN or COMMIT of its own."""
+    return trip == "Query" or (trip.split().count("Sync") == 1 and "Query" not in trip)
+
+
+def say(handle: Any, text_: str) -> Any:
+    return handle.append("user/message", user_message(text_), surface_op="append")
+
+
+BATCH = [{"type": "todo/write", "data": {"i": i}} for i in range(3)]
+
+
+def test_a_sync_append_is_one_round_trip(pg, tmp_path: Path) -> None:
+    url, schema = pg
+    with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
+        handle = store.create_session("s")
+        say(handle, "a")
+        raw = store.engine.raw_connection()  # the pool's one connection
+        conn = raw.driver_connection
+        raw.close()
+        with traced(conn, tmp_path / "1") as one:
+            say(handle, "b")
+        with traced(conn, tmp_path / "2") as many:
+            handle.append_many(BATCH)
+        stale = store.open_session("s")
+        say(handle, "c")
+        with traced(conn, tmp_path / "3") as lost, pytest.raises(ConcurrencyError):
+            say(stale, "d")
+        assert len(one) == len(many) == 1 and one_message(one[0]) and one_message(many[0])
+        assert one_message(lost[0]) and len(lost) > 1  # then the diagnosis reads the row
+        assert [e.data.get("i") for e in store.events("s")][-4:] == [0, 1, 2, None]
+        assert store.verify("s").ok
+
+
+def test_an_async_append_is_one_round_trip(pg, tmp_path: Path) -> None:
+    url, schema = pg
+
+    async def main() -> None:
+        async with open_async_store(url, schema=schema, pool_size=1) as store:
+            handle = await store.create_session("s")
+            await say(handle, "a")
+            assert store._runner.writers is not None
+            (kept,) = store._runner.writers._idle
+            with traced(kept.driver_connection, tmp_path / "1") as one:
+                await say(handle, "b")
+            with traced(kept.driver_connection, tmp_path / "2") as many:
+                await handle.append_many(BATCH)
+            assert one == many == ["Query"]
+            assert (await store.verify("s")).ok
+
+    asyncio.run(main())
+
+
+def test_a_pooled_connection_the_server_ended_is_replaced_at_checkout(
+    pg, postgres_admin: Engine
+) -> None:
+    """The checkout's ping sends nothing while the connection is alive, and still finds one
+    the server ended while it sat in the pool: the append runs on a new one, once."""
+    url, schema = pg
+    with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
+        handle = store.create_session("s")
+        say(handle, "a")
+        raw = store.engine.raw_connection()
+        dead = raw.driver_connection
+        raw.close()
+        with postgres_admin.connect() as admin:  # waits until the backend is gone
+            admin.execute(
+                text("SELECT pg_terminate_backend(:p, 10000)"), {"p": dead.info.backend_pid}
+            )
+        say(handle, "b")
+        assert dead.closed
+        assert [e.data["content"][0]["text"] for e in store.events("s")] == ["a", "b"]
+        assert store.verify("s").ok
