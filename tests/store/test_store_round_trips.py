@@ -140,6 +140,8 @@ def test_a_pooled_connection_the_server_ended_is_replaced_at_checkout(
         "''",
         "back\\slash \\' \\\\",
         'quote " and ; -- comment',
+        "x'); DROP TABLE events; --",
+        "$$ dollar $tag$ E'\\x41' U&'\\0041'",
         "line\nbreak\ttab\r",
         "ünïcødé ✓ 𝄞 \u2028",
         '{"a": "it\'s", "b": "\\u0041"}',
