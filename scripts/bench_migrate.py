@@ -4,7 +4,7 @@
 
 The source is a temporary SQLite store: one session of ``events`` events of the bench's agent
 mix (default 100,000), compacted every 5,000 events, and 200 sessions of 50 events. Each
-measurement runs in a child process (its ``ru_maxrss`` is its own) into a fresh SQLite file,
+measurement runs in a child process (its peak RSS, ``VmHWM``, is its own) into a fresh SQLite file,
 and reports the median of ``runs`` (default 3) of:
 
 - ``migrate``: ``session_sql.migrate`` (checks every event, verifies every copy);
@@ -114,7 +114,20 @@ def _child(kind: str, source: str, target: str, result: mp.Queue) -> None:  # ty
     if traced:  # the Python heap's peak, in KiB like ru_maxrss
         result.put((seconds, tracemalloc.get_traced_memory()[1] // 1024))
         return
-    result.put((seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
+    result.put((seconds, _peak_rss_kib()))
+
+
+def _peak_rss_kib() -> int:
+    """This process's peak resident memory. Not ``ru_maxrss``: Linux carries it across the
+    ``exec`` of a spawned child, so it would report the parent's peak (the store builder's)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def measure(kind: str, source: str, workdir: str, n: int) -> tuple[float, int]:
