@@ -154,7 +154,9 @@ def _follow_until_interrupted(cli: Cli, line: str) -> None:
     assert all(json.loads(line)["seq"] >= 0 for line in rest.splitlines())
 
 
-def _fake_bench(url: str | None, *, quick: bool, progress) -> dict[str, object]:
+def _fake_bench(
+    url: str | None, *, quick: bool, progress, only: object = None
+) -> dict[str, object]:
     progress("W1 append")
     return {
         "backend": "sqlite" if url is None else url.split(":")[0],
