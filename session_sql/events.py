@@ -155,38 +155,50 @@ def parse_source_seqs(raw: Any, *, seq: int | None = None) -> tuple[int, ...]:
     return FrozenList(raw)  # a tuple that also equals the list it came from
 
 
+_REQUIRED_KEYS = frozenset({"type", "seq", "time", "data"})
+
+
 def parse_envelope(obj: Any) -> SessionEvent:
     """Check the envelope of an already frozen wire object and build the event."""
     if not isinstance(obj, dict):
         raise InvalidEventError(f"an event must be a JSON object, got {type(obj).__name__}")
     seq = obj.get("seq")
-    at = seq if is_safe_int(seq) else None
-    extra = obj.keys() - _ENVELOPE_KEYS
-    if extra:
-        raise InvalidEventError(f"unknown envelope keys {sorted(extra)}", seq=at)
-    missing = {"type", "seq", "time", "data"} - obj.keys()
-    if missing:
+    keys = obj.keys()
+    if not (keys <= _ENVELOPE_KEYS and keys >= _REQUIRED_KEYS):  # no sets built when valid
+        at = seq if is_safe_int(seq) else None
+        extra = keys - _ENVELOPE_KEYS
+        if extra:
+            raise InvalidEventError(f"unknown envelope keys {sorted(extra)}", seq=at)
+        missing = _REQUIRED_KEYS - keys
         raise InvalidEventError(f"missing envelope keys {sorted(missing)}", seq=at)
-    type_ = check_type_name(obj["type"], seq=at)
+    type_ = obj["type"]
+    if type(type_) is not str or type_ not in _valid_type_names:
+        type_ = check_type_name(type_, seq=seq if is_safe_int(seq) else None)
     if not is_safe_int(seq) or seq < 0:
         raise InvalidEventError(f"seq must be an int >= 0, got {seq!r}", seq=None)
     time = obj["time"]
     if not is_safe_int(time):
         raise InvalidEventError(f"time must be an int (epoch ms), got {time!r}", seq=seq)
-    op = obj.get("surfaceOp")
-    surface_op = None if op is None and "surfaceOp" not in obj else parse_surface_op(op, seq=seq)
-    src = obj.get("sourceEventSeqs")
-    sources = (
-        None if src is None and "sourceEventSeqs" not in obj else parse_source_seqs(src, seq=seq)
-    )
+    surface_op = sources = None
     ignorable = False
-    if "ignorable" in obj:
-        if obj["ignorable"] is not True:
-            raise InvalidEventError(
-                f"ignorable must be exactly true when present, got {obj['ignorable']!r}", seq=seq
-            )
-        ignorable = True
-    return SessionEvent(type_, seq, time, obj["data"], surface_op, sources, ignorable)
+    if len(obj) > 4:  # optional keys: most of a log (chunks, steps, tool calls) has none
+        op = obj.get("surfaceOp")
+        if op is not None or "surfaceOp" in obj:
+            surface_op = parse_surface_op(op, seq=seq)
+        src = obj.get("sourceEventSeqs")
+        if src is not None or "sourceEventSeqs" in obj:
+            sources = parse_source_seqs(src, seq=seq)
+        if "ignorable" in obj:
+            if obj["ignorable"] is not True:
+                raise InvalidEventError(
+                    f"ignorable must be exactly true when present, got {obj['ignorable']!r}",
+                    seq=seq,
+                )
+            ignorable = True
+    # Every field is checked: build the tuple without the NamedTuple's Python-level __new__.
+    fields = (type_, seq, time, obj["data"], surface_op, sources, ignorable)
+    event: SessionEvent = tuple.__new__(SessionEvent, fields)
+    return event
 
 
 # -- the session header ---------------------------------------------------------------------

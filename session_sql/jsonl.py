@@ -227,7 +227,7 @@ class JsonlReader:
         try:
             for raw in self._fh:
                 line_no += 1
-                if not raw.strip():
+                if raw.isspace():  # a blank line (ASCII whitespace, as strip() takes off)
                     continue
                 try:
                     value = _loads_line(raw.decode("utf-8"))

@@ -14,19 +14,22 @@ it; a tail read runs on the store's idle connection when it is free.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import psycopg
-from sqlalchemy import Connection, insert
+from psycopg import sql as pgsql
+from sqlalchemy import Connection, Table, insert
 from sqlalchemy.util import await_
 
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.engine import begin_raw_write, pipeline, write_tx
-from session_sql._store.rows import event_row_json
+from session_sql._store.rows import check_stored_text, event_row_json
 from session_sql.errors import CorruptSessionError, SessionExistsError, StoreError
 from session_sql.events import SessionEvent
+from session_sql.jsonvalue import dumps_frozen
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
 
 INSERT_CHUNK = 1000
@@ -415,6 +418,126 @@ def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[dict[str, 
             raise StoreError(f"inserted {cursor.rowcount} of {len(rows)} event rows")
     finally:
         cursor.close()
+
+
+EVENT_VALUE_COLUMNS: Final = (
+    "tenant",
+    "session_id",
+    "seq",
+    "type",
+    "time",
+    "data",
+    "source_event_seqs",
+    "surface_op",
+    "ignorable",
+)
+"""The order of :func:`event_values` (``CompiledStatements.event_columns``; a test keeps
+them equal)."""
+
+_APPEND_TEXT: Final = json.dumps("append")
+
+
+def event_values(
+    tenant: str, session_id: str, event: SessionEvent, max_event_bytes: int | None
+) -> tuple[Any, ...]:
+    """The values of ``rows.event_row_json`` as a tuple in ``EVENT_VALUE_COLUMNS`` order.
+
+    The same texts (``json.dumps``'s spelling of the seq list and the surface op) and the same
+    limits, without a dict per row: the bulk writers bind tuples (SQLite's ``executemany``,
+    PostgreSQL's ``COPY``). Raises ``InvalidEventError`` as ``event_row_json`` does.
+    """
+    text = dumps_frozen(event.data)  # event data is validated and frozen
+    check_stored_text(text, event, max_event_bytes)
+    op = event.surface_op
+    seqs = event.source_event_seqs
+    return (
+        tenant,
+        session_id,
+        event.seq,
+        event.type,
+        event.time,
+        text,
+        # Checked ints (never bools): what json.dumps writes for the list.
+        None if seqs is None else "[" + ", ".join(map(str, seqs)) + "]",
+        None if op is None else _APPEND_TEXT if isinstance(op, str) else json.dumps(op.to_json()),
+        True if event.ignorable else None,
+    )
+
+
+class BulkWriter:
+    """Rows of a new session, written in its transaction on ``conn`` (an import's).
+
+    SQLite: ``executemany`` of the prepared inserts. PostgreSQL: ``COPY`` when row-level
+    security does not apply to this role (an owner's: COPY FROM refuses a table under row
+    security) and the driver is the sync one; otherwise one ``INSERT … unnest`` statement
+    per batch of events and ``executemany`` of the surface insert. Every batch must go in
+    whole (``StoreError``).
+    """
+
+    def __init__(self, conn: Connection, ctx: StoreContext) -> None:
+        self.ctx = ctx
+        self.cursor = conn.connection.cursor()
+        self.copy = False
+        # The async engine's adapted cursor has no COPY; it takes the INSERT path.
+        if not ctx.sqlite and hasattr(self.cursor, "copy"):
+            prep = conn.dialect.identifier_preparer
+            self.cursor.execute(_ROW_SECURITY_ACTIVE, (prep.format_table(ctx.tables.events),))
+            row = self.cursor.fetchone()
+            self.copy = row is not None and not row[0]
+
+    def close(self) -> None:
+        self.cursor.close()
+
+    def events(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert :func:`event_values` rows."""
+        if not rows:
+            return
+        c = self.ctx.compiled
+        if self.copy:
+            self._copy(self.ctx.tables.events, EVENT_VALUE_COLUMNS, rows)
+            return
+        if c.insert_events_unnest is not None:
+            columns = dict(zip(EVENT_VALUE_COLUMNS, zip(*rows, strict=True), strict=True))
+            params = {f"u_{name}": list(columns[name]) for name in c.event_columns}
+            self.cursor.execute(c.insert_events_unnest.sql, params)
+        else:
+            self.cursor.executemany(c.insert_event.sql, rows)
+        self._check(len(rows), "event")
+
+    def surface(self, session_id: str, rows: Sequence[tuple[int, int]]) -> None:
+        """Insert the surface rows ``(pos, event_seq)`` of ``session_id``."""
+        if not rows:
+            return
+        tenant = self.ctx.tenant
+        values = [(tenant, session_id, pos, seq) for pos, seq in rows]
+        if self.copy:
+            self._copy(self.ctx.tables.surface, _SURFACE_COLUMNS, values)
+            return
+        c = self.ctx.compiled.insert_node
+        if self.ctx.sqlite:
+            self.cursor.executemany(c.sql, values)
+        else:
+            named = [dict(zip(_SURFACE_COLUMNS, v, strict=True)) for v in values]
+            self.cursor.executemany(c.sql, named)
+        self._check(len(rows), "surface")
+
+    def _copy(self, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+        statement = pgsql.SQL("COPY {} ({}) FROM STDIN").format(
+            pgsql.Identifier(str(table.schema), table.name),
+            pgsql.SQL(", ").join(map(pgsql.Identifier, columns)),
+        )
+        with self.cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+        self._check(len(rows), table.name)
+
+    def _check(self, count: int, what: str) -> None:
+        if self.cursor.rowcount != count:  # a new session's keys cannot be taken
+            raise StoreError(f"inserted {self.cursor.rowcount} of {count} {what} rows")
+
+
+_ROW_SECURITY_ACTIVE: Final = "SELECT row_security_active(CAST(%s AS regclass))"
+_SURFACE_COLUMNS: Final = ("tenant", "session_id", "pos", "event_seq")
 
 
 def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) -> list[Any]:

@@ -68,6 +68,15 @@ def event_row_json(
     """
     row = event_row(tenant, session_id, event)
     text = row["data"] = dumps_frozen(event.data)  # event data is validated and frozen
+    check_stored_text(text, event, max_event_bytes)
+    return row
+
+
+def check_stored_text(text: str, event: SessionEvent, max_event_bytes: int | None) -> None:
+    """The store's limits on an event's serialised ``data`` (``text``): size and depth.
+
+    Raises ``InvalidEventError``; shared by ``event_row_json`` and the bulk writers.
+    """
     check_json_size(text, max_event_bytes, event.seq)
     # Brackets bound the depth from above; only a bracket-heavy event pays for the real walk.
     if len(text) > MAX_STORED_DEPTH and text.count("[") + text.count("{") > MAX_STORED_DEPTH:
@@ -78,7 +87,6 @@ def event_row_json(
                 f"{MAX_STORED_DEPTH} so that every backend can read it back",
                 seq=event.seq,
             )
-    return row
 
 
 def check_header_limits(header: Any, max_event_bytes: int | None) -> None:

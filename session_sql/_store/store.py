@@ -46,6 +46,7 @@ from session_sql._store.engine import (
     write_tx,
 )
 from session_sql._store.gate import ensure_schema
+from session_sql._store.importer import ImportFold
 from session_sql._store.metadata import (
     UNSET,
     Metadata,
@@ -70,9 +71,7 @@ from session_sql.errors import (
     ConfigurationError,
     CorruptSessionError,
     InvalidArgumentError,
-    InvalidEventError,
     InvalidSeedError,
-    NotJSONError,
     SessionExistsError,
     SessionNotFoundError,
     SessionSQLError,
@@ -83,13 +82,11 @@ from session_sql.jsonl import JsonlReader, published_file, write_jsonl
 from session_sql.jsonvalue import FrozenDict
 from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
-from session_sql.rules import check_inherited_marker, is_inherited_marker
 from session_sql.session import (
     DEFAULT_MAX_EVENT_BYTES,
     END_SEED,
     Clock,
     Session,
-    check_logged,
     fold_checked,
     fork_seed,
     now_ms,
@@ -97,7 +94,6 @@ from session_sql.session import (
 )
 from session_sql.surface import Replay, replay
 
-IMPORT_BATCH = 1000
 ANALYZE_AFTER_IMPORTED_EVENTS = 10_000
 """An import of at least this many events refreshes the planner statistics (ANALYZE)."""
 _log = logging.getLogger(__name__)
@@ -406,10 +402,13 @@ class SessionStore:
                     ctx.tenant, header, 0, -1, 0, 0, 0, now, uuid.uuid4().hex, metadata
                 )
                 conn.execute(insert(s), row)
-                folded = _ImportFold(conn, ctx, session_id, bool(header["isSeeded"]))
-                for position, raw in source.raw_events():
-                    folded.add(raw, position, source)
-                folded.flush()
+                folded = ImportFold(conn, ctx, session_id, bool(header["isSeeded"]))
+                try:
+                    for position, raw in source.raw_events():
+                        folded.add(raw, position, source)
+                    folded.flush()
+                finally:
+                    folded.close()
                 if check is not None:
                     check(folded.state, folded.inherited)
                 conn.execute(
@@ -937,81 +936,6 @@ def _labels_value(session_id: str, raw: Any) -> dict[str, str]:
             session_id=session_id,
         )
     return dict(raw)
-
-
-class _ImportFold:
-    """The checked fold of an import, writing as it goes (inside the caller's transaction).
-
-    The replay keeps what validation needs — the surface's seqs and positions — and at most
-    ``IMPORT_BATCH`` events wait to be written; the replacement rule looks an earlier event up
-    in the batch or in the transaction. The surface rows are written by ``flush`` once the log
-    is complete.
-    """
-
-    def __init__(self, conn: Connection, ctx: StoreContext, session_id: str, seeded: bool) -> None:
-        self.conn = conn
-        self.ctx = ctx
-        self.session_id = session_id
-        self.seeded = seeded
-        self.state = Replay()
-        self.inherited = 0
-        self.batch: list[SessionEvent] = []
-        self.batch_rows: list[dict[str, Any]] = []  # the JSON text checked, bound as it is
-
-    def add(self, raw: Any, position: int, source: ImportSource) -> None:
-        ctx = self.ctx
-        try:
-            event = check_logged(raw, self.state.length, ctx.catalog)
-            # The cut of a seeded log is its last inherited marker: a fork of a fork also
-            # inherits its parent's, earlier; the rule allows none after the cut.
-            check_inherited_marker(event, self.seeded, event.seq if self.seeded else 0)
-            self.state.fold(event, ctx.catalog, self._lookup)
-        except (InvalidEventError, NotJSONError) as exc:  # SurfaceError included
-            raise source.corrupt(position, exc, self.session_id) from exc
-        self.batch_rows.append(
-            event_row_json(ctx.tenant, self.session_id, event, ctx.max_event_bytes)
-        )
-        self.batch.append(event)
-        if self.seeded and is_inherited_marker(event):
-            self.inherited = event.seq
-        if len(self.batch_rows) >= IMPORT_BATCH:
-            self._write_batch()
-
-    def flush(self) -> None:
-        """Write the pending events, then the surface rows."""
-        self._write_batch()
-        sf = self.ctx.tables.surface
-        rows = self.state.rows()
-        for i in range(0, len(rows), IMPORT_BATCH):
-            self.conn.execute(
-                insert(sf),
-                [
-                    {
-                        "tenant": self.ctx.tenant,
-                        "session_id": self.session_id,
-                        "pos": pos,
-                        "event_seq": seq,
-                    }
-                    for pos, seq in rows[i : i + IMPORT_BATCH]
-                ],
-            )
-
-    def _write_batch(self) -> None:
-        if self.batch_rows:
-            fastpath.insert_events(self.conn, self.ctx, self.batch_rows)
-        self.batch.clear()
-        self.batch_rows.clear()
-
-    def _lookup(self, seq: int) -> SessionEvent:
-        """An earlier event: from the pending batch, else as written in this transaction."""
-        first = self.state.length - len(self.batch)
-        if seq >= first:
-            return self.batch[seq - first]
-        row = self.conn.execute(
-            self.ctx.statements.events_page,
-            {"b_id": self.session_id, "b_after": seq - 1, "b_to": seq, "b_limit": 1},
-        ).one()
-        return event_from_row(self.session_id, row)
 
 
 def _refuse_closed(*_args: Any) -> None:

@@ -373,9 +373,9 @@ def test_import_memory_does_not_grow_with_the_file(store, tmp_path):
 
 def test_import_prunes_a_tool_result_written_in_an_earlier_batch(store, tmp_path, monkeypatch):
     """The replacement rule looks the pruned result up in the import's own transaction."""
-    from session_sql._store import store as store_module
+    from session_sql._store import importer
 
-    monkeypatch.setattr(store_module, "IMPORT_BATCH", 4)
+    monkeypatch.setattr(importer, "IMPORT_BATCH", 4)
     source = store.create_session("src")
     seqs = tool_turn(source)
     result = seqs["tool/result"]
