@@ -129,19 +129,33 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     Returns ``None`` once committed, or the index of the first part whose head update matched
     no row (nothing written: that session's writer lost a race). Raises as :func:`append`.
     """
-    if not ctx.sqlite and len(parts) == 1:
+    bulk = not ctx.sqlite and sum(len(p.events) for p in parts) >= COPY_MIN_ROWS
+    if not ctx.sqlite and len(parts) == 1 and not bulk:
         return None if _append_one_trip(ctx, parts[0]) else 0
     c = ctx.compiled
     planned = []
     for p in parts:
-        rows = [event_row_json(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events]
-        if len(rows) > 1 and c.insert_events_unnest is not None:
-            # PostgreSQL: the whole batch as one statement over column arrays.
-            insert = (c.insert_events_unnest.sql, [unnest_params(c.event_columns, rows)])
+        count = len(p.events)
+        if ctx.sqlite or bulk:
+            # Row tuples: SQLite's insert takes its parameters in EVENT_VALUE_COLUMNS order;
+            # a big PostgreSQL batch copies them (see _append_bulk).
+            values = [
+                event_values(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events
+            ]
+            insert: tuple[str, list[Any]] = (c.insert_event.sql, values)
         else:
-            insert = (c.insert_event.sql, [c.insert_event.bind(row) for row in rows])
+            rows = [
+                event_row_json(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events
+            ]
+            if count > 1 and c.insert_events_unnest is not None:
+                # PostgreSQL: the whole batch as one statement over column arrays.
+                insert = (c.insert_events_unnest.sql, [unnest_params(c.event_columns, rows)])
+            else:
+                insert = (c.insert_event.sql, [c.insert_event.bind(row) for row in rows])
         ops = _surface_ops(ctx, p.session_id, p.transitions, p.next_pos)
-        planned.append((p, insert, len(rows), ops))
+        planned.append((p, insert, count, ops))
+    if bulk:
+        return _append_bulk(ctx, planned)
     raw = ctx.engine.raw_connection()
     try:
         # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);
@@ -219,6 +233,107 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     finally:
         raw.close()  # back to the pool, which resets it (or drops it when invalidated)
     return None
+
+
+COPY_MIN_ROWS: Final = 32
+"""From this many events in one append transaction, PostgreSQL's events go in by ``COPY``."""
+
+
+def _append_bulk(ctx: StoreContext, planned: list[Any]) -> int | None:
+    """:func:`append_parts` on PostgreSQL for a big batch: the events by ``COPY``.
+
+    ``COPY`` cannot run in a pipeline, nor skip a taken key, so the order differs: one
+    pipeline with the tenant setting, whether row security applies (``COPY FROM`` refuses
+    such a table) and every conditional head update, whose counts decide before anything is
+    inserted (the session rows are then locked, so a taken key can only be a row already past
+    the head); then each session's events by ``COPY`` (or, under row security or on the async
+    driver, one counted ``INSERT … unnest``); then one pipeline with the surface upkeep and
+    ``NOTIFY``. The same transaction, checks and outcomes as ``append_parts``.
+    """
+    c = ctx.compiled
+    raw = ctx.engine.raw_connection()
+    try:
+        dbapi = raw.dbapi_connection
+        assert dbapi is not None
+        cur = raw.cursor()
+        try:
+            with pipeline(raw.driver_connection):
+                cur.execute(c.set_tenant.sql, _tenant_params(ctx))
+                security = raw.cursor()
+                table = ctx.engine.dialect.identifier_preparer.format_table(ctx.tables.events)
+                security.execute(_ROW_SECURITY_ACTIVE, (table,))
+                head_curs = []
+                for p, _, _, _ in planned:
+                    head_curs.append(raw.cursor())
+                    head_curs[-1].execute(c.advance.sql, c.advance.bind(p.advance))
+            failed = next((i for i, h in enumerate(head_curs) if h.rowcount != 1), None)
+            if failed is not None:
+                dbapi.rollback()
+                return failed
+            row = security.fetchone()
+            # The async adapter's cursor has no COPY.
+            copying = row is not None and not row[0] and hasattr(cur, "copy")
+            for p, (_, values), count, _ in planned:
+                _insert_values(cur, ctx, p.session_id, values, copying=copying)
+                if cur.rowcount != count:
+                    dbapi.rollback()
+                    raise _rows_past_head(p.session_id)
+            node_checks: list[tuple[Any, int, str]] = []
+            with pipeline(raw.driver_connection):
+                for p, _, _, ops in planned:
+                    for op, params in ops:
+                        if op is SurfaceOp.INSERT_NODES:
+                            batch_cur = raw.cursor()
+                            batch_cur.executemany(c.insert_node.sql, params)
+                            node_checks.append((batch_cur, len(params), p.session_id))
+                        elif op is SurfaceOp.DROP_NODES:
+                            cur.executemany(c.drop_node.sql, params)
+                        else:
+                            cur.execute(c.retarget_node.sql, params)
+                    if ctx.channel is not None:
+                        note = {
+                            "b_channel": ctx.channel,
+                            "b_payload": ctx.payload(p.session_id, p.head),
+                        }
+                        cur.execute(c.notify.sql, c.notify.bind(note))
+            for check_cur, count, session_id in node_checks:
+                if check_cur.rowcount != count:
+                    dbapi.rollback()
+                    raise _rows_past_head(session_id)
+            dbapi.commit()
+        except BaseException:
+            if getattr(dbapi, "broken", False):  # as in append_parts: discard, no rollback
+                raw.invalidate()
+                raise
+            dbapi.rollback()
+            raise
+    finally:
+        raw.close()
+    return None
+
+
+def _insert_values(
+    cur: Any, ctx: StoreContext, session_id: str, values: list[Any], *, copying: bool
+) -> None:
+    """Insert :func:`event_values` rows of one session past its (locked) head; the caller
+    checks ``cur.rowcount``. A taken key is a row already past the head."""
+    if not copying:
+        unnest = ctx.compiled.insert_events_unnest
+        assert unnest is not None  # PostgreSQL
+        cur.execute(unnest.sql, _unnest_values(values))
+        return
+    try:
+        with cur.copy(_copy_statement(ctx.tables.events, EVENT_VALUE_COLUMNS)) as copy:
+            for row in values:
+                copy.write_row(row)
+    except psycopg.errors.UniqueViolation as exc:  # the caller rolls back
+        raise _rows_past_head(session_id) from exc
+
+
+def _unnest_values(values: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """``Statements.insert_events_unnest``'s parameters from :func:`event_values` rows."""
+    columns = zip(*values, strict=True)
+    return {f"u_{name}": list(col) for name, col in zip(EVENT_VALUE_COLUMNS, columns, strict=True)}
 
 
 def _rows_past_head(session_id: str) -> CorruptSessionError:
@@ -345,6 +460,14 @@ def quote(value: Any) -> str | None:
     if value is None:
         return "NULL"
     return None
+
+
+def _copy_statement(table: Table, columns: Sequence[str]) -> pgsql.Composed:
+    """``COPY table (columns) FROM STDIN``, identifiers quoted by psycopg."""
+    return pgsql.SQL("COPY {} ({}) FROM STDIN").format(
+        pgsql.Identifier(str(table.schema), table.name),
+        pgsql.SQL(", ").join(map(pgsql.Identifier, columns)),
+    )
 
 
 def fetch_rows(conn: Connection, stmt: Compiled, params: dict[str, Any]) -> list[Any]:
@@ -497,9 +620,7 @@ class BulkWriter:
             self._copy(self.ctx.tables.events, EVENT_VALUE_COLUMNS, rows)
             return
         if c.insert_events_unnest is not None:
-            columns = dict(zip(EVENT_VALUE_COLUMNS, zip(*rows, strict=True), strict=True))
-            params = {f"u_{name}": list(columns[name]) for name in c.event_columns}
-            self.cursor.execute(c.insert_events_unnest.sql, params)
+            self.cursor.execute(c.insert_events_unnest.sql, _unnest_values(rows))
         else:
             self.cursor.executemany(c.insert_event.sql, rows)
         self._check(len(rows), "event")
@@ -522,11 +643,7 @@ class BulkWriter:
         self._check(len(rows), "surface")
 
     def _copy(self, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
-        statement = pgsql.SQL("COPY {} ({}) FROM STDIN").format(
-            pgsql.Identifier(str(table.schema), table.name),
-            pgsql.SQL(", ").join(map(pgsql.Identifier, columns)),
-        )
-        with self.cursor.copy(statement) as copy:
+        with self.cursor.copy(_copy_statement(table, columns)) as copy:
             for row in rows:
                 copy.write_row(row)
         self._check(len(rows), table.name)
