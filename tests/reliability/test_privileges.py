@@ -29,6 +29,7 @@ from sqlalchemy.schema import DropSchema
 
 import session_sql
 from session_sql import Replace, StoreError, open_store
+from session_sql._store.fastpath import COPY_MIN_ROWS
 
 from .reliability_builders import assert_store_consistent, assistant_data, user_message
 
@@ -100,6 +101,9 @@ def _exercise_the_whole_api(store: Any, tmp_path: Any) -> None:
         surface_op=Replace(1, 3),
         source_event_seqs=[1, 3],
     )
+    # A big batch goes in by COPY where it may; under row security by the counted INSERT.
+    chunks = [{"type": "todo/write", "data": {"n": n}} for n in range(COPY_MIN_ROWS + 1)]
+    assert len(handle.append_many(chunks)) == COPY_MIN_ROWS + 1
     other = store.open_session(HOSTILE_ID, resume=True)
     assert other.seq == handle.seq + 1  # resume appended its marker
     handle.refresh()
