@@ -145,10 +145,18 @@ def parse_surface_op(raw: Any, *, seq: int | None = None) -> SurfaceOp:
     return Replace(start, end)
 
 
+_INT_ONLY = frozenset({int})
+
+
 def parse_source_seqs(raw: Any, *, seq: int | None = None) -> tuple[int, ...]:
     """``sourceEventSeqs`` must be a list of ints (the provenance rules come later)."""
     if not isinstance(raw, list | tuple) or isinstance(raw, Replace):
         raise InvalidEventError(f"sourceEventSeqs must be a list of ints, got {raw!r}", seq=seq)
+    # Checked in C (a summary cites thousands of seqs); the loop below names a bad one.
+    if set(map(type, raw)) <= _INT_ONLY and (
+        not raw or (max(raw) <= MAX_SAFE_INTEGER and min(raw) >= -MAX_SAFE_INTEGER)
+    ):
+        return raw if type(raw) is FrozenList else FrozenList(raw)
     for s in raw:
         if not is_safe_int(s):
             raise InvalidEventError(f"sourceEventSeqs must hold only ints, got {s!r}", seq=seq)

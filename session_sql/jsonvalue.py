@@ -549,11 +549,19 @@ def _parsed_item(x: Any, depth: int) -> Any:
     if tx is int:
         if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
             raise _UndecidedError
-    elif tx is float and (
-        x >= _BIG_FLOAT or x <= -_BIG_FLOAT or (x == 0.0 and copysign(1.0, x) < 0)
-    ):
-        raise _UndecidedError
+    elif tx is float:
+        _check_parsed_float(x)
     return x
+
+
+def _check_parsed_float(x: float) -> None:
+    if x >= _BIG_FLOAT or x <= -_BIG_FLOAT or (x == 0.0 and copysign(1.0, x) < 0):
+        raise _UndecidedError
+
+
+# The walks below are the hot loop of every read: containers are frozen in place (orjson's
+# own dicts and lists, nobody else holds them), strings pass with one type test, and the
+# rarer kinds are tested in the order they occur in event data.
 
 
 def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
@@ -561,20 +569,45 @@ def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
         raise _UndecidedError
     for k, x in d.items():
         tx = type(x)
-        if tx is str or tx is bool or x is None:
+        if tx is str:
             continue
-        if tx is int:
+        if tx is dict:
+            d[k] = _parsed_dict(x, depth + 1)
+        elif tx is list:
+            d[k] = _parsed_list(x, depth + 1)
+        elif tx is int:
             if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
                 raise _UndecidedError
-            continue
-        d[k] = _parsed_item(x, depth)  # orjson's own dict: replacing a value is safe
+        elif tx is float:
+            _check_parsed_float(x)
     return FrozenDict(d)
+
+
+_INT_ONLY: Final = frozenset({int})
 
 
 def _parsed_list(items: list[Any], depth: int) -> FrozenList:
     if depth > _FAST_DEPTH:
         raise _UndecidedError
-    return FrozenList([_parsed_item(x, depth) for x in items])
+    if len(items) > 8 and set(map(type, items)) <= _INT_ONLY:
+        # A list of seqs or ids (a summary cites thousands): its range, checked in C.
+        if max(items) > MAX_SAFE_INTEGER or min(items) < -MAX_SAFE_INTEGER:
+            raise _UndecidedError
+        return FrozenList(items)
+    for i, x in enumerate(items):
+        tx = type(x)
+        if tx is str:
+            continue
+        if tx is dict:
+            items[i] = _parsed_dict(x, depth + 1)
+        elif tx is list:
+            items[i] = _parsed_list(x, depth + 1)
+        elif tx is int:
+            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
+                raise _UndecidedError
+        elif tx is float:
+            _check_parsed_float(x)
+    return FrozenList(items)
 
 
 def loads_frozen(text: str, *, root: str = "value") -> JSONValue:

@@ -18,30 +18,63 @@ def _bad(where: str, why: str, seq: int | None) -> InvalidEventError:
 
 def check_blocks(blocks: Any, where: str, seq: int | None) -> None:
     """Check a content list; nested ``tool-result`` content is walked with a stack."""
-    stack: list[tuple[Any, str]] = [(blocks, where)]
+    _check_content(blocks, where, "", seq)
+
+
+def _place(where: str, suffix: str, path: tuple[int, ...], index: int | None = None) -> str:
+    """Where a content list (or its block ``index``) is: ``data.content[0].content[1]``.
+
+    Spelled out only for an error: every stored message is checked on every read.
+    """
+    place = where + suffix + "".join(f"[{i}].content" for i in path)
+    return place if index is None else f"{place}[{index}]"
+
+
+def _check_content(blocks: Any, where: str, suffix: str, seq: int | None) -> None:
+    """``check_blocks`` of the content list at ``where + suffix``."""
+    stack: list[tuple[Any, tuple[int, ...]]] = [(blocks, ())]
     while stack:
-        content, at = stack.pop()
+        content, path = stack.pop()
         if not isinstance(content, tuple | list):
-            raise _bad(at, "content must be a list of blocks", seq)
+            raise _bad(_place(where, suffix, path), "content must be a list of blocks", seq)
         for i, block in enumerate(content):
-            here = f"{at}[{i}]"
-            if not isinstance(block, dict) or not _nonempty_str(block.get("type")):
-                raise _bad(here, "a block must be an object with a non-empty str 'type'", seq)
-            kind = block["type"]
+            kind = block.get("type") if isinstance(block, dict) else None
+            if type(kind) is not str or not kind:
+                raise _bad(
+                    _place(where, suffix, path, i),
+                    "a block must be an object with a non-empty str 'type'",
+                    seq,
+                )
             if kind in ("text", "reasoning"):
                 if type(block.get("text")) is not str:
-                    raise _bad(here, f"a {kind} block needs a str 'text'", seq)
+                    raise _bad(
+                        _place(where, suffix, path, i), f"a {kind} block needs a str 'text'", seq
+                    )
             elif kind == "tool-call":
                 if not (_nonempty_str(block.get("id")) and _nonempty_str(block.get("name"))):
-                    raise _bad(here, "a tool-call block needs non-empty str 'id' and 'name'", seq)
+                    raise _bad(
+                        _place(where, suffix, path, i),
+                        "a tool-call block needs non-empty str 'id' and 'name'",
+                        seq,
+                    )
                 if "arguments" not in block:
-                    raise _bad(here, "a tool-call block needs 'arguments'", seq)
+                    raise _bad(
+                        _place(where, suffix, path, i), "a tool-call block needs 'arguments'", seq
+                    )
             elif kind == "tool-result":
                 if not _nonempty_str(block.get("toolCallId")):
-                    raise _bad(here, "a tool-result block needs a non-empty str 'toolCallId'", seq)
+                    raise _bad(
+                        _place(where, suffix, path, i),
+                        "a tool-result block needs a non-empty str 'toolCallId'",
+                        seq,
+                    )
                 if "isError" in block and type(block["isError"]) is not bool:
-                    raise _bad(here, "a tool-result block's 'isError' must be a bool", seq)
-                stack.append((block.get("content"), f"{here}.content"))
+                    raise _bad(
+                        _place(where, suffix, path, i),
+                        "a tool-result block's 'isError' must be a bool",
+                        seq,
+                    )
+                stack.append((block.get("content"), (*path, i)))
             # image, file and unknown block types pass through untouched
 
 
@@ -56,7 +89,7 @@ def check_message(msg: Any, role: str, where: str, seq: int | None) -> None:
     source = msg.get("source")
     if not isinstance(source, dict) or not _nonempty_str(source.get("kind")):
         raise _bad(where, "a message needs a 'source' object with a non-empty str 'kind'", seq)
-    check_blocks(msg.get("content"), f"{where}.content", seq)
+    _check_content(msg.get("content"), where, ".content", seq)
 
 
 def result_block(data: Any) -> Any:

@@ -23,6 +23,7 @@ from session_sql.errors import (
 from session_sql.events import (
     Replace,
     SessionEvent,
+    SurfaceOp,
     check_header,
     check_type_name,
     is_safe_int,
@@ -150,11 +151,15 @@ def event_from_row(session_id: str, row: Any) -> SessionEvent:
         ignorable = bool(ignorable)
     try:
         type_ = check_type_name(type_name, seq=seq)
-        if type(time) is not int or not is_safe_int(time):
+        if not is_safe_int(time):
             raise InvalidEventError(f"time must be an int, got {time!r}", seq=seq)
         data = loads_frozen(text, root="data")
-        surface_op = None if op is None else parse_surface_op(json.loads(op), seq=seq)
-        sources = None if src is None else parse_source_seqs(json.loads(src), seq=seq)
+        surface_op = None if op is None else _surface_op(op, seq)
+        sources = (
+            None
+            if src is None
+            else parse_source_seqs(loads_frozen(src, root="sourceEventSeqs"), seq=seq)
+        )
         if ignorable not in (None, True):
             raise InvalidEventError(f"ignorable must be true or NULL, got {ignorable!r}")
     except (InvalidEventError, NotJSONError, ValueError) as exc:
@@ -167,6 +172,21 @@ def event_from_row(session_id: str, row: Any) -> SessionEvent:
     fields = (type_, seq, time, data, surface_op, sources, ignorable is True)
     event: SessionEvent = tuple.__new__(SessionEvent, fields)
     return event
+
+
+_surface_ops: dict[Any, SurfaceOp] = {}
+_MAX_SURFACE_OPS = 4096
+
+
+def _surface_op(text: Any, seq: int) -> SurfaceOp:
+    """A stored ``surface_op`` column, parsed and checked; the texts recur (``"append"`` on
+    every surface append), so each distinct text is parsed once per process."""
+    op = _surface_ops.get(text) if type(text) is str else None
+    if op is None:
+        op = parse_surface_op(json.loads(text), seq=seq)
+        if type(text) is str and len(_surface_ops) < _MAX_SURFACE_OPS:
+            _surface_ops[text] = op
+    return op
 
 
 def stored_problems(

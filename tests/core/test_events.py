@@ -163,6 +163,8 @@ BAD_ENVELOPES = [
     pytest.param(_with(sourceEventSeqs=[0.0]), id="sources-float"),
     pytest.param(_with(sourceEventSeqs=[True]), id="sources-bool"),
     pytest.param(_with(sourceEventSeqs=[None]), id="sources-null-item"),
+    pytest.param(_with(sourceEventSeqs=[*range(20), True]), id="sources-ints-then-bool"),
+    pytest.param(_with(sourceEventSeqs=[*range(20), 1.0]), id="sources-ints-then-float"),
     pytest.param(_with(ignorable=False), id="ignorable-false"),
     pytest.param(_with(ignorable=None), id="ignorable-null"),
     pytest.param(_with(ignorable=1), id="ignorable-1"),

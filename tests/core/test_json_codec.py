@@ -41,6 +41,9 @@ from session_sql.jsonvalue import (
         ('{"n": 123456789012345678901234567890}', "safe range"),
         ("-18446744073709551617", "safe range"),
         ("9007199254740992", "safe range"),  # 2**53: past the safe range, within 64 bits
+        # A long list of ints is range-checked as a whole: either end of it.
+        ("[1, 2, 3, 4, 5, 6, 7, 8, 9, 9007199254740992]", "safe range"),
+        ("[-9007199254740992, 1, 2, 3, 4, 5, 6, 7, 8, 9]", "safe range"),
         ("[-0.0]", "-0.0"),
         ('{"x": -0e5}', "-0.0"),
         ("1e999", "overflows"),
@@ -62,6 +65,7 @@ def test_loads_frozen_refuses_what_the_exact_path_refuses(text: str, reason: str
         ("1e16", 1e16),  # a float of integer size keeps its type
         ("[100000000000000000000.0]", [1e20]),
         ("[9007199254740991, -9007199254740991]", [2**53 - 1, -(2**53 - 1)]),
+        ("[1, 2, 3, 4, 5, 6, 7, 8, 9, -9007199254740991]", [*range(1, 10), -(2**53 - 1)]),
         ('{"a": [1, 2.5, {"b": [true, null, "x"]}], "a": 3}', {"a": 3}),  # the last key wins
         ("-0", 0),
         ('"\\u00e9"', "é"),

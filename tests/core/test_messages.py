@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -266,3 +267,34 @@ def test_request_header_reasons() -> None:
     for reason in ("initial", "resume", "change", "series"):
         session.append("request/header", request_header_data(reason))
     assert session.seq == 4
+
+
+@pytest.mark.parametrize(
+    ("content", "place", "why"),
+    [
+        ("nope", "data.message.content", "a list of blocks"),
+        ([{"type": "text", "text": "a"}, {"type": ""}], "data.message.content[1]", "'type'"),
+        (
+            [{"type": "tool-result", "toolCallId": "c", "content": [{"type": "text"}]}],
+            "data.message.content[0].content[0]",
+            "str 'text'",
+        ),
+        (
+            [
+                {
+                    "type": "tool-result",
+                    "toolCallId": "c",
+                    "content": [{"type": "tool-result", "toolCallId": "d", "content": 5}],
+                }
+            ],
+            "data.message.content[0].content[0].content",
+            "a list of blocks",
+        ),
+    ],
+)
+def test_a_bad_block_is_named_by_its_place(content: Any, place: str, why: str) -> None:
+    from session_sql.messages import check_message
+
+    msg = {"id": "m", "role": "user", "content": content, "source": {"kind": "tool"}}
+    with pytest.raises(InvalidEventError, match=rf"^{re.escape(place)}: .*{re.escape(why)}"):
+        check_message(msg, "user", "data.message", 3)
