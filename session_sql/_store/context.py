@@ -322,44 +322,43 @@ class CompiledStatements:
         )
         self.event_columns = [c.name for c in tables.events.c if c.computed is None]
         self.events_page = Compiled(st.events_page, dialect)
+        self.surface_events = Compiled(st.surface_events, dialect)
 
 
-class ParsedMessages:
-    """Tail reads' projected messages, by ``(type, stored JSON text)``: bounded, per store.
+class Kept:
+    """Results of pure functions of stored text, by a key holding that text: bounded, per store.
 
-    An agent reads its last N messages every turn, and all but the newest are the rows it
-    read the turn before. Projecting a row (parse, freeze, shape check) is a pure function
-    of its type and text, so an entry is exactly what a fresh projection would give, and the
-    frozen message is safe to share. Only successes are kept (a malformed row raises every
-    time); rows longer than ``MAX_TEXT`` are not kept, and the oldest entries go once the
-    texts kept pass ``BUDGET`` characters.
+    A result is exactly what computing it again would give, and it is frozen, so it is safe
+    to share. Only successes are kept (a malformed row raises every time); entries whose
+    text is longer than ``MAX_TEXT`` are not kept, and the oldest go once the texts kept pass
+    ``BUDGET`` characters.
     """
 
     MAX_TEXT = 16_384
     BUDGET = 2_000_000
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, str], Any] = {}
+        self._entries: dict[Any, tuple[Any, int]] = {}
         self._size = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> Any:
-        """The message kept for ``key``, or ``MISSING``."""
-        return self._entries.get(key, MISSING)
+    def get(self, key: Any) -> Any:
+        """The result kept for ``key``, or ``MISSING``."""
+        entry = self._entries.get(key)
+        return MISSING if entry is None else entry[0]
 
-    def put(self, key: tuple[str, str], message: Any) -> None:
-        size = len(key[1])
+    def put(self, key: Any, result: Any, size: int) -> None:
+        """Keep ``result`` under ``key``, whose text is ``size`` characters long."""
         if size > self.MAX_TEXT:
             return
         with self._lock:
             if key in self._entries:
                 return
-            self._entries[key] = message
+            self._entries[key] = (result, size)
             self._size += size
             while self._size > self.BUDGET:
                 oldest = next(iter(self._entries))
-                del self._entries[oldest]
-                self._size -= len(oldest[1])
+                self._size -= self._entries.pop(oldest)[1]
 
     def clear(self) -> None:
         with self._lock:
@@ -368,7 +367,7 @@ class ParsedMessages:
 
 
 MISSING: Any = object()
-"""``ParsedMessages.get`` for a key not kept (a kept message may be ``None``)."""
+"""``Kept.get`` for a key not kept (a kept result may be ``None``)."""
 
 
 class StoreContext:
@@ -399,8 +398,14 @@ class StoreContext:
         self.statements = Statements(tables, sqlite=self.sqlite, tenant=tenant)
         self.idle = IdleConnection(engine, tenant)
         """The connection kept for single-statement reads (see ``fastpath.surface_tail``)."""
-        self.parsed = ParsedMessages()
-        """Tail reads' projected messages (see ``reader``)."""
+        self.parsed = Kept()
+        """Tail reads' projected messages by ``(type, data text)``: an agent reads its last
+        N messages every turn, and all but the newest are rows it read the turn before
+        (see ``reader``)."""
+        self.checked = Kept()
+        """``open_session``'s checked surface events by session id and row: a service opens
+        a session for each request, and all but the newest surface rows are rows it checked
+        the request before (see ``opening``)."""
 
     def payload(self, session_id: str, head: int) -> str:
         """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON."""

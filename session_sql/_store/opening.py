@@ -17,10 +17,11 @@ rest of the log is read on first use (``StoredLog``), each event checked as a lo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple, cast, overload
 
-from session_sql._store.context import StoreContext
+from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.engine import snapshot_tx, translate_errors
+from session_sql._store.fastpath import fetch_rows
 from session_sql._store.reader import MAX_SEQ, event_rows_in
 from session_sql._store.rows import event_from_row
 from session_sql.catalog import NODE_TYPES
@@ -57,7 +58,8 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
         row = conn.execute(st.open_row, params).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
-        nodes = conn.execute(st.surface_events, params).all()
+        page = ctx.compiled.surface_events
+        nodes = fetch_rows(conn, page, {**page.defaults, **params})
         # The head and anything past it: a PK range read of at most two rows.
         ends = conn.execute(
             st.events_page, {**params, "b_after": row.head_seq - 1, "b_to": MAX_SEQ, "b_limit": 2}
@@ -67,7 +69,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     if head >= 0:
         if not ends or ends[0].seq != head:
             raise _corrupt(session_id, f"the event at head_seq {head} is missing", seq=head)
-        known[head] = checked_event(ctx, session_id, ends[0])
+        known[head] = kept_event(ctx, session_id, tuple(ends[0]))
     if len(ends) > (1 if head >= 0 else 0):
         raise _corrupt(session_id, f"events are stored past head_seq {head}")
     positions: list[int] = []
@@ -82,7 +84,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
             )
         if type_ not in NODE_TYPES and type_ not in ctx.catalog.item_types:
             raise _corrupt(session_id, f"a {type_} event is on the surface", seq=seq)
-        event = known[seq] if seq == head else checked_event(ctx, session_id, node[1:])
+        event = known[seq] if seq == head else kept_event(ctx, session_id, node[1:])
         op = event.surface_op
         # What plan() asked of it when it went on: a surfaceOp, a range before it.
         if op is None or (isinstance(op, Replace) and max(op) >= seq):
@@ -113,6 +115,26 @@ def checked_event(ctx: StoreContext, session_id: str, event_row: Any) -> Session
             session_id=session_id,
             seq=event.seq,
         ) from exc
+
+
+def kept_event(ctx: StoreContext, session_id: str, event_row: tuple[Any, ...]) -> SessionEvent:
+    """``checked_event`` through the store's kept events (``ctx.checked``).
+
+    An event read at an earlier open of the session, with the very same row (seq, type, time,
+    data text, surface op, sources, ignorable), is taken as it was checked then: checking is a
+    pure function of the row and the store's catalog, so the guarantee is the same; a row
+    changed since is checked again (and refused when invalid: failures are never kept).
+    """
+    text, sources = event_row[3], event_row[4]
+    if type(text) is not str or not (sources is None or type(sources) is str):
+        return checked_event(ctx, session_id, event_row)
+    key = (session_id, event_row)
+    kept = ctx.checked.get(key)
+    if kept is not MISSING:
+        return cast(SessionEvent, kept)
+    event = checked_event(ctx, session_id, event_row)
+    ctx.checked.put(key, event, len(text) + (0 if sources is None else len(sources)))
+    return event
 
 
 def _corrupt(session_id: str, why: str, *, seq: int | None = None) -> CorruptSessionError:

@@ -62,8 +62,9 @@ def _project_row(
 
 
 def _project_kept(ctx: StoreContext, session_id: str, seq: int, type_: str, data: Any) -> Any:
-    """``_project_row`` for tail reads, through the store's ``ParsedMessages``: the rows an
-    agent reads again every turn are parsed and checked once (failures are never kept)."""
+    """``_project_row`` for tail reads, through the store's kept projections (``ctx.parsed``):
+    the rows an agent reads again every turn are parsed and checked once (failures are never
+    kept)."""
     items = ctx.catalog.item_types
     if type(data) is not str:
         return _project_row(session_id, seq, type_, data, items)
@@ -71,7 +72,7 @@ def _project_kept(ctx: StoreContext, session_id: str, seq: int, type_: str, data
     message = ctx.parsed.get(key)
     if message is MISSING:
         message = _project_row(session_id, seq, type_, data, items)
-        ctx.parsed.put(key, message)
+        ctx.parsed.put(key, message, len(data))
     return message
 
 
@@ -187,23 +188,31 @@ def surface(ctx: StoreContext, session_id: str, last: int | None = None) -> tupl
 def stream_events(
     ctx: StoreContext, session_id: str, from_seq: int = 0, to_seq: int | None = None
 ) -> Iterator[SessionEvent]:
-    """Events in seq order (``to_seq`` exclusive), one read per page so memory stays bounded."""
-    with translate_errors(session_id), read_tx(ctx.engine) as conn:
-        require_session(conn, ctx, session_id)
+    """Events in seq order (``to_seq`` exclusive), one read per page so memory stays bounded.
+
+    The pages are fetched as plain tuples (``fastpath.fetch_rows``); the first in the same
+    transaction as the check that the session exists.
+    """
+    page = ctx.compiled.events_page
     params = {
+        **page.defaults,
         "b_id": session_id,
         "b_after": from_seq - 1,
         "b_to": MAX_SEQ if to_seq is None else to_seq - 1,
         "b_limit": STREAM_BATCH,
     }
+    first = True
     while True:
         with translate_errors(session_id), read_tx(ctx.engine) as conn:
-            rows = conn.execute(ctx.statements.events_page, params).all()
+            if first:
+                require_session(conn, ctx, session_id)
+                first = False
+            rows = fetch_rows(conn, page, params)
         for row in rows:
             yield event_from_row(session_id, row)
         if len(rows) < STREAM_BATCH:
             return
-        params["b_after"] = rows[-1].seq
+        params["b_after"] = rows[-1][0]  # its seq
 
 
 def event_rows_in(

@@ -41,6 +41,7 @@ BOTH_APIS = True
 SYNC_ONLY = {
     "test_open_reads_the_surface_and_the_head_never_the_log",
     "test_the_log_is_read_on_first_use_once",
+    "test_a_second_open_takes_the_rows_it_checked_before_as_they_were",
 }
 
 
@@ -185,6 +186,50 @@ def test_open_refuses_a_surface_event_that_may_not_be_there(store):
     execute(store, update(sf).where(sf.c.session_id == "s1", sf.c.pos == 3).values(event_seq=4))
     with refused(store, CorruptSessionError):
         store.open_session("s1")
+
+
+def test_a_second_open_takes_the_rows_it_checked_before_as_they_were(store, monkeypatch):
+    writer = long_session(store, "s1", 20)
+    store.open_session("s1")
+    checked: list[int] = []
+    real = opening.checked_event
+
+    def counting(ctx: Any, sid: str, row: Any) -> Any:
+        checked.append(row[0])
+        return real(ctx, sid, row)
+
+    monkeypatch.setattr(opening, "checked_event", counting)
+    handle = store.open_session("s1")
+    assert checked == []  # every row is the one checked at the first open
+    assert view(handle) == view(writer)
+    say(writer, "new")
+    checked.clear()  # view() read the handle's whole log (read_log checks every event)
+    handle = store.open_session("s1")
+    assert checked == [writer.seq - 1]  # only the new surface event (it is the head too)
+    assert view(handle) == view(writer)
+    other = store.open_session("s1")
+    assert other.messages()[0] is handle.messages()[0]  # kept: the same frozen message
+    assert store.verify("s1").ok
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"data": {"id": 5}},  # not a message any more
+        {"surface_op": None},  # a surface event without a surfaceOp
+        {"type": "x/unknown"},  # a type this store's catalog does not know
+        {"time": 2**60},  # beyond the safe integers
+    ],
+)
+def test_an_open_refuses_a_row_changed_since_an_earlier_open(store, edit):
+    writer = long_session(store, "s1", 5)
+    node = writer.surface.nodes[0]  # not the head: only the surface read finds it
+    store.open_session("s1")
+    e = tables(store).events
+    execute(store, update(e).where(e.c.session_id == "s1", e.c.seq == node).values(**edit))
+    with refused(store, CorruptSessionError) as info:
+        store.open_session("s1")
+    assert info.value.seq == node
 
 
 def test_async_handle_reads_its_log_with_read_log(backend):

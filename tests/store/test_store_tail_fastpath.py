@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import event, text, update
 
 from session_sql import CorruptSessionError, SessionStore, StoreError, open_store
-from session_sql._store.context import MISSING, ParsedMessages
+from session_sql._store.context import MISSING, Kept
 
 from .store_builders import recorded, reply, say, tables
 
@@ -150,14 +150,14 @@ def test_a_kept_projection_never_hides_a_corrupt_row(store: SessionStore) -> Non
 
 
 def test_kept_projections_stay_within_their_budget() -> None:
-    kept = ParsedMessages()
+    kept = Kept()
     kept.BUDGET = 100
     for i in range(10):
-        kept.put(("user/message", f"{i:02d}" * 10), i)  # 20 characters each
+        kept.put(("user/message", f"{i:02d}" * 10), i, 20)  # 20 characters each
     assert kept._size <= 100
     assert kept.get(("user/message", "09" * 10)) == 9  # the newest stay
     assert kept.get(("user/message", "00" * 10)) is MISSING  # the oldest went
-    kept.put(("user/message", "x" * (ParsedMessages.MAX_TEXT + 1)), "big")
-    assert kept.get(("user/message", "x" * (ParsedMessages.MAX_TEXT + 1))) is MISSING
+    kept.put(("user/message", "x" * (Kept.MAX_TEXT + 1)), "big", Kept.MAX_TEXT + 1)
+    assert kept.get(("user/message", "x" * (Kept.MAX_TEXT + 1))) is MISSING
     kept.clear()
     assert kept._size == 0 and kept.get(("user/message", "09" * 10)) is MISSING
