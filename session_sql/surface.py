@@ -216,6 +216,9 @@ class Surface:
         return f"Surface(nodes={self.nodes!r}, replace_generation={self.replace_generation})"
 
 
+_new_step = tuple.__new__
+
+
 class Step(NamedTuple):
     """One replayed event, what it did to the surface, and the stored position it touched.
 
@@ -321,14 +324,16 @@ class Replay:
         if lookup is None:
             assert self._kept is not None, "a replay without lookup must keep surface events"
             lookup = self._kept.__getitem__
+        # Once per replayed event: only an ignorable event can be exempt.
         transition = (
             None
-            if is_exempt(event, catalog)
-            else plan(self.surface.node_list(), event, lookup, catalog.item_types)
+            if event.ignorable and is_exempt(event, catalog)
+            else plan(self.surface._nodes, event, lookup, catalog.item_types)
         )
         if transition is None:  # most of a log (chunks, steps, tool calls): nothing moves
             self.length = event.seq + 1
-            return Step(event, None, None)
+            # Once per replayed event: without NamedTuple's Python-level __new__.
+            return _new_step(Step, (event, None, None))
         return Step(event, transition, self.advance(event, transition))
 
     def advance(self, event: SessionEvent, transition: Transition) -> int | None:

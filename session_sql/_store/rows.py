@@ -26,11 +26,16 @@ from session_sql.events import (
     SurfaceOp,
     check_header,
     check_type_name,
-    is_safe_int,
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsonvalue import FrozenDict, dumps_frozen, json_depth, loads_frozen
+from session_sql.jsonvalue import (
+    MAX_SAFE_INTEGER,
+    FrozenDict,
+    dumps_frozen,
+    json_depth,
+    loads_frozen,
+)
 from session_sql.session import check_json_size
 from session_sql.surface import Replay
 
@@ -150,8 +155,10 @@ def event_from_row(session_id: str, row: Any) -> SessionEvent:
     if type(ignorable) is int:  # SQLite's BOOLEAN, read without SQLAlchemy's conversion
         ignorable = bool(ignorable)
     try:
-        type_ = check_type_name(type_name, seq=seq)
-        if not is_safe_int(time):
+        # The common case inline (once per event of every load): a type name seen before, a
+        # time in the safe range.
+        type_ = type_name if type_name in _seen_types else _checked_type(type_name, seq)
+        if type(time) is not int or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
             raise InvalidEventError(f"time must be an int, got {time!r}", seq=seq)
         data = loads_frozen(text, root="data")
         surface_op = None if op is None else _surface_op(op, seq)
@@ -172,6 +179,17 @@ def event_from_row(session_id: str, row: Any) -> SessionEvent:
     fields = (type_, seq, time, data, surface_op, sources, ignorable is True)
     event: SessionEvent = tuple.__new__(SessionEvent, fields)
     return event
+
+
+_seen_types: set[Any] = set()
+
+
+def _checked_type(name: Any, seq: int) -> str:
+    """``check_type_name``; the names that pass are remembered (a handful recur)."""
+    checked = check_type_name(name, seq=seq)
+    if type(name) is str and len(_seen_types) < _MAX_SURFACE_OPS:
+        _seen_types.add(name)
+    return checked
 
 
 _surface_ops: dict[Any, SurfaceOp] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -821,7 +822,7 @@ class SessionStore:
             rows = reader.event_rows_in(conn, ctx, session_id, row.head_seq)
             try:
                 fold_checked(
-                    (event_from_row(session_id, r) for r in rows),
+                    map(functools.partial(event_from_row, session_id), rows),
                     log,
                     state,
                     ctx.catalog,
