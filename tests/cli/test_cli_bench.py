@@ -75,6 +75,7 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     assert opened["open_append_ms"] > 0 and opened["log_growth_100k_over_10k"] > 0
     assert opened["open_over_raw_time"] > 0
     assert opened["open_ms"] > 0 and opened["open_growth_100k_over_10k"] > 0
+    assert opened["cold_open_append_ms"] > 0 and opened["cold_over_raw_time"] > 0
     assert opened["log"] > opened["small_log"] > opened["surface_nodes"] > 0
     follow = by_name["W6 follow latency"]["extra"]
     assert follow["events"] > 0 and 0 < follow["p50_ms"] <= follow["p99_ms"]
