@@ -215,20 +215,33 @@ def stream_events(
         params["b_after"] = rows[-1][0]  # its seq
 
 
+LOAD_BATCH = 20_000
+"""Page size of a read that keeps the whole log anyway (``load_session``): on PostgreSQL
+every page is a round trip."""
+
+
 def event_rows_in(
-    conn: Connection, ctx: StoreContext, session_id: str, to_seq: int | None = None
+    conn: Connection,
+    ctx: StoreContext,
+    session_id: str,
+    to_seq: int | None = None,
+    batch: int | None = None,
 ) -> Iterator[Any]:
-    """The event rows up to ``to_seq`` (inclusive; None: all), paged on ``conn``.
+    """The event rows up to ``to_seq`` (inclusive; None: all), paged on ``conn`` (pages of
+    ``batch`` rows, default ``STREAM_BATCH``).
 
     Inside a ``snapshot_tx`` every page sees the same log, and a page is all that is held: a
-    caller folding the rows as they come needs no memory for the log.
+    caller folding the rows as they come needs no memory for the log. A page ending at
+    ``to_seq`` is the last one read.
     """
-    params = {"b_id": session_id, "b_after": -1, "b_to": MAX_SEQ if to_seq is None else to_seq}
+    limit = STREAM_BATCH if batch is None else batch
+    last = MAX_SEQ if to_seq is None else to_seq
+    params = {"b_id": session_id, "b_after": -1, "b_to": last}
     page = ctx.compiled.events_page
     while True:
-        rows = fetch_rows(conn, page, {**page.defaults, **params, "b_limit": STREAM_BATCH})
+        rows = fetch_rows(conn, page, {**page.defaults, **params, "b_limit": limit})
         yield from rows
-        if len(rows) < STREAM_BATCH:
+        if len(rows) < limit or rows[-1][0] >= last:
             return
         params["b_after"] = rows[-1][0]  # its seq
         del rows  # release this page before fetching the next

@@ -819,7 +819,9 @@ class SessionStore:
         with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
             row = self._session_row(conn, session_id)
             header = frozen_header(session_id, row.header)
-            rows = reader.event_rows_in(conn, ctx, session_id, row.head_seq)
+            rows = reader.event_rows_in(
+                conn, ctx, session_id, row.head_seq, batch=reader.LOAD_BATCH
+            )
             try:
                 fold_checked(
                     map(functools.partial(event_from_row, session_id), rows),
