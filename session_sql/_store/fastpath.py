@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, Final, NamedTuple
 
@@ -409,7 +409,7 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
                 return bool(await_(append_async(ctx, driver, part)))
             cur = psycopg.ClientCursor(driver)
             try:
-                cur.execute(_one_query(cur, ctx, part))  # compiled statements
+                cur.execute(_one_query(cur.mogrify, ctx, part))  # compiled statements
             except psycopg.Error as exc:
                 if driver.broken:
                     raise
@@ -426,40 +426,10 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
         raw.close()
 
 
-def _one_query(cur: Any, ctx: StoreContext, part: AppendPart) -> str:
-    """:func:`_one_trip`'s statements bound on the client cursor ``cur``, joined into one query.
-
-    Parameters are quoted by :func:`quote` where it can (the append's are plain text,
-    integers and NULLs), which costs a fraction of the driver's general ``mogrify``; a
-    statement with any other parameter (the arrays of a batch) is bound by ``mogrify``.
-    """
-    fast = cur.connection.info.parameter_status("standard_conforming_strings") == "on"
-    out: list[str] = []
-    for sql, params in _one_trip(ctx, part):
-        for one in params:
-            quoted = {k: quote(v) for k, v in one.items()} if fast else {}
-            if fast and None not in quoted.values():
-                out.append(sql % quoted)
-            else:
-                out.append(cur.mogrify(sql, one))
-    return ";".join(out)
-
-
-def quote(value: Any) -> str | None:
-    """The SQL literal of ``value`` when it is text, an int, a bool or None (PostgreSQL with
-    ``standard_conforming_strings``, where doubling ``'`` is a string literal's only
-    escape); None for anything else, and for text holding U+0000, which no literal can
-    carry (the driver's own binding then refuses it)."""
-    kind = type(value)
-    if kind is str:
-        return None if "\x00" in value else "'" + value.replace("'", "''") + "'"
-    if kind is int:
-        return str(value)
-    if kind is bool:
-        return "true" if value else "false"
-    if value is None:
-        return "NULL"
-    return None
+def _one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPart) -> str:
+    """:func:`_one_trip`'s statements bound by ``bind`` (a client cursor's ``mogrify``) and
+    joined into one query."""
+    return ";".join([bind(sql, one) for sql, params in _one_trip(ctx, part) for one in params])
 
 
 def _copy_statement(table: Table, columns: Sequence[str]) -> pgsql.Composed:
@@ -715,7 +685,7 @@ async def append_async(ctx: StoreContext, conn: Any, part: AppendPart) -> bool:
     whole by the first error. Afterwards the connection is idle again, unless it broke.
     """
     cur = psycopg.AsyncClientCursor(conn)
-    query = _one_query(cur, ctx, part)
+    query = _one_query(cur.mogrify, ctx, part)
     try:
         await cur.execute(query)  # compiled statements, bound by the driver
     except psycopg.Error as exc:

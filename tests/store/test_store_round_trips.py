@@ -13,11 +13,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
-from sqlalchemy import Engine, make_url, text
+from sqlalchemy import Engine, text
 
 from session_sql import ConcurrencyError, open_async_store, open_store
-from session_sql._store.fastpath import quote
 
 from .store_builders import user_message
 
@@ -131,61 +129,41 @@ def test_a_pooled_connection_the_server_ended_is_replaced_at_checkout(
         assert store.verify("s").ok
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        "plain",
-        "",
-        "it's",
-        "''",
-        "back\\slash \\' \\\\",
-        'quote " and ; -- comment',
-        "x'); DROP TABLE events; --",
-        "$$ dollar $tag$ E'\\x41' U&'\\0041'",
-        "line\nbreak\ttab\r",
-        "ünïcødé ✓ 𝄞 \u2028",
-        '{"a": "it\'s", "b": "\\u0041"}',
-        0,
-        -1,
-        2**63 - 1,
-        -(2**63),
-        True,
-        False,
-        None,
-    ],
-)
-def test_the_appends_quoting_is_the_drivers(pg, value: Any) -> None:
-    """The append binds its parameters with ``fastpath.quote`` where it can: the server reads
-    each literal back as the very value the driver's own binding would have sent."""
-    url = make_url(pg[0]).set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(url, autocommit=True) as conn:
-        assert conn.info.parameter_status("standard_conforming_strings") == "on"
-        literal = quote(value)
-        assert literal is not None
-        ours = conn.execute(sql.SQL("SELECT {}").format(sql.SQL(literal))).fetchone()
-        theirs = conn.execute("SELECT %s", (value,)).fetchone()
-        assert ours == theirs == (value,)
+HOSTILE = [
+    "it's",
+    "''",
+    "back\\slash \\' \\\\",
+    'quote " and ; -- comment',
+    "x'); DROP TABLE events; --",
+    "$$ dollar $tag$ E'\\x41' U&'\\0041'",
+    "line\nbreak\ttab\r",
+    "ünïcødé ✓ 𝄞 \u2028",
+    '{"a": "it\'s", "b": "\\u0041"}',
+]
 
 
-def test_what_quote_cannot_carry_goes_to_the_driver() -> None:
-    assert quote("nul \x00 inside") is None
-    assert quote(1.5) is None and quote(["a"]) is None and quote(b"x") is None
-
-
-def test_an_append_of_plain_values_skips_the_drivers_binding(pg, monkeypatch) -> None:
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_hostile_text_survives_the_one_query_append(pg, api: str) -> None:
+    """An append's statements are bound on the client (the driver's ``mogrify``) and sent as
+    one query: text that would end a literal or a statement comes back exactly, and the
+    session id and tenant, bound the same way, too."""
     url, schema = pg
-    bound: list[str] = []
-    mogrify = psycopg.ClientCursor.mogrify
-    monkeypatch.setattr(
-        psycopg.ClientCursor,
-        "mogrify",
-        lambda self, q, p=None: bound.append(q) or mogrify(self, q, p),
-    )
-    with open_store(url, schema=schema) as store:
-        handle = store.create_session("s")
-        say(handle, "it's")
-        assert bound == []
-        handle.append_many(BATCH)  # the arrays of a batch insert: the driver binds them
-        assert len(bound) == 1
-        assert [e.data for e in store.events("s")][1:] == [b["data"] for b in BATCH]
-        assert store.messages("s")[0]["content"][0]["text"] == "it's"
+    texts = [*HOSTILE, "plain"]
+
+    async def run_async() -> None:
+        async with open_async_store(url, schema=schema, tenant="t'; --") as store:
+            handle = await store.create_session("s'; --")
+            for t in texts:
+                await handle.append("user/message", user_message(t), surface_op="append")
+
+    if api == "async":
+        asyncio.run(run_async())
+    else:
+        with open_store(url, schema=schema, tenant="t'; --") as store:
+            handle = store.create_session("s'; --")
+            for t in texts:
+                say(handle, t)
+    with open_store(url, schema=schema, tenant="t'; --") as store:
+        got = [e.data["content"][0]["text"] for e in store.events("s'; --")]
+        assert got == texts
+        assert store.verify("s'; --").ok
