@@ -40,8 +40,8 @@ from session_sql import (
 from session_sql._store import migration
 from session_sql._store import source as source_module
 from session_sql._store.engine import make_engine, write_tx
+from session_sql._store.importer import IMPORT_BATCH
 from session_sql._store.schema import tables_for
-from session_sql._store.store import IMPORT_BATCH
 
 from ..conftest import Backend
 from ..legacy_schema import create_legacy_store, insert_legacy_session
