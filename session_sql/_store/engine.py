@@ -351,14 +351,15 @@ def _postgresql_engine(
 
     def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
         # Set per connection (not via connect_args), so that a ``creator`` gets it as well.
+        # No try/finally: a failed or interrupted statement (Ctrl-C while connecting) fails the
+        # connect and the pool drops the connection; restoring autocommit on a connection
+        # still inside the statement would raise and hide the interrupt.
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
-        try:
-            dbapi_connection.execute(
-                "SELECT set_config('lock_timeout', %s, false)", (f"{lock_timeout_ms}ms",)
-            )
-        finally:
-            dbapi_connection.autocommit = autocommit
+        dbapi_connection.execute(
+            "SELECT set_config('lock_timeout', %s, false)", (f"{lock_timeout_ms}ms",)
+        )
+        dbapi_connection.autocommit = autocommit
 
     event.listen(engine, "connect", on_connect)
     if kw["pool_pre_ping"]:
@@ -387,7 +388,7 @@ def _is_quiet(conn: Any) -> bool:
         pgconn = conn.pgconn
         return bool(
             pgconn.status == _PQ_OK
-            and pgconn.transaction_status == _PG_IDLE
+            and pgconn.transaction_status == PG_IDLE
             and not io_select.select([pgconn.socket], [], [], 0)[0]
         )
     except Exception:  # a closed connection has no socket: not quiet
@@ -574,7 +575,7 @@ class AsyncWriteConnections:
             try:
                 yield conn
             finally:
-                usable = not conn.broken and conn.info.transaction_status == _PG_IDLE
+                usable = not conn.broken and conn.info.transaction_status == PG_IDLE
                 if usable and not self._closed:
                     self._idle.append(raw)
                 else:
@@ -599,7 +600,7 @@ class AsyncWriteConnections:
             await greenlet_spawn(_give_back, raw, False)
 
 
-_PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
+PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
 _PQ_OK: Final = psycopg.pq.ConnStatus.OK
 
 

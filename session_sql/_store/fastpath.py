@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Table, insert
 from sqlalchemy.util import await_
 
 from session_sql._store.context import Compiled, StoreContext
-from session_sql._store.engine import begin_raw_write, pipeline, write_tx
+from session_sql._store.engine import PG_IDLE, begin_raw_write, pipeline, write_tx
 from session_sql._store.rows import check_stored_text, event_row_json
 from session_sql.errors import CorruptSessionError, SessionExistsError, StoreError
 from session_sql.events import SessionEvent
@@ -416,11 +416,13 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
                 return _outcome(exc, part.session_id)
             return True
         except BaseException:
-            if driver.broken:  # lost: the pool drops it (see append_parts)
+            # Lost, or interrupted inside the query (its transaction then runs or rolls back
+            # on the server alone): the pool drops the connection (see append_parts).
+            if driver.broken or driver.info.transaction_status != PG_IDLE:
                 raw.invalidate()
             raise
         finally:
-            if not driver.broken:
+            if not driver.closed and driver.info.transaction_status == PG_IDLE:
                 dbapi.autocommit = False
     finally:
         raw.close()

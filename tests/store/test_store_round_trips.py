@@ -167,3 +167,55 @@ def test_hostile_text_survives_the_one_query_append(pg, api: str) -> None:
         got = [e.data["content"][0]["text"] for e in store.events("s'; --")]
         assert got == texts
         assert store.verify("s'; --").ok
+
+
+def _interrupted_inside_a_query(conn: Any) -> None:
+    """What Ctrl-C does to a statement under way: the query is on the server (the connection
+    is ACTIVE) when ``KeyboardInterrupt`` reaches the code that sent it."""
+    conn.pgconn.send_query(b"SELECT pg_sleep(0.05)")
+    raise KeyboardInterrupt
+
+
+def test_an_interrupt_while_connecting_is_not_hidden(pg, monkeypatch) -> None:
+    """Ctrl-C while the store sets up a new connection stays a KeyboardInterrupt (``tail -f``
+    exits quietly on it), not an error about changing autocommit on a busy connection."""
+    url, schema = pg
+    with open_store(url, schema=schema) as store:
+        store.create_session("s")
+        execute = psycopg.Connection.execute
+
+        def interrupted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            if "lock_timeout" in str(query):
+                _interrupted_inside_a_query(self)
+            return execute(self, query, *args, **kwargs)
+
+        store._ctx.engine.pool.dispose()  # the next checkout connects
+        monkeypatch.setattr(psycopg.Connection, "execute", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            store.session_info("s")
+        monkeypatch.setattr(psycopg.Connection, "execute", execute)
+        assert store.session_info("s").event_count == 0
+
+
+def test_an_interrupted_append_leaves_the_store_usable(pg, monkeypatch) -> None:
+    """Ctrl-C inside the one-query append: the KeyboardInterrupt comes through, the busy
+    connection is dropped (never pooled), and the next append works (after a refresh, since
+    the interrupted one may have committed)."""
+    url, schema = pg
+    with open_store(url, schema=schema) as store:
+        handle = store.create_session("s")
+        say(handle, "before")
+        execute = psycopg.ClientCursor.execute
+        monkeypatch.setattr(
+            psycopg.ClientCursor,
+            "execute",
+            lambda self, *a, **k: _interrupted_inside_a_query(self.connection),
+        )
+        with pytest.raises(KeyboardInterrupt):
+            say(handle, "interrupted")
+        monkeypatch.setattr(psycopg.ClientCursor, "execute", execute)
+        handle.refresh()
+        say(handle, "after")
+        texts = [e.data["content"][0]["text"] for e in store.events("s")]
+        assert texts == ["before", "after"]
+        assert store.verify("s").ok
