@@ -192,20 +192,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
                     else:
                         event_cur.executemany(insert_sql, args)
                     event_checks.append((event_cur, count, p.session_id))
-                    for op, params in ops:
-                        if op is SurfaceOp.INSERT_NODES:
-                            # One cursor per batch of appends: each count is read after sync.
-                            batch_cur = raw.cursor()
-                            batch_cur.executemany(c.insert_node.sql, params)
-                            node_checks.append((batch_cur, len(params), p.session_id))
-                        elif op is SurfaceOp.DROP_NODES:
-                            cur.executemany(c.drop_node.sql, params)
-                        else:
-                            cur.execute(c.retarget_node.sql, params)
-                    if ctx.channel is not None:
-                        note = ctx.payload(p.session_id, p.head)
-                        payload = {"b_channel": ctx.channel, "b_payload": note}
-                        cur.execute(c.notify.sql, c.notify.bind(payload))
+                    _surface_upkeep(ctx, raw, cur, p, ops, node_checks)
             failed = lost()  # PostgreSQL: known once the pipeline has synced
             if failed is not None:
                 dbapi.rollback()
@@ -233,6 +220,32 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     finally:
         raw.close()  # back to the pool, which resets it (or drops it when invalidated)
     return None
+
+
+def _surface_upkeep(
+    ctx: StoreContext,
+    raw: Any,
+    cur: Any,
+    part: AppendPart,
+    ops: list[tuple[SurfaceOp, Any]],
+    node_checks: list[tuple[Any, int, str]],
+) -> None:
+    """Queue one part's surface statements and its ``NOTIFY`` on ``cur`` (in the caller's
+    pipeline or transaction). Inserted nodes get a cursor per batch, whose count the caller
+    reads after the sync and compares (``node_checks``)."""
+    c = ctx.compiled
+    for op, params in ops:
+        if op is SurfaceOp.INSERT_NODES:
+            batch_cur = raw.cursor()
+            batch_cur.executemany(c.insert_node.sql, params)
+            node_checks.append((batch_cur, len(params), part.session_id))
+        elif op is SurfaceOp.DROP_NODES:
+            cur.executemany(c.drop_node.sql, params)
+        else:
+            cur.execute(c.retarget_node.sql, params)
+    if ctx.channel is not None:
+        note = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
+        cur.execute(c.notify.sql, c.notify.bind(note))
 
 
 COPY_MIN_ROWS: Final = 32
@@ -281,21 +294,7 @@ def _append_bulk(ctx: StoreContext, planned: list[Any]) -> int | None:
             node_checks: list[tuple[Any, int, str]] = []
             with pipeline(raw.driver_connection):
                 for p, _, _, ops in planned:
-                    for op, params in ops:
-                        if op is SurfaceOp.INSERT_NODES:
-                            batch_cur = raw.cursor()
-                            batch_cur.executemany(c.insert_node.sql, params)
-                            node_checks.append((batch_cur, len(params), p.session_id))
-                        elif op is SurfaceOp.DROP_NODES:
-                            cur.executemany(c.drop_node.sql, params)
-                        else:
-                            cur.execute(c.retarget_node.sql, params)
-                    if ctx.channel is not None:
-                        note = {
-                            "b_channel": ctx.channel,
-                            "b_payload": ctx.payload(p.session_id, p.head),
-                        }
-                        cur.execute(c.notify.sql, c.notify.bind(note))
+                    _surface_upkeep(ctx, raw, cur, p, ops, node_checks)
             for check_cur, count, session_id in node_checks:
                 if check_cur.rowcount != count:
                     dbapi.rollback()
