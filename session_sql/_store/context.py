@@ -122,7 +122,7 @@ class Statements:
             s.c.incarnation,
         ).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
         self.events_from = (
-            select(*event_columns(tables))
+            select(*event_columns(tables.events))
             .where(
                 e.c.tenant == tn,
                 e.c.session_id == bindparam("b_id"),
@@ -196,7 +196,7 @@ class Statements:
             .order_by(sf.c.pos)
         )
         self.events_page = (
-            select(*event_columns(tables))
+            select(*event_columns(tables.events))
             .where(
                 e.c.tenant == tn,
                 e.c.session_id == bindparam("b_id"),
@@ -207,7 +207,7 @@ class Statements:
             .limit(bindparam("b_limit"))
         )
         self.events_after = (
-            select(*event_columns(tables))
+            select(*event_columns(tables.events))
             .where(
                 e.c.tenant == tn,
                 e.c.session_id == bindparam("b_id"),
@@ -272,9 +272,9 @@ def _surface_events(tables: SchemaTables, sqlite: bool, tn: Any) -> Select[Any]:
         & (e.c.seq == sf.c.event_seq)
     )
     if sqlite:
-        query = select(sf.c.pos, *event_columns(tables)).select_from(sf.join(e, by_key))
+        query = select(sf.c.pos, *event_columns(tables.events)).select_from(sf.join(e, by_key))
     else:
-        lookup = select(*event_columns(tables)).where(by_key).limit(1).lateral("ev")
+        lookup = select(*event_columns(tables.events)).where(by_key).limit(1).lateral("ev")
         query = select(sf.c.pos, *lookup.c).select_from(sf.join(lookup, true()))
     return query.where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
 

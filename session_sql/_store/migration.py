@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import Engine, select, tuple_
+from sqlalchemy import Engine, select
 
 from session_sql._store.engine import (
     database_label,
@@ -42,12 +42,13 @@ from session_sql._store.engine import (
 )
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql._store.source import (
-    PAGE,
     Source,
     SourceSession,
     check_url,
+    current_layout,
     describe,
     refuse_row_security,
+    session_keys,
 )
 from session_sql._store.store import SessionStore, _check_options, open_store
 from session_sql.catalog import Catalog
@@ -531,17 +532,8 @@ class _Destination:
 
     def session_keys(self) -> Iterator[tuple[str, str]]:
         """Every ``(tenant, id)`` the destination holds, in primary-key order."""
-        s = tables_for(target_schema(self.engine, self._schema)).sessions
-        query = select(s.c.tenant, s.c.id).order_by(s.c.tenant, s.c.id).limit(PAGE)
-        after: tuple[str, str] | None = None
-        while True:
-            page = query if after is None else query.where(tuple_(s.c.tenant, s.c.id) > after)
-            with translate_errors(database=self.label), read_tx(self.engine) as conn:
-                rows = [(str(t), str(i)) for t, i in conn.execute(page)]
-            yield from rows
-            if len(rows) < PAGE:
-                return
-            after = rows[-1]
+        layout = current_layout(target_schema(self.engine, self._schema))
+        return session_keys(self.engine, layout, self.label)
 
     def holds(self, tenant: str, session_id: str) -> bool:
         s = tables_for(target_schema(self.engine, self._schema)).sessions

@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Text, cast
+from sqlalchemy import Table, Text, cast
 
 from session_sql._store.engine import dumps_json
-from session_sql._store.schema import SchemaTables
 from session_sql.errors import (
     CorruptSessionError,
     InvalidEventError,
@@ -130,9 +129,8 @@ def frozen_header(session_id: str, raw: Any) -> FrozenDict:
         ) from exc
 
 
-def event_columns(tables: SchemaTables) -> list[Any]:
-    """The ``events`` columns a reader selects; ``data`` arrives as JSON text."""
-    e = tables.events
+def event_columns(e: Table) -> list[Any]:
+    """The columns of events table ``e`` a reader selects; ``data`` arrives as JSON text."""
     # As text, not parsed by the driver: loads_frozen parses, validates and freezes in one go.
     return [
         e.c.seq,

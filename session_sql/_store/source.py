@@ -49,7 +49,7 @@ from session_sql._store.engine import (
 )
 from session_sql._store.gate import ensure_schema, stored_version
 from session_sql._store.metadata import Metadata, check_labels, check_title, check_user_id
-from session_sql._store.rows import event_from_row, frozen_header
+from session_sql._store.rows import event_columns, event_from_row, frozen_header
 from session_sql._store.schema import SCHEMA_VERSION, tables_for
 from session_sql._store.store import _check_options, _labels_value, _require_sqlite_file
 from session_sql.errors import (
@@ -139,9 +139,29 @@ def _legacy_layout(schema: str | None) -> _Layout:
     return _Layout(sessions, events, surface, tenanted=False)
 
 
-def _current_layout(schema: str | None) -> _Layout:
+def current_layout(schema: str | None) -> _Layout:
+    """This build's tables (also the layout of version 3, which only lacks an index)."""
     t = tables_for(schema)
     return _Layout(t.sessions, t.events, t.surface, tenanted=True)
+
+
+def session_keys(engine: Engine, layout: _Layout, label: str) -> Iterator[tuple[str, str]]:
+    """Every ``(tenant, id)`` of a store in primary-key order, a keyset page per read."""
+    s = layout.sessions
+    tenanted = layout.tenanted
+    key = (s.c.tenant, s.c.id) if tenanted else (s.c.id,)
+    query = select(layout.tenant(s), s.c.id).order_by(*key).limit(PAGE)
+    after: tuple[str, str] | None = None
+    while True:
+        page = query
+        if after is not None:
+            page = page.where(tuple_(*key) > tuple_(*(after if tenanted else after[1:])))
+        with translate_errors(database=label), read_tx(engine) as conn:
+            rows = [(str(t), str(i)) for t, i in conn.execute(page)]
+        yield from rows
+        if len(rows) < PAGE:
+            return
+        after = rows[-1]
 
 
 class Source:
@@ -164,10 +184,10 @@ class Source:
                 ) from exc
             if self.version == SCHEMA_VERSION:
                 ensure_schema(engine, target, create=False)  # the whole gate
-                self.layout = _current_layout(target)
+                self.layout = current_layout(target)
             elif self.version in READABLE_VERSIONS:
                 tenanted = self.version >= TENANTED
-                self.layout = _current_layout(target) if tenanted else _legacy_layout(target)
+                self.layout = current_layout(target) if tenanted else _legacy_layout(target)
                 _check_legacy_columns(engine, self.layout, self.version)
             else:
                 label = database_label(engine)
@@ -204,21 +224,7 @@ class Source:
 
     def session_keys(self) -> Iterator[tuple[str, str]]:
         """Every ``(tenant, id)`` in primary-key order, a page per read."""
-        s = self.layout.sessions
-        tenanted = self.layout.tenanted
-        key = (s.c.tenant, s.c.id) if tenanted else (s.c.id,)
-        query = select(self.layout.tenant(s), s.c.id).order_by(*key).limit(PAGE)
-        after: tuple[str, str] | None = None
-        while True:
-            page = query
-            if after is not None:
-                page = page.where(tuple_(*key) > tuple_(*(after if tenanted else after[1:])))
-            with translate_errors(database=self.label), read_tx(self.engine) as conn:
-                rows = [(str(t), str(i)) for t, i in conn.execute(page)]
-            yield from rows
-            if len(rows) < PAGE:
-                return
-            after = rows[-1]
+        return session_keys(self.engine, self.layout, self.label)
 
     def has(self, tenant: str, session_id: str) -> bool:
         s = self.layout.sessions
@@ -321,15 +327,7 @@ class SourceSession:
         e = self._layout.events
         head = int(self._row.head_seq)
         query = (
-            select(
-                e.c.seq,
-                e.c.type,
-                e.c.time,
-                cast(e.c.data, Text).label("data"),
-                e.c.source_event_seqs,
-                e.c.surface_op,
-                e.c.ignorable,
-            )
+            select(*event_columns(e))
             .where(self._layout.own(e, self.tenant), e.c.session_id == self.session_id)
             .order_by(e.c.seq)
             .limit(PAGE)

@@ -199,8 +199,8 @@ def test_a_rerun_checks_and_skips_what_is_there(place, kind, monkeypatch):
     source, destination = place(kind), place("sqlite")
     fill(source)
     _run(source, destination)
+    # Both ends' sessions across pages (the destination is listed by the same pager).
     monkeypatch.setattr(source_module, "PAGE", 2)
-    monkeypatch.setattr(migration, "PAGE", 2)  # the destination's sessions, across pages
     before = dump_tables_all(destination)
 
     again = _run(source, destination)
