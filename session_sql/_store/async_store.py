@@ -169,10 +169,11 @@ class AsyncStoredSession(StoredSession):
     and ``add_validator``/``subscribe`` are ``StoredSession``'s, synchronous (no I/O).
     Appends and refreshes on one handle run one at a time, in call order.
 
-    A handle from ``open_session`` holds the surface's events and the last event; the rest
-    of its log is read by ``await read_log()``. ``events``, ``request_header()`` and
-    ``fork()`` need it: on the event loop they raise ``StoreError`` until it is read (they
-    cannot wait for I/O there); from another thread they read it through the loop.
+    A handle from ``open_session(..., read_log=False)`` holds the surface's events and the
+    last event; the rest of its log is read by ``await read_log()``. ``events``,
+    ``request_header()`` and ``fork()`` need it: on the event loop they raise ``StoreError``
+    until it is read (they cannot wait for I/O there); from another thread they read it
+    through the loop. ``open_session`` reads it by default.
     """
 
     _runner: _Runner
@@ -212,9 +213,10 @@ class AsyncStoredSession(StoredSession):
             pass
         else:
             raise StoreError(
-                f"session {self.id!r}: this handle has not read its whole log (open_session "
-                "reads the surface and the last event); await handle.read_log() before "
-                "using events, request_header() or fork() on the event loop"
+                f"session {self.id!r}: this handle has not read its whole log "
+                "(open_session(..., read_log=False) reads the surface and the last event); "
+                "await handle.read_log() before using events, request_header() or fork() "
+                "on the event loop"
             )
         if self._loop.is_closed() or not self._loop.is_running():
             raise StoreError(f"session {self.id!r}: the handle's event loop is not running")
@@ -443,11 +445,24 @@ class AsyncSessionStore:
             raise asyncio.CancelledError
         return committed_lists(writes, prepared)
 
-    async def open_session(self, session_id: str, *, resume: bool = False) -> AsyncStoredSession:
-        """A write handle on a stored session. Writes nothing unless ``resume=True``."""
-        return await self._handle(
+    async def open_session(
+        self, session_id: str, *, resume: bool = False, read_log: bool = True
+    ) -> AsyncStoredSession:
+        """A write handle on a stored session. Writes nothing unless ``resume=True``.
+
+        Its synchronous readers are ``StoredSession``'s, so by default its whole log is read
+        here (checked as a load checks it): ``events``, ``request_header()`` and ``fork()``
+        then need no I/O on the loop. ``read_log=False`` gives the cheap write handle (the
+        surface and the last event, as the sync store's ``open_session`` reads them) for a
+        caller that only appends and reads the surface; it reads the rest with
+        ``await handle.read_log()``.
+        """
+        handle = await self._handle(
             functools.partial(self._store.open_session, resume=resume), session_id
         )
+        if read_log:
+            await handle.read_log()
+        return handle
 
     async def fork_session(
         self, parent_id: str, *, boundary: int | None = None, child_id: str | None = None

@@ -237,13 +237,6 @@ class _Tracked:
         return float(millis) / 1000
 
 
-async def _opened(store: AsyncSessionStore, key: str) -> AsyncStoredSession:
-    """A write handle with its whole log in memory: the service folds every event."""
-    handle = await store.open_session(key)
-    await handle.read_log()
-    return handle
-
-
 class SQLSessionService(BaseSessionService):
     """ADK's ``BaseSessionService`` on a session_sql async store (see the module docstring).
 
@@ -347,7 +340,7 @@ class SQLSessionService(BaseSessionService):
                     await cached.handle.refresh()
                 tracked = cached
             else:
-                handle = await _opened(store, key)
+                handle = await store.open_session(key)  # its whole log: the service folds it
                 tracked = _Tracked(handle, dict(handle.header.get("adk", {}).get("state", {})))
         except StoreNotFoundError:
             self._cache.pop(key, None)
@@ -365,7 +358,7 @@ class SQLSessionService(BaseSessionService):
                 await cached.refresh()
                 handle = cached
             else:
-                handle = await _opened(store, key)
+                handle = await store.open_session(key)
         except StoreNotFoundError:
             self._cache.pop(key, None)
             return None
@@ -406,7 +399,7 @@ class SQLSessionService(BaseSessionService):
             labels = {KIND: kind, APP: app_name}
             handle = await self._create(key, _header(key, identity), user_id, labels)
         except SessionExistsError:  # another writer created it first
-            handle = await _opened(store, key)
+            handle = await store.open_session(key)
         self._remember(key, handle)
         return handle
 

@@ -286,14 +286,14 @@ class SessionSQLSession:
             return self._handle
         store = await self._ready()
         try:
-            self._handle = await store.open_session(self.session_id)
+            self._handle = await store.open_session(self.session_id, read_log=False)
         except SessionNotFoundError:
             if not create:
                 return None
             try:
                 self._handle = await store.create_session(self.session_id)
             except SessionExistsError:  # another writer created it first
-                self._handle = await store.open_session(self.session_id)
+                self._handle = await store.open_session(self.session_id, read_log=False)
         return self._handle
 
     async def _write(

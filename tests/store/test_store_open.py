@@ -239,7 +239,7 @@ def test_async_handle_reads_its_log_with_read_log(backend):
             for i in range(5):
                 await writer.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"i": i}})
             await writer.append("user/message", user_message("hi"), surface_op="append")
-            handle = await store.open_session("s1")
+            handle = await store.open_session("s1", read_log=False)
             assert handle.messages() == writer.messages()  # no I/O: the surface is in memory
             with pytest.raises(StoreError, match="read_log"):
                 list(handle.events)  # on the loop, the unread log cannot be waited for
@@ -248,5 +248,25 @@ def test_async_handle_reads_its_log_with_read_log(backend):
             assert [e.seq for e in handle.events] == list(range(7))
             assert list(handle.events)[:6] == list(writer.events)
             await handle.read_log()  # nothing left to read
+
+    asyncio.run(body())
+
+
+def test_async_open_session_gives_the_sync_readers_on_the_loop(backend):
+    """SPEC §11.3: the async handle has StoredSession's synchronous readers, so by default
+    open_session reads the whole log (awaited) and the readers need no I/O on the loop."""
+
+    async def body() -> None:
+        async with open_async_store(backend.url, schema=backend.schema) as store:
+            writer = await store.create_session("s1")
+            for i in range(5):
+                await writer.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"i": i}})
+            await writer.append("user/message", user_message("hi"), surface_op="append")
+            handle = await store.open_session("s1")
+            assert list(handle.events) == list(writer.events)
+            assert handle.request_header() == writer.request_header()
+            assert handle.fork().messages() == writer.fork().messages()
+            await handle.append("user/message", user_message("more"), surface_op="append")
+            assert [e.seq for e in handle.events] == list(range(7))
 
     asyncio.run(body())
