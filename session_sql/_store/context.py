@@ -108,7 +108,6 @@ class Statements:
         ).select_from(advanced)
         self.insert_event_strict = pg_insert(e)
         self.insert_node_strict = pg_insert(sf)
-        self.insert_events_unnest_strict = None if sqlite else _insert_unnest(e, strict=True)
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
         # SET LOCAL of the tenant setting that row-level security reads (PostgreSQL).
         self.set_tenant = select(
@@ -218,10 +217,9 @@ class Statements:
         )
 
 
-def _insert_unnest(table: Any, *, strict: bool = False) -> Any:
+def _insert_unnest(table: Any) -> Any:
     """``INSERT INTO table SELECT * FROM unnest(:u_<col>::<type>[], ...) ON CONFLICT DO
-    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back.
-    ``strict``: without ``ON CONFLICT`` (a taken key is an error)."""
+    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back."""
     written = [c for c in table.c if c.computed is None]  # the database computes the rest
     names = [c.name for c in written]
     arrays = [
@@ -229,8 +227,7 @@ def _insert_unnest(table: Any, *, strict: bool = False) -> Any:
     ]
     rows = func.unnest(*arrays).table_valued(*names).render_derived(name="r")
     columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in written]
-    inserted = pg_insert(table).from_select(names, select(*columns))
-    return inserted if strict else inserted.on_conflict_do_nothing()
+    return pg_insert(table).from_select(names, select(*columns)).on_conflict_do_nothing()
 
 
 def _is_json(column: Any) -> bool:
@@ -323,11 +320,6 @@ class CompiledStatements:
         self.insert_event_strict = Compiled(st.insert_event_strict, dialect, written)
         self.insert_node_strict = Compiled(
             st.insert_node_strict, dialect, [c.name for c in tables.surface.c]
-        )
-        self.insert_events_unnest_strict = (
-            None
-            if st.insert_events_unnest_strict is None
-            else Compiled(st.insert_events_unnest_strict, dialect)
         )
         self.set_tenant = Compiled(st.set_tenant, dialect)
         self.surface_tail = Compiled(st.surface_tail, dialect)

@@ -360,11 +360,7 @@ def _one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[str, list[Any]]
         (c.set_tenant.sql, [_tenant_params(ctx)]),
         (c.guarded_advance.sql, [c.guarded_advance.bind(part.advance)]),
     ]
-    unnest = c.insert_events_unnest_strict
-    if len(rows) > 1 and unnest is not None:
-        out.append((unnest.sql, [unnest_params(c.event_columns, rows)]))
-    else:
-        out.append((c.insert_event_strict.sql, [c.insert_event_strict.bind(r) for r in rows]))
+    out.append((c.insert_event_strict.sql, [c.insert_event_strict.bind(r) for r in rows]))
     for op, params in _surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
         if op is SurfaceOp.INSERT_NODES:
             out.append((c.insert_node_strict.sql, params))
@@ -429,8 +425,17 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
 
 def _one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPart) -> str:
     """:func:`_one_trip`'s statements bound by ``bind`` (a client cursor's ``mogrify``) and
-    joined into one query."""
-    return ";".join([bind(sql, one) for sql, params in _one_trip(ctx, part) for one in params])
+    joined into one query. An insert of several rows is one multi-row ``VALUES`` statement:
+    one statement for the server to parse, and no arrays for the client to adapt (binding
+    ``unnest`` arrays cost more than the rows' own values)."""
+    statements: list[str] = []
+    for sql, params in _one_trip(ctx, part):
+        if len(params) > 1 and sql.startswith("INSERT "):
+            head, values, row = sql.partition(" VALUES ")
+            statements.append(head + values + ", ".join([bind(row, one) for one in params]))
+        else:
+            statements.extend([bind(sql, one) for one in params])
+    return ";".join(statements)
 
 
 def _copy_statement(table: Table, columns: Sequence[str]) -> pgsql.Composed:

@@ -107,6 +107,31 @@ def test_an_async_append_is_one_round_trip(pg, tmp_path: Path) -> None:
     asyncio.run(main())
 
 
+def test_a_batch_is_one_insert_per_table(pg, tmp_path: Path) -> None:
+    """The one-query append writes a batch's events (and its new surface nodes) by one
+    multi-row ``INSERT`` per table: one statement for the server to parse, whatever the
+    batch's size below the ``COPY`` threshold."""
+    url, schema = pg
+    with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
+        handle = store.create_session("s")
+        say(handle, "a")
+        raw = store.engine.raw_connection()
+        conn = raw.driver_connection
+        raw.close()
+        batch = [
+            {"type": "user/message", "data": user_message(t), "surface_op": "append"}
+            for t in [*HOSTILE, "plain"]
+        ]
+        with traced(conn, tmp_path / "trace"):
+            handle.append_many(batch)
+        sent = (tmp_path / "trace").read_text()
+        assert sent.count(f"INSERT INTO {schema}.events ") == 1
+        assert sent.count(f"INSERT INTO {schema}.surface ") == 1
+        got = [e.data["content"][0]["text"] for e in store.events("s")]
+        assert got == ["a", *HOSTILE, "plain"]
+        assert store.verify("s").ok
+
+
 def test_a_pooled_connection_the_server_ended_is_replaced_at_checkout(
     pg, postgres_admin: Engine
 ) -> None:
