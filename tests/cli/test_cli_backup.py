@@ -204,8 +204,9 @@ def test_the_import_progress_follows_the_bytes_read(cli, store, tmp_path, monkey
     store.delete_session("big")
     size = path.stat().st_size
     progress = _Progress(cli.url, cli.schema, "big")
-    # (The package re-exports the Typer object as ``app``, so reach the module itself.)
-    monkeypatch.setattr(sys.modules["session_sql.cli.app"], "progress_bar", lambda **kw: progress)
+    # (The import command's module: ``session_sql.cli._transfer``.)
+    transfer = sys.modules["session_sql.cli._transfer"]
+    monkeypatch.setattr(transfer, "progress_bar", lambda **kw: progress)
 
     out = cli("import", str(path))
     assert out.code == 0, out.stderr

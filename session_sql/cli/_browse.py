@@ -1,0 +1,385 @@
+"""Commands that create and read sessions: ``demo``, ``init``, ``ls``, ``title``, ``show``,
+``tail``."""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from session_sql import (
+    SCHEMA_VERSION,
+    SessionEvent,
+    SessionStore,
+    fold_surface,
+)
+from session_sql.cli._render import (
+    demo_report,
+    event_line,
+    format_time,
+    message_lines,
+    replacement_lines,
+    surface_lines,
+)
+from session_sql.cli._root import (
+    DEFAULT_SCHEMA,
+    DEFAULT_URL,
+    JsonOption,
+    SchemaOption,
+    SessionArg,
+    TenantOption,
+    UrlOption,
+    app,
+    example,
+)
+from session_sql.cli._support import (
+    PROG,
+    CliError,
+    Out,
+    cli_store,
+    resolve_id,
+)
+from session_sql.cli.demo import explore_queries, record_demo
+
+
+@app.command(
+    epilog=example(
+        "session-sql demo", "session-sql demo --url postgresql://postgres@localhost/agents"
+    )
+)
+def demo(
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+) -> None:
+    """Record a realistic agent session and show it.
+
+    The session has streamed replies, tool calls, a pruned tool result, a compaction summary,
+    a fork at an earlier turn (where the user later says "forget that", and a surface/removed
+    takes their message and the reply off the fork's surface), and a crash inside a turn that
+    is then repaired. The command prints what the model sees now, the raw log in brief, what
+    each replacement shadows, the verify results, and SQL queries to explore the tables. Run
+    it again for a new session.
+    """
+    with cli_store(url, schema, tenant=tenant, create=True):
+        pass  # fail early, before recording, when the URL or schema is unusable
+    run = record_demo(url, schema=schema, tenant=tenant)
+    out = Out()
+    with cli_store(url, schema, tenant=tenant) as store:
+        events = list(store.events(run.session_id))
+        fork_events = list(store.events(run.fork_id))
+        messages = store.messages(run.session_id)
+        fold = fold_surface(events, catalog=store.catalog)
+        reports = [store.verify(run.session_id), store.verify(run.fork_id)]
+        where, database_file = store.display_url, store.database_file
+        is_postgres = store.schema is not None
+    if is_postgres:
+        shell = f'psql "{where.replace("+psycopg", "")}"'
+        search_path: str | None = schema
+    else:
+        shell, search_path = f"sqlite3 {database_file}", None
+    out.lines(
+        demo_report(
+            run,
+            events=events,
+            fork_events=fork_events,
+            messages=messages,
+            fold=fold,
+            reports=reports,
+            where=where,
+            shell=shell,
+            search_path=search_path,
+            queries=explore_queries(run.session_id),
+        )
+    )
+
+
+@app.command(epilog=example("session-sql init --url postgresql://postgres@localhost/agents"))
+def init(
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+) -> None:
+    """Create the tables, or check an existing store.
+
+    An empty database (or a missing SQLite file) is initialised; an existing store is checked
+    by the schema gate, which refuses a database written by another schema version.
+    """
+    with cli_store(url, schema, tenant=tenant, create=True) as store:
+        where = store.display_url + (f" (schema {store.schema})" if store.schema else "")
+    Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
+
+
+@app.command(
+    epilog=example(
+        "session-sql ls --limit 5 --user alice --label team=support",
+        "session-sql ls --json | jq '.[0].id'",
+    )
+)
+def ls(
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many.")
+    ] = 20,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", metavar="ID", help="Page on: list sessions after this id."),
+    ] = None,
+    parent: Annotated[
+        str | None, typer.Option("--parent", metavar="ID", help="Only forks of this session.")
+    ] = None,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--label",
+            metavar="NAME=VALUE",
+            help="Only sessions with this label (repeatable: every one must match).",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List sessions, most recently updated first, with their title, user and event count."""
+    labels = _label_pairs(label or [])
+    with cli_store(url, schema, tenant=tenant) as store:
+        infos = store.list_sessions(
+            limit=limit, after=after, parent=parent, user_id=user, labels=labels or None
+        )
+    out = Out()
+    if as_json:
+        out.json([{**info.model_dump(), "event_count": info.event_count} for info in infos])
+        return
+    rows = [
+        [
+            info.id,
+            info.title or "",
+            info.user_id or "",
+            str(info.event_count),
+            format_time(info.created_at),
+            format_time(info.updated_at),
+            info.parent_session or "",
+        ]
+        for info in infos
+    ]
+    if not rows:
+        out.line("no sessions" + (f" forked from {parent}" if parent else ""))
+        return
+    out.table(["ID", "TITLE", "USER", "EVENTS", "CREATED (UTC)", "UPDATED (UTC)", "PARENT"], rows)
+
+
+def _label_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    """``--label NAME=VALUE`` options as a mapping; a malformed one is a usage error."""
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint="'--label'")
+        if name in labels and labels[name] != value:
+            raise typer.BadParameter(
+                f"label {name!r} given twice with different values", param_hint="'--label'"
+            )
+        labels[name] = value
+    return labels
+
+
+@app.command(epilog=example('session-sql title 3f2a9c "Refund for order 1042"'))
+def title(
+    session: SessionArg,
+    text: Annotated[
+        str,
+        typer.Argument(metavar="TITLE", help='The new title ("" clears it).', show_default=False),
+    ],
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+) -> None:
+    """Set a session's title (shown by 'session-sql ls').
+
+    The title is metadata: the session's log and its updated time do not change.
+    """
+    with cli_store(url, schema, tenant=tenant) as store:
+        session_id = resolve_id(store, session)
+        info = store.update_session(session_id, title=text or None)
+    Out().line(f"{info.id}: " + (f"title {info.title!r}" if info.title else "title cleared"))
+
+
+@app.command(
+    epilog=example(
+        "session-sql show 3f2a9c --surface",
+        "session-sql show 3f2a9c --from 40 --to 60",
+    )
+)
+def show(
+    session_id: SessionArg,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    events: Annotated[
+        bool, typer.Option("--events", help="Print the raw log instead of the messages.")
+    ] = False,
+    surface: Annotated[
+        bool,
+        typer.Option(
+            "--surface", help="Print the surface nodes and what each replacement shadows."
+        ),
+    ] = False,
+    from_seq: Annotated[
+        int | None,
+        typer.Option(
+            "--from",
+            min=0,
+            metavar="SEQ",
+            help="Print the raw log from this seq (implies --events).",
+        ),
+    ] = None,
+    to_seq: Annotated[
+        int | None,
+        typer.Option(
+            "--to", min=0, metavar="SEQ", help="Print the raw log up to, not including, this seq."
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show a session's messages, raw log, or surface.
+
+    By default: the messages a model would be sent, in order. --events: the raw log (every
+    event, shadowed ones included); --from and --to pick a range of it by seq. --surface: the
+    surface nodes replayed from the log, and which events each replacement shadows.
+    """
+    ranged = from_seq is not None or to_seq is not None
+    if surface and (events or ranged):
+        raise CliError("--surface excludes --events, --from and --to", code=2)
+    out = Out()
+    with cli_store(url, schema, tenant=tenant) as store:
+        session_id = resolve_id(store, session_id)
+        if events or ranged:
+            _show_events(store, out, session_id, from_seq or 0, to_seq, as_json)
+            return
+        if surface:
+            log = list(store.events(session_id))
+            table = store.surface(session_id)
+            fold = fold_surface(log, catalog=store.catalog)
+            if as_json:
+                out.json(
+                    {
+                        "session_id": session_id,
+                        "nodes": list(fold.nodes),
+                        "replacements": [r._asdict() for r in fold.replacements],
+                    }
+                )
+            else:
+                out.lines(surface_lines(fold, log))
+                if fold.replacements:
+                    out.heading("Replacements")
+                    out.lines(replacement_lines(fold, log))
+            if tuple(table) != tuple(fold.nodes):
+                raise CliError(
+                    f"the stored surface of {session_id} differs from the replay of its log; "
+                    f"run '{PROG} verify {session_id}'"
+                )
+            return
+        messages = store.messages(session_id)
+    if as_json:
+        out.json(messages)
+        return
+    if not messages:
+        out.line(f"no messages: the surface of {session_id} is empty")
+    for i, message in enumerate(messages):
+        lines = message_lines(message)
+        out.line(Text.assemble((f"[{i}] ", "dim")) + lines[0])
+        out.lines(lines[1:])
+
+
+def _show_events(
+    store: SessionStore,
+    out: Out,
+    session_id: str,
+    from_seq: int,
+    to_seq: int | None,
+    as_json: bool,
+) -> None:
+    """``show --events``: the raw log in [from_seq, to_seq), and a note when that is empty."""
+    stream = store.events(session_id, from_seq=from_seq, to_seq=to_seq)
+    if as_json:
+        out.json_array(e.to_wire() for e in stream)
+        return
+    printed = 0
+    for event in stream:
+        out.line(event_line(event, width=88, with_time=True))
+        printed += 1
+    if printed:
+        return
+    head = store.head_seq(session_id)
+    wanted = f"seq {from_seq} on" if to_seq is None else f"seqs {from_seq} to {to_seq - 1}"
+    if to_seq is not None and to_seq <= from_seq:
+        out.line(f"no events: --to {to_seq} is not after --from {from_seq}")
+    elif head < 0:
+        out.line(f"no events: the log of {session_id} is empty")
+    else:
+        out.line(f"no events from {wanted}: the log of {session_id} holds seqs 0 to {head}")
+
+
+@app.command(epilog=example("session-sql tail 3f2a9c -n 20", "session-sql tail 3f2a9c -f --json"))
+def tail(
+    session_id: SessionArg,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    lines: Annotated[
+        int,
+        typer.Option(
+            "--lines", "-n", min=0, metavar="N", help="How many of the last events to print."
+        ),
+    ] = 10,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing events as they are committed.")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            min=0,
+            metavar="SECONDS",
+            help="With -f: stop after this many idle seconds.",
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Print a session's last events, or follow it.
+
+    With -f, keep printing events as other processes commit them (Ctrl-C to stop). --json
+    prints one JSON event per line.
+    """
+    out = Out()
+
+    def emit(event: SessionEvent) -> None:
+        if as_json:
+            out.json_line(event.to_wire())
+        else:
+            out.line(event_line(event, width=88, with_time=True))
+        sys.stdout.flush()
+
+    try:
+        with cli_store(url, schema, tenant=tenant) as store:
+            session_id = resolve_id(store, session_id)
+            head = store.head_seq(session_id)
+            recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
+            for event in deque(recent, min(lines, head + 1)):  # (-n can be huge)
+                emit(event)
+            if head < 0 and not as_json:
+                out.line(f"no events: the log of {session_id} is empty")
+            if follow:
+                for event in store.follow(session_id, after_seq=head, timeout=timeout):
+                    emit(event)
+    except KeyboardInterrupt:
+        if not follow:
+            raise
+        # Ctrl-C is how -f is meant to stop, at any moment: a normal end, exit code 0.

@@ -1,0 +1,388 @@
+"""Commands that move sessions in and out of a store: ``import``, ``export``, ``migrate``."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Annotated, Any, cast
+
+import typer
+
+from session_sql import (
+    ConfigurationError,
+    MigrationProgress,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionSQLError,
+    SessionStore,
+)
+from session_sql import migrate as migrate_store
+from session_sql.cli._root import (
+    DEFAULT_SCHEMA,
+    DEFAULT_URL,
+    PROGRESS_MIN_BYTES,
+    PROGRESS_MIN_EVENTS,
+    JsonOption,
+    SchemaOption,
+    TenantOption,
+    UrlOption,
+    app,
+    complete_session_id,
+    example,
+)
+from session_sql.cli._support import (
+    PROG,
+    CliError,
+    CountingReader,
+    CountingWriter,
+    Out,
+    cli_store,
+    error_line,
+    progress_bar,
+    resolve_id,
+    warn,
+)
+from session_sql.jsonl import jsonl_file_name, published_file
+
+
+@app.command(
+    name="import",
+    epilog=example(
+        "session-sql import session-1.jsonl session-2.jsonl",
+        "session-sql import backup/ --skip-existing --json",
+    ),
+)
+def import_(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            metavar="FILE|DIR",
+            help="JSONL files (a header line, then one event per line), or directories: "
+            "every *.jsonl file directly in them.",
+            exists=True,
+            readable=True,
+            show_default=False,
+        ),
+    ],
+    skip_existing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-existing",
+            help="Skip a file whose session id the store already holds, instead of failing it.",
+        ),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Import sessions from JSONL files.
+
+    Each file is stored exactly as it is (export then import is lossless). A torn final line
+    (the last, without its newline) is dropped with a warning; any other bad line fails that
+    file, and the others still import. Blank lines are skipped. Prints each new session id;
+    exits with 1 when any file failed. A file whose session the store already holds fails,
+    unless --skip-existing (to resume an import, or to refresh a store from a backup).
+    """
+    files = _jsonl_files(paths)
+    out = Out()
+    imported: list[dict[str, Any]] = []
+    failed = 0
+    total = sum(f.stat().st_size for f in files)
+    with (
+        cli_store(url, schema, tenant=tenant, create=True) as store,
+        progress_bar(in_bytes=True) as progress,
+    ):
+        task = progress.add_task("importing", total=total, visible=total >= PROGRESS_MIN_BYTES)
+
+        def advance(size: int) -> None:
+            progress.advance(task, size)
+
+        done = 0
+        for path in files:
+            progress.update(task, description=f"importing {path.name}")
+            try:
+                with warnings.catch_warnings(record=True) as caught, path.open("rb") as fh:
+                    warnings.simplefilter("always")
+                    # The bar follows the bytes as the store reads them, not file by file.
+                    session_id = store.import_jsonl(cast(IO[bytes], CountingReader(fh, advance)))
+            except SessionExistsError as exc:
+                if not skip_existing:
+                    failed += 1
+                    error_line(f"{path}: {exc} (pass --skip-existing to skip it)")
+                    continue
+                skipped = str(exc.session_id)
+                sys.stderr.write(f"{PROG}: skipped {path}: {skipped} is already in the store\n")
+                imported.append({"file": str(path), "session_id": skipped, "skipped": True})
+                continue
+            except SessionSQLError as exc:
+                failed += 1
+                message = str(exc)  # a bad line's error names the file already
+                error_line(message if message.startswith(f"{path}:") else f"{path}: {message}")
+                continue
+            except OSError as exc:
+                failed += 1
+                error_line(f"cannot read {path}: {exc.strerror or exc}")
+                continue
+            finally:
+                done += path.stat().st_size
+                progress.update(task, completed=done)
+            for warning in caught:
+                warn(str(warning.message))
+            imported.append({"file": str(path), "session_id": session_id, "skipped": False})
+            if not as_json:
+                out.line(f"{session_id}  ← {path}")
+    if as_json:
+        out.json(imported)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
+    """The files to import: each file given, and the ``*.jsonl`` files of each directory."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        found = sorted(p for p in path.glob("*.jsonl") if p.is_file())
+        if not found:
+            warn(f"no *.jsonl files in {path}")
+        files.extend(found)
+    if not files:
+        raise CliError("nothing to import: no JSONL files in " + ", ".join(map(str, paths)))
+    return files
+
+
+@app.command(
+    epilog=example(
+        "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
+        "session-sql export --all backup/",
+    )
+)
+def export(
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ID|DIR",
+            help="The session id, or a unique prefix of it; with --all, the directory to write.",
+            show_default=False,
+            autocompletion=complete_session_id,
+        ),
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", dir_okay=False, metavar="FILE", help="Write here instead of stdout."
+        ),
+    ] = None,
+    folder: Annotated[
+        Path | None,
+        typer.Option(
+            "--dir",
+            "-d",
+            file_okay=False,
+            metavar="DIR",
+            help="Write into DIR (created if missing), as DIR/NAME.jsonl (see above).",
+        ),
+    ] = None,
+    all_sessions: Annotated[
+        bool,
+        typer.Option("--all", help="Export every session, one file each: export --all DIR."),
+    ] = False,
+    skip_existing: Annotated[
+        bool,
+        typer.Option(
+            "--skip-existing",
+            help="Into a directory: leave a session whose file is already there.",
+        ),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+) -> None:
+    """Export a session, or every session, as JSONL.
+
+    The header line, then one event per line, to stdout or to a file, read from one snapshot
+    of the session. A file is written under a unique temporary name, fsynced and renamed, so
+    it holds a whole export or is left as it was: with --skip-existing, a file already there
+    is a whole export (perhaps of an earlier state), and an interrupted --all can be resumed.
+
+    In a directory the file is DIR/NAME.jsonl, NAME being the id with every character outside
+    a-z 0-9 . _ - (and a leading dot) percent-encoded: an id such as 'a/b' or '..' never names
+    a file outside DIR, and distinct ids never share a file. 'session-sql import DIR' reads
+    them back.
+    """
+    if all_sessions:
+        if target is not None and folder is not None:
+            raise CliError("give the directory once: export --all DIR", code=2)
+        folder = Path(target) if target is not None else folder
+        if folder is None:
+            raise CliError("--all needs a directory: export --all DIR", code=2)
+        if output is not None:
+            raise CliError("--all writes one file per session: give a directory, not --output", 2)
+    elif target is None:
+        raise CliError("give a session id, or --all DIR", code=2)
+    if output is not None and folder is not None:
+        raise CliError("give --output or --dir, not both", code=2)
+    if skip_existing and folder is None:
+        raise CliError("--skip-existing needs a directory (--all DIR or --dir DIR)", code=2)
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"cannot create {folder}: {exc.strerror or exc}") from exc
+    with cli_store(url, schema, tenant=tenant) as store:
+        if not all_sessions:
+            assert target is not None
+            session_id = resolve_id(store, target)
+            path = output if folder is None else folder / jsonl_file_name(session_id)
+            if path is not None and skip_existing and path.exists():
+                sys.stderr.write(f"{PROG}: skipped {session_id}: {path} exists\n")
+                return
+            _export_one(store, session_id, path, strict=True)
+            return
+        assert folder is not None
+        written = skipped = 0
+        for sid in (info.id for info in store.iter_sessions()):
+            path = folder / jsonl_file_name(sid)
+            if skip_existing and path.exists():
+                skipped += 1
+                continue
+            written += _export_one(store, sid, path, strict=False)
+    note = f" ({skipped} skipped: their files were there)" if skipped else ""
+    sys.stderr.write(f"exported {written} sessions to {folder}{note}\n")
+
+
+def _export_one(store: SessionStore, session_id: str, target: Path | None, *, strict: bool) -> int:
+    """Export one session to ``target`` (stdout when None); ``strict``: a missing one fails.
+
+    Returns 1 when it wrote the session, 0 when it was deleted meanwhile (not ``strict``).
+    """
+    with progress_bar() as progress:
+        try:
+            total = store.head_seq(session_id) + 2  # the header line, then every event
+        except SessionNotFoundError:
+            if strict:
+                raise
+            warn(f"session {session_id!r} was deleted before its export")
+            return 0
+        task = progress.add_task(
+            f"exporting {session_id}", total=total, visible=total >= PROGRESS_MIN_EVENTS
+        )
+
+        def advance(lines: int) -> None:
+            progress.advance(task, lines)
+
+        if target is None:
+            writer = CountingWriter(sys.stdout, advance)
+            store.export_jsonl(session_id, cast(IO[str], writer))
+            return 1
+        try:
+            with published_file(target) as fh:
+                count = store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
+        except SessionNotFoundError:
+            if strict:
+                raise
+            warn(f"session {session_id!r} was deleted before its export")
+            return 0
+        except OSError as exc:
+            raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    sys.stderr.write(f"exported {count} events of {session_id} to {target}\n")
+    return 1
+
+
+@app.command(
+    epilog=example(
+        "session-sql migrate --from sqlite:///sessions.db --to sqlite:///sessions-v3.db",
+        "session-sql migrate --from postgresql://postgres@localhost/agents "
+        "--to postgresql://postgres@localhost/agents --to-schema session_sql_v3",
+    )
+)
+def migrate(
+    from_url: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            envvar="SESSION_SQL_URL",
+            metavar="URL",
+            help="The store to copy from (only read): of this version or of any earlier "
+            "schema version.",
+            show_default=False,
+        ),
+    ],
+    to_url: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            metavar="URL",
+            help="The store to copy into: an empty database (or file, or schema), or the "
+            "destination of an interrupted migrate from the same store.",
+            show_default=False,
+        ),
+    ],
+    from_schema: Annotated[
+        str,
+        typer.Option(
+            "--from-schema",
+            envvar="SESSION_SQL_SCHEMA",
+            metavar="NAME",
+            help="PostgreSQL schema of the source (ignored on SQLite).",
+        ),
+    ] = DEFAULT_SCHEMA,
+    to_schema: Annotated[
+        str,
+        typer.Option(
+            "--to-schema",
+            metavar="NAME",
+            help="PostgreSQL schema of the destination (ignored on SQLite).",
+        ),
+    ] = DEFAULT_SCHEMA,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Draw no progress bar.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Copy every session of every tenant into a new store, and verify each copy.
+
+    For a new schema version, another backend or a fresh database. Each session is copied in
+    one transaction, with its tenant, metadata, times and fork lineage, then verified against
+    the source (its replay, counters, digest and events). A store of an earlier schema version
+    (which this build refuses to open) is read too; versions 1 and 2 had no tenants, so their
+    sessions go to the default tenant. Nothing is ever written to the source.
+
+    An interrupted migrate is resumed by running it again: the sessions already copied are
+    checked and skipped, the rest copied. A destination that holds anything else is refused
+    before anything is written. Prints one summary line (the report with --json); a session
+    that cannot be copied is an error line, and the exit code is then 1. Stop the writers of
+    the source first: a session written after it was copied makes a rerun refuse it.
+    """
+    with progress_bar() as bar:
+        sessions = bar.add_task("sessions", total=None, visible=not quiet)
+        events = bar.add_task("events", total=None, visible=not quiet)
+
+        def show(step: MigrationProgress) -> None:
+            bar.update(sessions, completed=step.sessions_done, total=step.sessions_total)
+            bar.update(events, completed=step.events_done, total=step.events_total)
+
+        try:
+            report = migrate_store(
+                from_url,
+                to_url,
+                from_schema=from_schema,
+                to_schema=to_schema,
+                progress=None if quiet else show,
+            )
+        except ConfigurationError as exc:
+            raise CliError(f"invalid --from, --to or schema: {exc}", code=2) from exc
+    for failure in report.failures:
+        tenant = f" of tenant {failure.tenant!r}" if failure.tenant else ""
+        error_line(f"session {failure.session_id!r}{tenant} was not copied: {failure.error}")
+    out = Out()
+    if as_json:
+        out.json(dataclasses.asdict(report) | {"ok": report.ok})
+    else:
+        out.line(report.summary())
+    if not report.ok:
+        raise typer.Exit(1)

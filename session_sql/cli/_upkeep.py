@@ -1,0 +1,352 @@
+"""Commands that check, repair, remove and measure: ``verify``, ``repair``, ``delete``,
+``stats``, ``schema``, ``bench``."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from session_sql import (
+    SessionNotFoundError,
+    SessionSQLError,
+    SessionStore,
+    VerifyReport,
+    check_invariants,
+)
+from session_sql._store.schema import render_ddl
+from session_sql.cli import bench as workloads
+from session_sql.cli._render import (
+    event_line,
+    verify_line,
+)
+from session_sql.cli._root import (
+    DEFAULT_SCHEMA,
+    DEFAULT_URL,
+    JsonOption,
+    OptionalSessionArg,
+    SchemaOption,
+    SessionArg,
+    TenantOption,
+    UrlOption,
+    app,
+    complete_session_id,
+    example,
+)
+from session_sql.cli._stats import headline, tables
+from session_sql.cli._support import (
+    PROG,
+    CliError,
+    Out,
+    cli_store,
+    isatty,
+    progress_bar,
+    resolve_id,
+)
+
+
+@app.command(epilog=example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))
+def verify(
+    session_id: OptionalSessionArg = None,
+    all_sessions: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
+    invariants: Annotated[
+        bool,
+        typer.Option(
+            "--invariants", help="Also check the turn/step/tool-call invariants of each log."
+        ),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Check stored sessions against a replay of their logs.
+
+    Replays each log and compares the fold with the surface table and the session row. Exits
+    with 1 when any session fails.
+    """
+    if (session_id is None) == (not all_sessions):
+        raise CliError("give a session id or --all (not both)", code=2)
+    out = Out()
+    reports: list[VerifyReport] = []
+    with cli_store(url, schema, tenant=tenant) as store:
+        ids = (
+            [resolve_id(store, session_id)]
+            if session_id is not None
+            else [info.id for info in store.iter_sessions()]
+        )
+        with progress_bar() as progress:
+            task = progress.add_task("verifying", total=len(ids), visible=len(ids) > 1)
+            for sid in ids:
+                reports.append(_verify_one(store, sid, invariants, strict=session_id is not None))
+                progress.advance(task)
+                if not as_json:
+                    out.line(verify_line(reports[-1]))
+    failed = sum(1 for r in reports if not r.ok)
+    if as_json:
+        out.json([r.model_dump() for r in reports])
+    elif len(reports) != 1 or failed:
+        out.line(f"{len(reports) - failed} ok, {failed} failed")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _verify_one(
+    store: SessionStore, session_id: str, invariants: bool, *, strict: bool
+) -> VerifyReport:
+    try:
+        report = store.verify(session_id)
+    except SessionNotFoundError:
+        if strict:
+            raise
+        return VerifyReport(
+            session_id=session_id, ok=False, events=0, problems=("deleted while verifying",)
+        )
+    except SessionSQLError as exc:
+        return VerifyReport(session_id=session_id, ok=False, events=0, problems=(str(exc),))
+    if invariants and report.ok:
+        found = check_invariants(store.events(session_id))
+        if found:
+            problems = tuple(f"invariant {v.code} at seq {v.seq}: {v.message}" for v in found)
+            report = report.model_copy(update={"ok": False, "problems": problems})
+    return report
+
+
+@app.command(epilog=example("session-sql repair 3f2a9c"))
+def repair(
+    session_id: SessionArg,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Close a turn that a crashed process left open.
+
+    Appends an error result for each unanswered tool call, then step/end and turn/end with
+    reason "interrupted". Does nothing when no turn is open.
+    """
+    with cli_store(url, schema, tenant=tenant) as store:
+        session_id = resolve_id(store, session_id)
+        appended = store.repair(session_id)
+    out = Out()
+    if as_json:
+        out.json([e.to_json() for e in appended])
+    elif not appended:
+        out.line(f"nothing to repair: {session_id} has no open turn")
+    else:
+        out.line(f"appended {len(appended)} events to {session_id}:")
+        out.lines([event_line(e, width=88) for e in appended])
+
+
+@app.command(
+    epilog=example(
+        "session-sql delete 3f2a9c",
+        "session-sql delete --yes 7b1e04c2a9d84f6e8b3c5d7e9f1a2b3c",
+    )
+)
+def delete(
+    session_ids: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="ID",
+            help="The sessions to delete, by id or unique prefix (full ids with --yes).",
+            show_default=False,
+            autocompletion=complete_session_id,
+        ),
+    ],
+    yes: Annotated[
+        bool,
+        typer.Option("--yes", "-y", help="Do not ask; every ID must then be a full id."),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Delete whole sessions: their rows, every event and the surface.
+
+    An operator's action (retention, a mistaken import), not an edit of a session's history:
+    to take messages off what a model sees, append a surface/removed event instead, and the
+    log keeps them. Lists what it will delete and asks first (reading the answer from stdin);
+    --yes skips the question, and then a prefix is refused, so that a script never deletes a
+    session it did not name. Forks keep their own copies of the events they inherited; other
+    sessions are not touched. Nothing is deleted unless every ID names a session.
+    """
+    out = Out()
+    with cli_store(url, schema, tenant=tenant) as store:
+        targets: dict[str, int] = {}
+        for given in session_ids:
+            session_id = resolve_id(store, given)
+            if yes and session_id != given:
+                raise CliError(
+                    f"{given!r} is a prefix of {session_id}: with --yes, give the full id", code=2
+                )
+            targets[session_id] = store.head_seq(session_id) + 1
+        if not yes:
+            for session_id, count in targets.items():
+                forks = len(store.list_sessions(parent=session_id, limit=1000))
+                kept = f"; its {forks} fork(s) keep their copies" if forks else ""
+                sys.stderr.write(f"  {session_id}  {count} events{kept}\n")
+            question = (
+                f"Delete these {len(targets)} sessions?" if len(targets) > 1 else "Delete it?"
+            )
+            try:
+                confirmed = typer.confirm(question, default=False, err=True)
+            except typer.Abort:  # stdin ended (or Ctrl-C) before an answer
+                confirmed = False
+            if not isatty(sys.stdin):
+                sys.stderr.write("\n")  # the answer was not echoed: end the prompt's line
+            if not confirmed:
+                raise CliError("nothing deleted")
+        for session_id in targets:
+            store.delete_session(session_id)
+    if as_json:
+        out.json([{"session_id": sid, "events": n} for sid, n in targets.items()])
+        return
+    for session_id, count in targets.items():
+        out.line(f"deleted {session_id} ({count} events)")
+
+
+@app.command(epilog=example("session-sql stats", "session-sql stats 3f2a9c --json"))
+def stats(
+    session_id: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ID",
+            help="Only this session, by id or unique prefix (default: the whole store).",
+            show_default=False,
+            autocompletion=complete_session_id,
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    tenant: TenantOption = "",
+    as_json: JsonOption = False,
+) -> None:
+    """Summarise the store with SQL.
+
+    Events by type, tool calls and errors by tool, tokens by model, and replacements, computed
+    by SQL over the tables. A fork's inherited events count once, in its parent.
+    """
+    with cli_store(url, schema, tenant=tenant) as store:
+        if session_id is not None:
+            session_id = resolve_id(store, session_id)
+        result = store.stats(session_id)
+    out = Out()
+    if as_json:
+        out.json(result.model_dump())
+        return
+    out.line(Text(headline(result), style="bold"))
+    for title, headers, rows in tables(result):
+        out.heading(title)
+        out.table(headers, rows)
+    out.line(f"events cited by replacements: {result.shadowed_events}")
+
+
+class Dialect(StrEnum):
+    sqlite = "sqlite"
+    postgresql = "postgresql"
+
+
+@app.command(
+    name="schema",
+    epilog=example("session-sql schema --dialect postgresql --schema agents > schema.sql"),
+)
+def schema_(
+    dialect: Annotated[
+        Dialect, typer.Option("--dialect", metavar="sqlite|postgresql", help="SQL dialect.")
+    ] = Dialect.sqlite,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+) -> None:
+    """Print the SQL schema (DDL).
+
+    The tables, indexes, the surface_messages view and the meta rows of the schema gate, as
+    this version creates them.
+    """
+    if dialect is Dialect.sqlite:
+        sys.stdout.write(render_ddl("sqlite", schema))
+    else:
+        sys.stdout.write(render_ddl("postgresql", schema))
+
+
+@app.command(
+    epilog=example(
+        "session-sql bench --quick",
+        "session-sql bench --url postgresql://postgres@127.0.0.1/test --only W1,W11 --json",
+    )
+)
+def bench(
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            metavar="URL",
+            help=(
+                "postgresql://... to bench throwaway schemas there; sqlite:///path to put the"
+                " temp SQLite files in a temporary directory beside path (path itself is never"
+                " opened); default: temp SQLite files in the system temp directory."
+            ),
+        ),
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Smaller runs (under a minute).")] = False,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only",
+            metavar="W1,W7,...",
+            help=(
+                "Run only these workloads (comma-separated, W1 to W11; W4, W5, W9 and W10"
+                " share one setup and run together)."
+            ),
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Measure session_sql against the raw driver doing the same rows, in the same run.
+
+    Each workload runs through the store and through a stdlib sqlite3 / raw psycopg baseline
+    that writes the same event rows and session-row update with the same durability settings,
+    without validation or surface upkeep. Figures are medians over repetitions; the ratio is
+    session_sql / raw (for reads: raw time / session_sql time). The baseline runs the store's
+    own statements (compiled once from its tables) and the engine's SQLite pragmas. It never
+    touches your sessions.db: SQLite runs use temporary files (beside the file a sqlite:///
+    --url names), PostgreSQL schemas that are dropped after. W8 (storage) measures on a fresh
+    file or schema of its own.
+    """
+
+    def progress(name: str) -> None:
+        sys.stderr.write(f"{PROG}: bench: {name} ...\n")
+
+    selected = None
+    if only is not None:
+        selected = frozenset(name.strip().upper() for name in only.split(",") if name.strip())
+        unknown = sorted(selected - {f"W{i}" for i in range(1, 12)})
+        if unknown or not selected:
+            named = ", ".join(unknown) or "(none given)"
+            raise CliError(f"--only: unknown workloads {named}; give W1 to W11", code=2)
+    report = workloads.run(url, quick=quick, progress=progress, only=selected)
+    out = Out()
+    if as_json:
+        out.json(report)
+        return
+    rows = []
+    for w in report["workloads"]:
+        rate = w["events_per_s"]
+        low, high = w["min_max_events_per_s"]
+        rows.append(
+            [
+                w["name"],
+                f"{rate:,.0f}" if rate else "-",
+                f"{1e6 / rate:,.1f}" if rate else "-",
+                f"{w['raw_events_per_s']:,.0f}" if w["raw_events_per_s"] else "-",
+                f"{w['ratio']:.2f}",
+                f"{low:,.0f}-{high:,.0f}" if rate and w["reps"] > 1 else "-",
+                ", ".join(f"{k}={v}" for k, v in w["extra"].items()),
+            ]
+        )
+    out.line(Text(f"backend: {report['backend']}", style="bold"))
+    headers = ["workload", "events/s", "µs/event", "raw events/s", "ratio", "min-max", "notes"]
+    out.table(headers, rows)
