@@ -80,17 +80,42 @@ class Writer:
     trial: int
 
 
+def _writer_name(trial: int) -> str:
+    return f"crash-writer-{trial}-{os.getpid()}"
+
+
 def _spawn_writer(backend: Any, tmp: Path, trial: int, seed: int) -> Writer:
     journal = tmp / f"journal-{trial}.jsonl"
     known = tmp / f"known-{trial}.json"
     ready, go = SPAWN.Event(), SPAWN.Event()
+    url = backend.url
+    if backend.name == "postgresql":  # named, so that the parent can wait for its backends
+        url += ("&" if "?" in url else "?") + f"application_name={_writer_name(trial)}"
     process = SPAWN.Process(
         target=crash_writer,
-        args=(backend.url, backend.schema, trial, seed, str(journal), str(known), ready, go),
+        args=(url, backend.schema, trial, seed, str(journal), str(known), ready, go),
         daemon=True,
     )
     process.start()
     return Writer(process, ready, go, journal, known, trial)
+
+
+def _await_server_done(store: SessionStore, trial: int) -> None:
+    """Wait until the server has ended the killed writer's connections (PostgreSQL).
+
+    A client killed after sending a query does not stop the server: the query runs on, and an
+    append sent as one query commits when it completes, maybe after the kill. Once the
+    writer's backends are gone, each of its transactions has committed or rolled back."""
+    if store.backend != "postgresql":
+        return
+    deadline = time.monotonic() + 60
+    query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name")
+    while True:
+        with store.engine.connect() as conn:
+            if conn.execute(query, {"name": _writer_name(trial)}).scalar_one() == 0:
+                return
+        assert time.monotonic() < deadline, f"writer {trial}'s server backends did not end"
+        time.sleep(0.01)
 
 
 def _await_ready(writer: Writer) -> None:
@@ -241,6 +266,7 @@ def test_sigkill_at_random_moments_never_loses_or_tears_an_event(
                 os.kill(writer.process.pid, signal.SIGKILL)
                 writer.process.join(30)
                 assert writer.process.exitcode == -signal.SIGKILL
+                _await_server_done(store, writer.trial)
                 stats["kills"] += 1
                 if trial + AHEAD < TRIALS:
                     upcoming.append(
