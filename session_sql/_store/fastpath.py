@@ -260,8 +260,11 @@ def _append_bulk(ctx: StoreContext, planned: list[Any]) -> int | None:
     such a table) and every conditional head update, whose counts decide before anything is
     inserted (the session rows are then locked, so a taken key can only be a row already past
     the head); then each session's events by ``COPY`` (or, under row security or on the async
-    driver, one counted ``INSERT … unnest``); then one pipeline with the surface upkeep and
-    ``NOTIFY``. The same transaction, checks and outcomes as ``append_parts``.
+    driver, one counted ``INSERT … unnest``); then, when copying, each session's first batch of
+    ``COPY_MIN_ROWS`` surface rows or more by ``COPY`` (the server checks a surface row's two
+    foreign keys either way, but a statement per row costs it more than the row); then one
+    pipeline with the rest of the surface upkeep and ``NOTIFY``. The same transaction, checks
+    and outcomes as ``append_parts``.
     """
     c = ctx.compiled
     raw = ctx.engine.raw_connection()
@@ -291,9 +294,12 @@ def _append_bulk(ctx: StoreContext, planned: list[Any]) -> int | None:
                 if cur.rowcount != count:
                     dbapi.rollback()
                     raise _rows_past_head(p.session_id)
+            upkeep = [
+                (p, _copy_nodes(cur, ctx, p, ops) if copying else ops) for p, *_, ops in planned
+            ]
             node_checks: list[tuple[Any, int, str]] = []
             with pipeline(raw.driver_connection):
-                for p, _, _, ops in planned:
+                for p, ops in upkeep:
                     _surface_upkeep(ctx, raw, cur, p, ops, node_checks)
             for check_cur, count, session_id in node_checks:
                 if check_cur.rowcount != count:
@@ -327,6 +333,26 @@ def _insert_values(
                 copy.write_row(row)
     except psycopg.errors.UniqueViolation as exc:  # the caller rolls back
         raise _rows_past_head(session_id) from exc
+
+
+def _copy_nodes(
+    cur: Any, ctx: StoreContext, part: AppendPart, ops: list[tuple[SurfaceOp, Any]]
+) -> list[tuple[SurfaceOp, Any]]:
+    """Insert the part's first batch of surface rows by ``COPY`` when it holds
+    ``COPY_MIN_ROWS`` rows or more (it precedes the part's other surface statements); the
+    statements left to run. A taken position or seq is a row already past the head."""
+    if not ops or ops[0][0] is not SurfaceOp.INSERT_NODES or len(ops[0][1]) < COPY_MIN_ROWS:
+        return ops
+    rows = ops[0][1]
+    try:
+        with cur.copy(_copy_statement(ctx.tables.surface, _SURFACE_COLUMNS)) as copy:
+            for row in rows:
+                copy.write_row((row["tenant"], row["session_id"], row["pos"], row["event_seq"]))
+    except psycopg.errors.UniqueViolation as exc:  # the caller rolls back
+        raise _rows_past_head(part.session_id) from exc
+    if cur.rowcount != len(rows):
+        raise _rows_past_head(part.session_id)
+    return ops[1:]
 
 
 def _unnest_values(values: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:

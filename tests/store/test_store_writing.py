@@ -409,3 +409,47 @@ def test_a_batch_refuses_rows_already_past_the_head(store, size):
     assert [ev.seq for ev in handle.append_many(batch)] == list(range(1, 1 + size))
     assert [r.data for r in event_rows(store, "s1")[1:]] == [{"i": i} for i in range(size)]
     assert_consistent(store, handle)
+
+
+@pytest.mark.parametrize("size", [1, 2, 300])
+def test_a_batch_refuses_surface_rows_already_past_the_head(store, size):
+    """A surface position taken past ``surface_next_pos`` refuses the batch whichever way its
+    surface rows go in (a big batch's by ``COPY`` on PostgreSQL), and nothing is kept."""
+    handle = store.create_session("s1")
+    say(handle)
+    off = handle.append("todo/write", {"off": "the surface"}).seq
+    sf = tables(store).surface
+    stray = {"tenant": store.tenant, "session_id": "s1", "pos": size, "event_seq": off}
+    execute(store, sf.insert().values(**stray))
+    batch = [
+        {"type": "user/message", "data": user_message(f"m{i}", id=f"m{i}"), "surface_op": "append"}
+        for i in range(size)
+    ]
+    with refused(store, CorruptSessionError, handle, match="past the session's head"):
+        handle.append_many(batch)
+    execute(store, sf.delete().where(sf.c.session_id == "s1", sf.c.pos == size))
+    assert [ev.seq for ev in handle.append_many(batch)] == list(range(2, 2 + size))
+    assert_consistent(store, handle)
+
+
+def test_a_big_batch_appends_then_replaces_in_order(store):
+    """Surface rows inserted in a batch (by ``COPY`` on PostgreSQL) and a replace of some of
+    them later in the same batch: the replace runs on the rows just inserted."""
+    handle = store.create_session("s1")
+    say(handle)
+    batch = [
+        {"type": "user/message", "data": user_message(f"m{i}", id=f"m{i}"), "surface_op": "append"}
+        for i in range(40)
+    ]
+    batch.append(
+        {
+            "type": "user/message",
+            "data": user_message("summary", id="sum"),
+            "surface_op": Replace(5, 30),
+            "source_event_seqs": list(range(5, 31)),
+        }
+    )
+    batch += [{"type": "todo/write", "data": {"i": i}} for i in range(3)]
+    handle.append_many(batch)
+    assert len(handle.surface.nodes) == 1 + 40 - 26 + 1
+    assert_consistent(store, handle)
