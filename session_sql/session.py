@@ -6,8 +6,10 @@ import logging
 import time as _time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any, Protocol, overload
 
+from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
     ForkError,
@@ -563,39 +565,42 @@ class Session:
         def lookup(seq: int) -> SessionEvent:
             return self._log[seq] if seq < base else events[seq - base]
 
-        for type_, data, surface_op, sources, ignorable, time in batch:
-            seq = base + len(events)
-            event = _coerce_candidate(
-                type_,
-                data,
-                surface_op,
-                sources,
-                ignorable,
-                seq,
-                now if time is None else time,
-            )
-            self._check_event_size(event)
-            if event.type not in catalog:
-                if not event.ignorable:
-                    raise InvalidEventError(
-                        f"event type {event.type!r} is not in this session's catalog; pass "
-                        "ignorable=True to log it for readers that may not know it",
-                        seq=seq,
-                    )
-                transition: Transition = None
-            else:
-                check_data(event)
-                check_inherited_marker(
-                    event, bool(self._header["isSeeded"]), self.inherited_event_count
+        # A big batch keeps every container it builds: the cyclic collector would only scan
+        # them again and again (see _gc). Validators run after it, with the collector as it was.
+        with gc_paused() if len(batch) >= PAUSE_MIN_EVENTS else nullcontext():
+            for type_, data, surface_op, sources, ignorable, time in batch:
+                seq = base + len(events)
+                event = _coerce_candidate(
+                    type_,
+                    data,
+                    surface_op,
+                    sources,
+                    ignorable,
+                    seq,
+                    now if time is None else time,
                 )
-                if len(batch) > 1 and staged is None:
-                    staged = list(nodes)
-                    nodes = staged
-                transition = plan(nodes, event, lookup, catalog.item_types)
-                if staged is not None and transition is not None:
-                    Surface.apply_to(staged, transition)
-            events.append(event)
-            transitions.append(transition)
+                self._check_event_size(event)
+                if event.type not in catalog:
+                    if not event.ignorable:
+                        raise InvalidEventError(
+                            f"event type {event.type!r} is not in this session's catalog; pass "
+                            "ignorable=True to log it for readers that may not know it",
+                            seq=seq,
+                        )
+                    transition: Transition = None
+                else:
+                    check_data(event)
+                    check_inherited_marker(
+                        event, bool(self._header["isSeeded"]), self.inherited_event_count
+                    )
+                    if len(batch) > 1 and staged is None:
+                        staged = list(nodes)
+                        nodes = staged
+                    transition = plan(nodes, event, lookup, catalog.item_types)
+                    if staged is not None and transition is not None:
+                        Surface.apply_to(staged, transition)
+                events.append(event)
+                transitions.append(transition)
         for event in events:
             for validator in self._validators:
                 validator(self, event)
