@@ -33,7 +33,8 @@ def gc_paused() -> Iterator[None]:
     """Run the block with the cyclic collector disabled, then restore it as it was.
 
     Nested and concurrent pauses share one pause: the collector is enabled again when the
-    last ends, and only if it was enabled when the first began.
+    last ends, and only if it was enabled when the first began (a ``gc.disable()`` made by
+    another thread during the pause is undone with it).
     """
     with _Pause.lock:
         if _Pause.holders == 0:
