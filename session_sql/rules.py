@@ -61,6 +61,12 @@ def _assistant_message(event: SessionEvent) -> None:
 
 
 def _assistant_other(event: SessionEvent) -> None:
+    # Once per chunk of every load: the common case without the two calls below.
+    data = event.data
+    if isinstance(data, dict):
+        turn, step = data.get("turn"), data.get("step")
+        if type(turn) is int and type(step) is int and turn >= 0 and step >= 0:
+            return
     _turn_step(event, _object(event))
 
 

@@ -216,10 +216,8 @@ def replay_checked(
             step = state.fold(check_logged(raw, seq, catalog, parsed=parsed), catalog, lookup)
         except SessionFormatUnsupportedError:
             raise
-        except SurfaceError as exc:
-            raise _SeedSurfaceError(f"seed event {index}: {exc}", index=index, seq=seq) from exc
         except (InvalidEventError, NotJSONError) as exc:
-            raise InvalidSeedError(f"seed event {index}: {exc}", index=index, seq=seq) from exc
+            raise _seed_error(exc, index, seq) from exc
         yield step
 
 
@@ -232,8 +230,25 @@ def fold_checked(
     parsed: bool = False,
 ) -> None:
     """``replay_checked`` that also appends each event to ``log`` (``state``'s log so far)."""
-    for step in replay_checked(events, state, catalog, parsed=parsed, lookup=log.__getitem__):
-        log.append(step.event)
+    # replay_checked's loop without its generator: once per event of every load and seed.
+    lookup, append, take = log.__getitem__, log.append, state.take
+    for index, raw in enumerate(events):
+        seq = state.length
+        try:
+            event = check_logged(raw, seq, catalog, parsed=parsed)
+            take(event, catalog, lookup)
+        except SessionFormatUnsupportedError:
+            raise
+        except (InvalidEventError, NotJSONError) as exc:
+            raise _seed_error(exc, index, seq) from exc
+        append(event)
+
+
+def _seed_error(exc: InvalidEventError | NotJSONError, index: int, seq: int) -> InvalidSeedError:
+    """What a seed or stored log event's failure is raised as (its index and seq named)."""
+    if isinstance(exc, SurfaceError):
+        return _SeedSurfaceError(f"seed event {index}: {exc}", index=index, seq=seq)
+    return InvalidSeedError(f"seed event {index}: {exc}", index=index, seq=seq)
 
 
 _ITEM_KEYS = frozenset({"type", "data", "surface_op", "source_event_seqs", "ignorable"})

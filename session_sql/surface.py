@@ -317,7 +317,8 @@ class Replay:
         catalog: Catalog,
         lookup: Callable[[int], SessionEvent] | None = None,
     ) -> Step:
-        """Plan ``event`` (the only call to ``plan`` in any replay) and apply it; raises first.
+        """Plan ``event`` (with ``take``, the only call to ``plan`` in any replay) and apply it;
+        raises first.
 
         ``lookup`` finds earlier events; without it the kept surface events serve.
         """
@@ -335,6 +336,20 @@ class Replay:
             # Once per replayed event: without NamedTuple's Python-level __new__.
             return _new_step(Step, (event, None, None))
         return Step(event, transition, self.advance(event, transition))
+
+    def take(
+        self, event: SessionEvent, catalog: Catalog, lookup: Callable[[int], SessionEvent]
+    ) -> None:
+        """``fold`` for a caller that keeps only the event (a load): no ``Step`` is built."""
+        transition = (
+            None
+            if event.ignorable and is_exempt(event, catalog)
+            else plan(self.surface._nodes, event, lookup, catalog.item_types)
+        )
+        if transition is None:
+            self.length = event.seq + 1
+        else:
+            self.advance(event, transition)
 
     def advance(self, event: SessionEvent, transition: Transition) -> int | None:
         """Apply an already planned transition of ``event``; returns the position it touched."""

@@ -652,3 +652,48 @@ def test_the_digest_moves_with_any_row_or_counter() -> None:
     assert base not in others and len(others) == 5
     assert share(0, 0) != 0  # a first event on the surface counts too
     assert all(0 <= d < 2**63 for d in (*others, base))
+
+
+# -- Replay.take: fold without the Step ---------------------------------------------------------
+
+
+def _replay_state(state: Replay) -> tuple[Any, ...]:
+    return (
+        state.length,
+        state.next_pos,
+        state.positions,
+        state.surface.nodes,
+        state.replace_generation,
+        state.digest,
+    )
+
+
+def test_take_leaves_the_state_fold_leaves() -> None:
+    session = four_messages()
+    tool_turn(session, 1)
+    summarize(session, 0, 2, [0, 1, 2])
+    session.append("x/note", {"n": 1}, surface_op="append", ignorable=True)  # exempt
+    prunable(session)
+    catalog = default_catalog()
+    log = list(session.events)
+    folded, taken = Replay(), Replay()
+    for event in log:
+        folded.fold(event, catalog, log.__getitem__)
+        taken.take(event, catalog, log.__getitem__)
+        assert _replay_state(taken) == _replay_state(folded), event.seq
+    assert taken.replace_generation == 1 and taken.length == len(log)
+
+
+def test_take_refuses_what_fold_refuses_and_changes_nothing() -> None:
+    session = four_messages()
+    catalog = default_catalog()
+    log = list(session.events)
+    state = Replay()
+    for event in log:
+        state.take(event, catalog, log.__getitem__)
+    before = _replay_state(state)
+    bad = SessionEvent("step/start", len(log), 1, {"turn": 1, "step": 1}, "append")
+    for fold in (state.fold, state.take):
+        with pytest.raises(SurfaceError, match="not surface-eligible"):
+            fold(bad, catalog, log.__getitem__)
+        assert _replay_state(state) == before
