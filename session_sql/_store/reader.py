@@ -240,11 +240,18 @@ def event_rows_in(
     page = ctx.compiled.events_page
     while True:
         rows = fetch_rows(conn, page, {**page.defaults, **params, "b_limit": limit})
-        yield from rows
-        if len(rows) < limit or rows[-1][0] >= last:
+        more = len(rows) == limit and rows[-1][0] < last
+        if more:
+            params["b_after"] = rows[-1][0]  # its seq
+        # Handed out from the end of the reversed page, so that each row is released once
+        # its caller has folded it rather than with the whole page (a load's live objects are
+        # then its log alone, and the garbage collector runs less often).
+        rows.reverse()
+        pop = rows.pop
+        while rows:
+            yield pop()
+        if not more:
             return
-        params["b_after"] = rows[-1][0]  # its seq
-        del rows  # release this page before fetching the next
 
 
 def snapshot_events(

@@ -21,6 +21,7 @@ from session_sql import (
     SessionStore,
     open_store,
 )
+from session_sql._store import reader
 
 from .store_builders import (
     WireLog,
@@ -197,6 +198,23 @@ def test_empty_session_reads(store):
     assert store.surface("s1") == ()
     assert list(store.events("s1")) == []
     assert store.load_session("s1").seq == 1  # just the in-memory marker
+
+
+def test_a_load_over_several_pages_and_chunks_is_the_whole_log(store, monkeypatch):
+    store.create_session("s1", seed=tool_turn_log(3))  # 39 events and the marker
+    whole = store.load_session("s1")
+    # Pages of 8 rows, each taken from the cursor 3 rows at a time.
+    monkeypatch.setattr(reader, "LOAD_BATCH", 8)
+    monkeypatch.setattr(reader, "STREAM_BATCH", 3)
+    paged = store.load_session("s1")
+    assert paged.events == whole.events and len(paged.events) == 40
+    assert paged.messages() == whole.messages()
+    assert paged.surface.nodes == whole.surface.nodes
+    e = tables(store).events
+    execute(store, update(e).where(e.c.seq == 30).values(data={"turn": -1, "step": 1}))
+    with pytest.raises(CorruptSessionError) as info:  # a chunk in the middle of a later page
+        store.load_session("s1")
+    assert (info.value.session_id, info.value.seq) == ("s1", 30)
 
 
 @pytest.mark.parametrize("seq", [2, 5, 7])  # a user message, a reply, a tool result
