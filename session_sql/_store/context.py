@@ -189,6 +189,14 @@ class Statements:
             .order_by(sf.c.pos.desc())
             .limit(bindparam("b_limit"))
         )
+        # The session row, and its header alone, the header as JSON text (parsed by
+        # ``rows.frozen_header``): built once, as every load, open and ``events()`` reads one.
+        header = cast(s.c.header, Text).label("header")
+        own_session = (s.c.tenant == tn, s.c.id == bindparam("b_id"))
+        self.session_row = select(*[c for c in s.c if c.name != "header"], header).where(
+            *own_session
+        )
+        self.session_header = select(header).where(*own_session)
         self.surface_rows = (
             select(sf.c.pos, sf.c.event_seq)
             .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))

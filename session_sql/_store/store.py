@@ -768,22 +768,16 @@ class SessionStore:
 
     def _header(self, session_id: str) -> FrozenDict:
         _lookup_id(session_id)
-        s = self._ctx.tables.sessions
+        query = self._ctx.statements.session_header
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
-            row = conn.execute(
-                select(_header_text(s)).where(self._own(s), s.c.id == session_id)
-            ).first()
+            row = conn.execute(query, {"b_id": session_id}).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         return frozen_header(session_id, row.header)
 
     def _session_row(self, conn: Connection, session_id: str) -> Any:
         """The session row (``header`` as JSON text); ``SessionNotFoundError`` when missing."""
-        s = self._ctx.tables.sessions
-        columns = [c for c in s.c if c.name != "header"]
-        row = conn.execute(
-            select(*columns, _header_text(s)).where(self._own(s), s.c.id == session_id)
-        ).first()
+        row = conn.execute(self._ctx.statements.session_row, {"b_id": session_id}).first()
         if row is None:
             raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
         return row
