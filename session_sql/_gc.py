@@ -1,4 +1,5 @@
-"""Pausing the cyclic garbage collector while a big batch of events is built.
+"""Pausing the cyclic garbage collector while a big batch of events is built, or a long log
+is loaded (``SessionStore.load_session``).
 
 Building a batch allocates several containers per event (the frozen data, the event) and
 keeps every one of them: they go into the session's log. Python's collector runs a young

@@ -9,6 +9,7 @@ import os
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple, Protocol
 
@@ -32,6 +33,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
+from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store import fastpath, reader
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import (
@@ -804,7 +806,9 @@ class SessionStore:
     def _load(self, session_id: str) -> _Loaded:
         """Read and fully validate a stored session (its log up to the row's head).
 
-        Row and log come from one snapshot, and each event is planned once.
+        Row and log come from one snapshot, and each event is planned once. A long log is
+        read with the cyclic collector paused, as a big batch is built (see ``_gc``): every
+        object it builds is kept in the log.
         """
         _lookup_id(session_id)
         ctx = self._ctx
@@ -816,14 +820,16 @@ class SessionStore:
             rows = reader.event_rows_in(
                 conn, ctx, session_id, row.head_seq, batch=reader.LOAD_BATCH
             )
+            long_log = row.head_seq + 1 >= PAUSE_MIN_EVENTS
             try:
-                fold_checked(
-                    map(functools.partial(event_from_row, session_id), rows),
-                    log,
-                    state,
-                    ctx.catalog,
-                    parsed=True,
-                )
+                with gc_paused() if long_log else nullcontext():
+                    fold_checked(
+                        map(functools.partial(event_from_row, session_id), rows),
+                        log,
+                        state,
+                        ctx.catalog,
+                        parsed=True,
+                    )
             except InvalidSeedError as exc:
                 raise CorruptSessionError(
                     f"session {session_id!r} seq {exc.seq}: stored event is invalid: {exc}",

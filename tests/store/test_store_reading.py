@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -21,7 +22,9 @@ from session_sql import (
     SessionStore,
     open_store,
 )
+from session_sql._gc import PAUSE_MIN_EVENTS
 from session_sql._store import reader
+from session_sql._store import store as store_module
 
 from .store_builders import (
     WireLog,
@@ -215,6 +218,31 @@ def test_a_load_over_several_pages_and_chunks_is_the_whole_log(store, monkeypatc
     with pytest.raises(CorruptSessionError) as info:  # a chunk in the middle of a later page
         store.load_session("s1")
     assert (info.value.session_id, info.value.seq) == ("s1", 30)
+
+
+def test_a_long_log_is_loaded_with_the_collector_paused(store, monkeypatch):
+    """Like a big batch (``_gc``), a load of PAUSE_MIN_EVENTS events or more folds them with
+    the cyclic collector paused, and restores it, also when a stored event is refused."""
+    seen: list[bool] = []
+    fold = store_module.fold_checked
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        return fold(*args, **kwargs)
+
+    monkeypatch.setattr(store_module, "fold_checked", watched)
+    assert gc.isenabled()
+    turns = -(-PAUSE_MIN_EVENTS // 13)  # tool_turn_log: 13 events a turn, and the marker
+    store.create_session("long", seed=tool_turn_log(turns))
+    store.create_session("short", seed=tool_turn_log(1))
+    assert len(store.load_session("long").events) >= PAUSE_MIN_EVENTS
+    store.load_session("short")
+    assert seen == [False, True] and gc.isenabled()
+    e = tables(store).events
+    execute(store, update(e).where(e.c.session_id == "long", e.c.seq == 30).values(data={"x": 1}))
+    with pytest.raises(CorruptSessionError):
+        store.load_session("long")
+    assert seen[-1] is False and gc.isenabled()
 
 
 @pytest.mark.parametrize("seq", [2, 5, 7])  # a user message, a reply, a tool result
