@@ -29,6 +29,7 @@ import time
 from collections.abc import (
     AsyncIterator,
     Callable,
+    Coroutine,
     Generator,
     Iterable,
     Iterator,
@@ -87,6 +88,56 @@ async def _settle(future: asyncio.Future[Any]) -> bool:
         except asyncio.CancelledError:
             cancelled = True
     return cancelled
+
+
+class _Uninterrupted:
+    """Awaiting it runs ``coro`` to its end in the awaiting task; a cancellation of that task
+    meanwhile is held back and noted in ``cancelled`` (the caller raises it afterwards).
+
+    What ``_settle`` gives a call run as a future of its own, without the task: a task, and
+    the loop iterations that start it and report its end, cost an async append more client
+    CPU than its whole wait for the server. The task waits on a future of this object's
+    instead of the one ``coro`` waits on, so the cancellation, which cancels the future its
+    task waits on, never reaches ``coro``: its future (a socket wait, a lock) is left alone
+    and the wait goes on with a new future of ours.
+    """
+
+    __slots__ = ("_coro", "cancelled")
+
+    def __init__(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._coro = coro
+        self.cancelled = False
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro = self._coro
+        try:
+            while True:
+                try:
+                    awaited = coro.send(None)
+                except StopIteration:
+                    return
+                if awaited is None:  # a bare yield (asyncio.sleep(0)): the loop's next turn
+                    try:
+                        yield None
+                    except asyncio.CancelledError:
+                        self.cancelled = True
+                    continue
+                awaited._asyncio_future_blocking = False  # taken, as a task takes it
+                while not awaited.done():
+                    ours = awaited.get_loop().create_future()
+                    awaited.add_done_callback(functools.partial(_resolve, ours))
+                    ours._asyncio_future_blocking = True
+                    try:
+                        yield ours
+                    except asyncio.CancelledError:  # ours was cancelled, awaited is not
+                        self.cancelled = True
+        finally:
+            coro.close()  # nothing to do once it returned; closed if we are closed early
+
+
+def _resolve(ours: asyncio.Future[Any], _: object) -> None:
+    if not ours.done():
+        ours.set_result(None)
 
 
 class _Runner:
@@ -258,10 +309,14 @@ class AsyncStoredSession(StoredSession):
             try:
                 if self._runner.writers is None:
                     persisted = self._runner.submit(self._persist, events, transitions)
+                    cancelled = await _settle(persisted)
+                    persisted.result()  # the persist step's error, with nothing changed
                 else:
-                    persisted = asyncio.ensure_future(self._persist_async(events, transitions))
-                cancelled = await _settle(persisted)
-                persisted.result()  # the persist step's error, with nothing changed
+                    persist = _Uninterrupted(self._persist_async(events, transitions))
+                    try:
+                        await persist  # its error, with nothing changed
+                    finally:
+                        cancelled = persist.cancelled
                 self._commit(events, transitions)
             finally:
                 self._busy = False
@@ -277,8 +332,11 @@ class AsyncStoredSession(StoredSession):
         assert writers is not None
         part = self._append_part(events, transitions)
         with translate_errors(self.id):
-            async with writers.borrow() as conn:
-                moved = await fastpath.append_async(self._ctx, conn, part)
+            raw = await writers.take()
+            try:
+                moved = await fastpath.append_async(self._ctx, writers.cursor(raw), part)
+            finally:
+                await writers.give(raw)
         if not moved:
             await greenlet_spawn(self._diagnose_lost_race)
 

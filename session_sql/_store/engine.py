@@ -547,39 +547,66 @@ class AsyncWriteConnections:
     def __init__(self, engine: Engine, size: int) -> None:
         self._engine = engine
         self._idle: list[Any] = []
+        self._cursors: dict[Any, psycopg.AsyncClientCursor[Any]] = {}
         self._slots = asyncio.Semaphore(size)
         self._closed = False
 
     @asynccontextmanager
     async def borrow(self) -> AsyncIterator[Any]:
-        """A psycopg ``AsyncConnection``: idle, in autocommit, the caller's alone.
+        """A psycopg ``AsyncConnection``: idle, in autocommit, the caller's alone (``take``
+        and ``give`` around the block)."""
+        raw = await self.take()
+        try:
+            yield raw.driver_connection
+        finally:
+            await self.give(raw)
+
+    async def take(self) -> Any:
+        """A kept connection (the pool's proxy; its ``driver_connection`` is idle, in
+        autocommit, the caller's alone), which the caller must ``give`` back.
 
         A kept connection is checked as the pool's pre-ping checks a pooled one
         (:func:`_quiet_ping`, no round trip); one the server ended while it sat idle is
         given back invalidated and another taken, since an append, sent with its commit,
-        cannot be retried once sent.
+        cannot be retried once sent. (Taken and given without an async context manager:
+        this is on every append's path.)
         """
-        async with self._slots:
+        await self._slots.acquire()
+        try:
             if self._closed:
                 raise StoreError("the store is closed; open a new one with open_async_store()")
-            raw: Any = None
-            while raw is None and self._idle:
-                held = self._idle.pop()
-                if _is_quiet(held.driver_connection):
-                    raw = held
-                else:
-                    await greenlet_spawn(_give_back, held, True)
-            if raw is None:
-                raw = await greenlet_spawn(self._checkout)
+            while self._idle:
+                raw = self._idle.pop()
+                if _is_quiet(raw.driver_connection):
+                    return raw
+                self._cursors.pop(raw, None)
+                await greenlet_spawn(_give_back, raw, True)
+            return await greenlet_spawn(self._checkout)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def cursor(self, raw: Any) -> psycopg.AsyncClientCursor[Any]:
+        """The client-binding cursor kept with a taken connection (one per connection, made
+        once: a cursor is usable again after any outcome of its last query)."""
+        cursor = self._cursors.get(raw)
+        if cursor is None:
+            cursor = self._cursors[raw] = psycopg.AsyncClientCursor(raw.driver_connection)
+        return cursor
+
+    async def give(self, raw: Any) -> None:
+        """Take back what ``take`` lent: kept when it is idle and usable, else returned to the
+        pool (invalidated when broken or left inside a transaction)."""
+        try:
             conn = raw.driver_connection
-            try:
-                yield conn
-            finally:
-                usable = not conn.broken and conn.info.transaction_status == PG_IDLE
-                if usable and not self._closed:
-                    self._idle.append(raw)
-                else:
-                    await greenlet_spawn(_give_back, raw, not usable)
+            usable = not conn.broken and conn.info.transaction_status == PG_IDLE
+            if usable and not self._closed:
+                self._idle.append(raw)
+            else:
+                self._cursors.pop(raw, None)
+                await greenlet_spawn(_give_back, raw, not usable)
+        finally:
+            self._slots.release()
 
     def _checkout(self) -> Any:
         raw = self._engine.raw_connection()
@@ -596,6 +623,7 @@ class AsyncWriteConnections:
         """Give every idle connection back to the pool; lent ones go back when returned."""
         self._closed = True
         idle, self._idle = self._idle, []
+        self._cursors.clear()
         for raw in idle:
             await greenlet_spawn(_give_back, raw, False)
 

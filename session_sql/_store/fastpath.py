@@ -427,7 +427,7 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
         dbapi.autocommit = True
         try:
             if isinstance(driver, psycopg.AsyncConnection):  # inside greenlet_spawn
-                return bool(await_(append_async(ctx, driver, part)))
+                return bool(await_(append_async(ctx, psycopg.AsyncClientCursor(driver), part)))
             cur = psycopg.ClientCursor(driver)
             try:
                 cur.execute(_one_query(cur.mogrify, ctx, part))  # compiled statements
@@ -706,22 +706,24 @@ def _on_idle(ctx: StoreContext, sql: str, params: Any) -> list[Any] | None:
         return None
 
 
-async def append_async(ctx: StoreContext, conn: Any, part: AppendPart) -> bool:
+async def append_async(
+    ctx: StoreContext, cur: psycopg.AsyncClientCursor[Any], part: AppendPart
+) -> bool:
     """:func:`append` on a psycopg ``AsyncConnection`` (PostgreSQL, the async store): the same
     statements, checks and outcome as the sync store's one round trip, natively awaited.
 
-    ``conn`` is idle, in autocommit, and the caller's alone. Each await on the asyncio driver
-    costs a trip through the event loop, so the statements of :func:`_one_trip` are bound on
-    the client and sent as one query: one await, one round trip, and (several statements in
-    one query being one implicit transaction) committed when it returns, or rolled back
-    whole by the first error. Afterwards the connection is idle again, unless it broke.
+    ``cur`` is a client-binding cursor on a connection that is idle, in autocommit, and the
+    caller's alone. Each await on the asyncio driver costs a trip through the event loop, so
+    the statements of :func:`_one_trip` are bound on the client and sent as one query: one
+    await, one round trip, and (several statements in one query being one implicit
+    transaction) committed when it returns, or rolled back whole by the first error.
+    Afterwards the connection is idle again, unless it broke.
     """
-    cur = psycopg.AsyncClientCursor(conn)
     query = _one_query(cur.mogrify, ctx, part)
     try:
         await cur.execute(query)  # compiled statements, bound by the driver
     except psycopg.Error as exc:
-        if conn.broken:
+        if cur.connection.broken:
             raise
         return _outcome(exc, part.session_id)
     return True

@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from session_sql import AsyncSessionStore, ConcurrencyError, StoreError, open_async_store
+from session_sql._store import fastpath
 
 from ..store.store_builders import user_message
 
@@ -125,3 +126,27 @@ def test_closing_gives_every_kept_connection_back(pg_backend) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_an_append_runs_in_its_callers_task_on_a_kept_cursor(pg_backend, monkeypatch) -> None:
+    """No task of its own per append (its start and end cost loop iterations), and one
+    client-binding cursor per kept connection, made once."""
+    seen: list[tuple[Any, Any]] = []
+    real = fastpath.append_async
+
+    async def watched(ctx: Any, cur: Any, part: Any) -> bool:
+        seen.append((asyncio.current_task(), cur))
+        return await real(ctx, cur, part)
+
+    monkeypatch.setattr(fastpath, "append_async", watched)
+
+    async def body(store: AsyncSessionStore) -> None:
+        handle = await store.create_session("s")
+        for i in range(3):
+            await say(handle, str(i))
+        assert {task for task, _ in seen} == {asyncio.current_task()}
+        assert len({id(cur) for _, cur in seen}) == 1
+        assert seen[0][1].connection is kept(store)[0]
+        assert (await store.verify("s")).ok
+
+    run(pg_backend, body)

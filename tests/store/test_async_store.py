@@ -30,6 +30,7 @@ from session_sql import (
     open_async_store,
 )
 from session_sql._store import reader
+from session_sql._store.async_store import _Uninterrupted
 
 from .store_builders import user_message
 
@@ -537,6 +538,59 @@ def test_a_cancelled_append_committed_or_not_never_half(backend) -> None:
     # Cancelled before it started, cancelled while its transaction ran (and it committed),
     # and finished before the cancel: every case was exercised.
     assert {(True, False), (True, True), (False, True)} <= outcomes
+
+
+def test_a_held_cancellation_never_reaches_the_awaited_coroutine() -> None:
+    """``_Uninterrupted`` (the async append's persist step on PostgreSQL): cancelling the
+    task at a bare yield, at a future and at a lock leaves each wait alone; the coroutine
+    runs to its end (or its error) and the cancellation is only noted."""
+
+    async def main() -> tuple[list[str], bool, bool]:
+        loop = asyncio.get_running_loop()
+        gate: asyncio.Future[None] = loop.create_future()
+        lock = asyncio.Lock()
+        await lock.acquire()
+        steps: list[str] = []
+
+        async def inner() -> None:
+            await asyncio.sleep(0)
+            steps.append("yielded")
+            await gate
+            steps.append("future")
+            async with lock:
+                steps.append("lock")
+            raise KeyError("its own error")
+
+        held = _Uninterrupted(inner())
+
+        async def outer() -> None:
+            await held
+
+        task = asyncio.create_task(outer())
+        await asyncio.sleep(0)  # inner at its bare yield
+        task.cancel()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert steps == ["yielded"]  # now waiting on the gate
+        task.cancel()
+        task.cancel()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gate.set_result(None)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert steps == ["yielded", "future"]  # now waiting on the lock
+        task.cancel()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        lock.release()
+        with pytest.raises(KeyError):
+            await task
+        return steps, held.cancelled, gate.cancelled()
+
+    steps, cancelled, gate_cancelled = asyncio.run(main())
+    assert steps == ["yielded", "future", "lock"]
+    assert cancelled and not gate_cancelled
 
 
 def test_a_cancelled_refresh_leaves_the_handle_usable(backend) -> None:
