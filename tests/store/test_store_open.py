@@ -232,13 +232,19 @@ def test_an_open_refuses_a_row_changed_since_an_earlier_open(store, edit):
     assert info.value.seq == node
 
 
+async def five_chunks_and_a_message(store: Any) -> Any:
+    """An async session "s1" of five chunks and a user message (seqs 0-5)."""
+    writer = await store.create_session("s1")
+    for i in range(5):
+        await writer.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"i": i}})
+    await writer.append("user/message", user_message("hi"), surface_op="append")
+    return writer
+
+
 def test_async_handle_reads_its_log_with_read_log(backend):
     async def body() -> None:
         async with open_async_store(backend.url, schema=backend.schema) as store:
-            writer = await store.create_session("s1")
-            for i in range(5):
-                await writer.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"i": i}})
-            await writer.append("user/message", user_message("hi"), surface_op="append")
+            writer = await five_chunks_and_a_message(store)
             handle = await store.open_session("s1", read_log=False)
             assert handle.messages() == writer.messages()  # no I/O: the surface is in memory
             with pytest.raises(StoreError, match="read_log"):
@@ -258,10 +264,7 @@ def test_async_open_session_gives_the_sync_readers_on_the_loop(backend):
 
     async def body() -> None:
         async with open_async_store(backend.url, schema=backend.schema) as store:
-            writer = await store.create_session("s1")
-            for i in range(5):
-                await writer.append("assistant/chunk", {"turn": 1, "step": 1, "chunk": {"i": i}})
-            await writer.append("user/message", user_message("hi"), surface_op="append")
+            writer = await five_chunks_and_a_message(store)
             handle = await store.open_session("s1")
             assert list(handle.events) == list(writer.events)
             assert handle.request_header() == writer.request_header()

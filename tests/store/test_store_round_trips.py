@@ -66,14 +66,21 @@ def say(handle: Any, text_: str) -> Any:
 BATCH = [{"type": "todo/write", "data": {"i": i}} for i in range(3)]
 
 
+def session_and_connection(store: Any) -> tuple[Any, Any]:
+    """A session "s" with one event, and the driver connection of the store's one-connection
+    pool (which its appends use), checked back in."""
+    handle = store.create_session("s")
+    say(handle, "a")
+    raw = store.engine.raw_connection()
+    conn = raw.driver_connection
+    raw.close()
+    return handle, conn
+
+
 def test_a_sync_append_is_one_round_trip(pg, tmp_path: Path) -> None:
     url, schema = pg
     with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
-        handle = store.create_session("s")
-        say(handle, "a")
-        raw = store.engine.raw_connection()  # the pool's one connection
-        conn = raw.driver_connection
-        raw.close()
+        handle, conn = session_and_connection(store)
         with traced(conn, tmp_path / "1") as one:
             say(handle, "b")
         with traced(conn, tmp_path / "2") as many:
@@ -113,11 +120,7 @@ def test_a_batch_is_one_insert_per_table(pg, tmp_path: Path) -> None:
     batch's size below the ``COPY`` threshold."""
     url, schema = pg
     with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
-        handle = store.create_session("s")
-        say(handle, "a")
-        raw = store.engine.raw_connection()
-        conn = raw.driver_connection
-        raw.close()
+        handle, conn = session_and_connection(store)
         batch = [
             {"type": "user/message", "data": user_message(t), "surface_op": "append"}
             for t in [*HOSTILE, "plain"]
@@ -139,11 +142,7 @@ def test_a_pooled_connection_the_server_ended_is_replaced_at_checkout(
     the server ended while it sat in the pool: the append runs on a new one, once."""
     url, schema = pg
     with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
-        handle = store.create_session("s")
-        say(handle, "a")
-        raw = store.engine.raw_connection()
-        dead = raw.driver_connection
-        raw.close()
+        handle, dead = session_and_connection(store)
         with postgres_admin.connect() as admin:  # waits until the backend is gone
             admin.execute(
                 text("SELECT pg_terminate_backend(:p, 10000)"), {"p": dead.info.backend_pid}
