@@ -179,3 +179,12 @@ def engine(backend: Backend) -> Iterator[Engine]:
     eng = make_engine(backend.url)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _collector_left_as_found() -> Iterator[None]:
+    """Every test leaves Python's cyclic collector as it found it: the store pauses it while
+    it builds a big batch or loads a long log, and must always restore it."""
+    was = gc.isenabled()
+    yield
+    assert gc.isenabled() == was, f"the cyclic collector was left {'off' if was else 'on'}"

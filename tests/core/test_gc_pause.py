@@ -21,7 +21,9 @@ def _collector_enabled() -> Iterator[None]:
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:  # as it was before the test, whatever the test did
+        gc.enable()
+    else:
         gc.disable()
 
 
