@@ -298,8 +298,26 @@ class AsyncStoredSession(StoredSession):
     async def refresh(self) -> list[SessionEvent]:  # type: ignore[override]
         """Load (and fully validate) what other writers appended; returns the new events."""
         async with self._lock:
-            row, rows = await self._runner.call(self._read_new)
+            writers = self._runner.writers
+            if writers is None:
+                row, rows = await self._runner.call(self._read_new)
+            else:
+                row, rows = await self._read_new_async(writers)
             return self._fold_new(row, rows)
+
+    async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, list[Any]]:
+        """``_read_new`` on PostgreSQL: one query on a kept connection
+        (``fastpath.read_new_async``), with the same checks of the row."""
+        raw = await writers.take()
+        try:
+            with translate_errors(self.id):
+                found = await fastpath.read_new_async(
+                    self._ctx, writers.cursor(raw), self.id, self.seq
+                )
+        finally:
+            await writers.give(raw)
+        row, rows = found if found is not None else (None, [])
+        return self._this_session(row), rows
 
     async def _append_async(self, batch: list[Any]) -> list[SessionEvent]:
         if not batch:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Integer,
     Select,
     Text,
+    and_,
     bindparam,
     cast,
     delete,
@@ -128,6 +129,24 @@ class Statements:
                 e.c.seq >= bindparam("b_from"),
                 e.c.seq <= bindparam("b_to"),
             )
+            .order_by(e.c.seq)
+        )
+        # The async store's refresh on PostgreSQL (``fastpath.read_new_async``): the row and
+        # the events past a seq up to its head, as one statement, so from one snapshot.
+        self.refresh_rows = (
+            select(*self.session_row.selected_columns, *event_columns(e))
+            .select_from(
+                s.outerjoin(
+                    e,
+                    and_(
+                        e.c.tenant == s.c.tenant,
+                        e.c.session_id == s.c.id,
+                        e.c.seq >= bindparam("b_from"),
+                        e.c.seq <= s.c.head_seq,
+                    ),
+                )
+            )
+            .where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
             .order_by(e.c.seq)
         )
 
@@ -336,6 +355,7 @@ class CompiledStatements:
         )
         self.event_columns = [c.name for c in tables.events.c if c.computed is None]
         self.events_page = Compiled(st.events_page, dialect)
+        self.refresh_rows = Compiled(st.refresh_rows, dialect)
         self.surface_events = Compiled(st.surface_events, dialect)
 
 

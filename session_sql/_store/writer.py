@@ -153,17 +153,21 @@ class StoredSession(Session):
         ctx = self._ctx
         st = ctx.statements
         with translate_errors(self.id), read_tx(ctx.engine) as conn:
-            row = conn.execute(st.session_row, {"b_id": self.id}).first()
-            if row is None:
-                raise SessionNotFoundError(f"session {self.id!r} not found", session_id=self.id)
-            if row.incarnation != self._incarnation:
-                raise self._recreated()
+            row = self._this_session(conn.execute(st.session_row, {"b_id": self.id}).first())
             # Bounded by the head read first: on PostgreSQL each statement has its own
             # snapshot, and every event up to a committed head is committed with it.
             rows = conn.execute(
                 st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
             ).all()
         return row, rows
+
+    def _this_session(self, row: Any) -> Any:
+        """The session row ``refresh`` read, if it is this handle's session still."""
+        if row is None:
+            raise SessionNotFoundError(f"session {self.id!r} not found", session_id=self.id)
+        if row.incarnation != self._incarnation:
+            raise self._recreated()
+        return row
 
     def _fold_new(self, row: Any, rows: Sequence[Any]) -> list[SessionEvent]:
         """``refresh``'s checks (no I/O): fold the new rows, or change nothing and raise."""

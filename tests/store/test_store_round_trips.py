@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from session_sql import ConcurrencyError, open_async_store, open_store
+from session_sql import ConcurrencyError, SessionNotFoundError, open_async_store, open_store
 
 from .store_builders import user_message
 
@@ -110,6 +110,38 @@ def test_an_async_append_is_one_round_trip(pg, tmp_path: Path) -> None:
                 await handle.append_many(BATCH)
             assert one == many == ["Query"]
             assert (await store.verify("s")).ok
+
+    asyncio.run(main())
+
+
+def test_an_async_refresh_is_one_round_trip(pg, tmp_path: Path) -> None:
+    """The async store's refresh reads the row and the new events in one query on a kept
+    connection (one snapshot), with the sync refresh's checks: another writer's events
+    come in, and a session deleted and recreated under the handle is refused."""
+    url, schema = pg
+
+    async def main() -> None:
+        async with open_async_store(url, schema=schema, pool_size=1) as store:
+            handle = await store.create_session("s")
+            other = await store.open_session("s")
+            await say(handle, "a")
+            (kept,) = store._runner.writers._idle
+            with traced(kept.driver_connection, tmp_path / "1") as none_new:
+                assert await other.refresh() != []
+                assert await other.refresh() == []
+            await say(handle, "b")
+            await handle.append_many(BATCH)
+            with traced(kept.driver_connection, tmp_path / "2") as four_new:
+                new = await other.refresh()
+            assert [e.seq for e in new] == [1, 2, 3, 4]
+            assert none_new == ["Query", "Query"] and four_new == ["Query"]
+            assert other.events == handle.events and other.messages() == handle.messages()
+            await store.delete_session("s")
+            with pytest.raises(SessionNotFoundError):
+                await other.refresh()
+            await store.create_session("s")
+            with pytest.raises(SessionNotFoundError, match="recreated"):
+                await other.refresh()
 
     asyncio.run(main())
 
