@@ -171,32 +171,30 @@ class Statements:
         # Tail reads: the last ``b_limit`` rows before position ``b_before`` (exclusive), taken
         # from the surface key in a subquery first, so that only those rows' events are looked
         # up, whatever join the planner picks; the caller reverses them into surface order.
-        tail = (
-            select(sf.c.tenant, sf.c.session_id, sf.c.pos, sf.c.event_seq)
-            .where(
-                sf.c.tenant == tn,
-                sf.c.session_id == bindparam("b_id"),
-                sf.c.pos < bindparam("b_before"),
-            )
-            .order_by(sf.c.pos.desc())
-            .limit(bindparam("b_limit"))
-            .subquery("tail")
+        before = (
+            sf.c.tenant == tn,
+            sf.c.session_id == bindparam("b_id"),
+            sf.c.pos < bindparam("b_before"),
         )
-        self.surface_tail = _with_events(tail, e, sqlite).order_by(tail.c.pos.desc())
         if sqlite:
             # SQLite walks the surface key backwards and looks each event up as it goes (the
             # nested loop of ``_with_events``), so the LIMIT stops it after ``b_limit`` rows;
             # the subquery would be materialised and sorted again, a third of a tail read.
             self.surface_tail = (
                 _with_events(sf, e, sqlite)
-                .where(
-                    sf.c.tenant == tn,
-                    sf.c.session_id == bindparam("b_id"),
-                    sf.c.pos < bindparam("b_before"),
-                )
+                .where(*before)
                 .order_by(sf.c.pos.desc())
                 .limit(bindparam("b_limit"))
             )
+        else:
+            tail = (
+                select(sf.c.tenant, sf.c.session_id, sf.c.pos, sf.c.event_seq)
+                .where(*before)
+                .order_by(sf.c.pos.desc())
+                .limit(bindparam("b_limit"))
+                .subquery("tail")
+            )
+            self.surface_tail = _with_events(tail, e, sqlite).order_by(tail.c.pos.desc())
         self.surface_seqs = (
             select(sf.c.event_seq)
             .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))

@@ -27,8 +27,8 @@ import select as io_select
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any, Final
 
 import psycopg
@@ -550,16 +550,6 @@ class AsyncWriteConnections:
         self._cursors: dict[Any, psycopg.AsyncClientCursor[Any]] = {}
         self._slots = asyncio.Semaphore(size)
         self._closed = False
-
-    @asynccontextmanager
-    async def borrow(self) -> AsyncIterator[Any]:
-        """A psycopg ``AsyncConnection``: idle, in autocommit, the caller's alone (``take``
-        and ``give`` around the block)."""
-        raw = await self.take()
-        try:
-            yield raw.driver_connection
-        finally:
-            await self.give(raw)
 
     async def take(self) -> Any:
         """A kept connection (the pool's proxy; its ``driver_connection`` is idle, in

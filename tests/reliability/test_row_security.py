@@ -133,9 +133,14 @@ async def _kept_writer_append(url: str, schema: str) -> tuple[list[str], Any]:
         handle = await store.open_session("s1")
         await handle.append("user/message", user_message("async b"), surface_op="append")
         assert len(writers._idle) == 1  # the append's connection, kept
-        async with writers.borrow() as conn:
-            cur = await conn.execute("SELECT current_setting('session_sql.tenant', true)")
+        raw = await writers.take()
+        try:
+            cur = await raw.driver_connection.execute(
+                "SELECT current_setting('session_sql.tenant', true)"
+            )
             row = await cur.fetchone()
+        finally:
+            await writers.give(raw)
         texts = [m["content"][0]["text"] for m in await store.messages("s1")]
     return texts, row[0] if row else None
 
