@@ -514,8 +514,8 @@ def test_a_cancelled_append_committed_or_not_never_half(backend) -> None:
             )
             for _ in range(k):
                 await asyncio.sleep(0)
-            if k >= 300:  # and real time: a commit slower than 300 loop turns still finishes
-                await asyncio.sleep(0.0005 * (k - 299))
+            if k == 399:  # however slow the machine, one append finishes before its cancel
+                await asyncio.wait([task])
             finished = task.done()
             task.cancel()
             try:
