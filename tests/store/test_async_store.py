@@ -9,6 +9,8 @@ import contextlib
 import inspect
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -639,6 +641,53 @@ def test_worker_threads_and_greenlets_do_the_io(backend) -> None:
 
     kinds = run(backend, body)
     assert kinds == ({"worker"} if backend.name == "sqlite" else {"AsyncConnection"})
+
+
+def test_sqlite_calls_share_a_few_worker_threads(tmp_path) -> None:
+    """As many worker threads as the pool has connections, reused call after call."""
+
+    async def main() -> set[str]:
+        names: set[str] = set()
+        async with open_async_store(f"sqlite:///{tmp_path / 's.db'}", pool_size=3) as store:
+            handle = await store.create_session("s1")
+
+            def on_execute(*args: Any) -> None:
+                names.add(threading.current_thread().name)
+
+            event.listen(store._store.engine, "before_cursor_execute", on_execute)
+            await asyncio.gather(*(store.messages("s1") for _ in range(40)))
+            for _ in range(20):
+                await say(handle)
+                await store.surface("s1")
+        return names
+
+    names = asyncio.run(main())
+    assert 1 <= len(names) <= 3
+    assert all(name.startswith("session_sql") for name in names)
+
+
+def test_a_store_left_open_does_not_hold_up_the_exit(backend, tmp_path) -> None:
+    """Its worker threads (SQLite) never keep the interpreter from exiting."""
+    script = tmp_path / "left_open.py"
+    script.write_text(
+        "import asyncio, sys\n"
+        "from session_sql import open_async_store\n"
+        "async def main():\n"
+        "    store = await open_async_store(sys.argv[1], schema=sys.argv[2])\n"
+        "    handle = await store.create_session('left-open')\n"
+        "    await handle.append('todo/write', {'k': 1})\n"
+        "    print(handle.seq)\n"
+        "asyncio.run(main())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), backend.url, backend.schema],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
 
 
 def test_import_and_export_files_are_read_and_written_off_the_loop(
