@@ -156,69 +156,83 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         planned.append((p, insert, count, ops))
     if bulk:
         return _append_bulk(ctx, planned)
+    if ctx.sqlite and not ctx.engine.pool.dispatch.checkout:
+        # SQLite: on the store's idle connection when it is free, as a tail read runs (no
+        # checkout, no reset: the transaction below ends in a commit or a rollback either
+        # way). PostgreSQL's is in autocommit, for single statements only.
+        with ctx.idle.borrow() as idle:
+            if idle is not None:
+                return _append_planned(ctx, idle, idle, planned)
     raw = ctx.engine.raw_connection()
     try:
         # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);
         # the driver's own connection only for the pipeline.
         dbapi = raw.dbapi_connection
         assert dbapi is not None
-        cur = raw.cursor()
-        head_curs: list[Any] = []
-        event_checks: list[tuple[Any, int, str]] = []
-        node_checks: list[tuple[Any, int, str]] = []
-
-        def lost(*, unknown_too: bool = True) -> int | None:
-            """The first part whose head update matched no row (or whose count is unknown)."""
-            bad = (0, -1) if unknown_too else (0,)
-            return next((i for i, h in enumerate(head_curs) if h.rowcount in bad), None)
-
-        begin_raw_write(ctx.engine, cur)
-        try:
-            with nullcontext() if ctx.sqlite else pipeline(raw.driver_connection):
-                if not ctx.sqlite:
-                    # SET LOCAL of the tenant (row-level security), in the same pipeline:
-                    # the first statement of the transaction, no round trip of its own.
-                    cur.execute(c.set_tenant.sql, _tenant_params(ctx))
-                for p, (insert_sql, args), count, ops in planned:
-                    head_cur = raw.cursor()
-                    head_curs.append(head_cur)
-                    head_cur.execute(c.advance.sql, c.advance.bind(p.advance))
-                    if ctx.sqlite and head_cur.rowcount != 1:
-                        dbapi.rollback()
-                        return len(head_curs) - 1
-                    event_cur = raw.cursor()
-                    if len(args) == 1:
-                        event_cur.execute(insert_sql, args[0])
-                    else:
-                        event_cur.executemany(insert_sql, args)
-                    event_checks.append((event_cur, count, p.session_id))
-                    _surface_upkeep(ctx, raw, cur, p, ops, node_checks)
-            failed = lost()  # PostgreSQL: known once the pipeline has synced
-            if failed is not None:
-                dbapi.rollback()
-                return failed
-            for check_cur, count, session_id in event_checks + node_checks:
-                if check_cur.rowcount != count:
-                    dbapi.rollback()
-                    raise _rows_past_head(session_id)
-            dbapi.commit()
-        except BaseException as exc:
-            if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
-                # Discard it instead of returning it to the pool, where its reset would
-                # fail (and log) or, without pre-ping, the next append would get it. No
-                # rollback: the server has already rolled the transaction back.
-                raw.invalidate()
-                raise
-            dbapi.rollback()
-            # The pipeline runs the inserts even when the conditional head update matched
-            # no row; their failure (a taken seq, a deleted session) then only means that
-            # the race was lost, which the caller classifies.
-            failed = lost(unknown_too=False)
-            if isinstance(exc, Exception) and failed is not None:
-                return failed
-            raise
+        return _append_planned(ctx, raw, dbapi, planned)
     finally:
         raw.close()  # back to the pool, which resets it (or drops it when invalidated)
+
+
+def _append_planned(ctx: StoreContext, raw: Any, dbapi: Any, planned: list[Any]) -> int | None:
+    """:func:`append_parts`' transaction on ``raw`` (a pooled connection, or SQLite's idle
+    DBAPI connection, ``dbapi`` itself), which it leaves outside any transaction."""
+    c = ctx.compiled
+    cur = raw.cursor()
+    head_curs: list[Any] = []
+    event_checks: list[tuple[Any, int, str]] = []
+    node_checks: list[tuple[Any, int, str]] = []
+
+    def lost(*, unknown_too: bool = True) -> int | None:
+        """The first part whose head update matched no row (or whose count is unknown)."""
+        bad = (0, -1) if unknown_too else (0,)
+        return next((i for i, h in enumerate(head_curs) if h.rowcount in bad), None)
+
+    begin_raw_write(ctx.engine, cur)
+    try:
+        with nullcontext() if ctx.sqlite else pipeline(raw.driver_connection):
+            if not ctx.sqlite:
+                # SET LOCAL of the tenant (row-level security), in the same pipeline:
+                # the first statement of the transaction, no round trip of its own.
+                cur.execute(c.set_tenant.sql, _tenant_params(ctx))
+            for p, (insert_sql, args), count, ops in planned:
+                head_cur = raw.cursor()
+                head_curs.append(head_cur)
+                head_cur.execute(c.advance.sql, c.advance.bind(p.advance))
+                if ctx.sqlite and head_cur.rowcount != 1:
+                    dbapi.rollback()
+                    return len(head_curs) - 1
+                event_cur = raw.cursor()
+                if len(args) == 1:
+                    event_cur.execute(insert_sql, args[0])
+                else:
+                    event_cur.executemany(insert_sql, args)
+                event_checks.append((event_cur, count, p.session_id))
+                _surface_upkeep(ctx, raw, cur, p, ops, node_checks)
+        failed = lost()  # PostgreSQL: known once the pipeline has synced
+        if failed is not None:
+            dbapi.rollback()
+            return failed
+        for check_cur, count, session_id in event_checks + node_checks:
+            if check_cur.rowcount != count:
+                dbapi.rollback()
+                raise _rows_past_head(session_id)
+        dbapi.commit()
+    except BaseException as exc:
+        if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
+            # Discard it instead of returning it to the pool, where its reset would
+            # fail (and log) or, without pre-ping, the next append would get it. No
+            # rollback: the server has already rolled the transaction back.
+            raw.invalidate()
+            raise
+        dbapi.rollback()
+        # The pipeline runs the inserts even when the conditional head update matched
+        # no row; their failure (a taken seq, a deleted session) then only means that
+        # the race was lost, which the caller classifies.
+        failed = lost(unknown_too=False)
+        if isinstance(exc, Exception) and failed is not None:
+            return failed
+        raise
     return None
 
 

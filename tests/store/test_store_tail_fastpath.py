@@ -1,6 +1,7 @@
 """How tail reads run: one statement on the store's idle connection, the ordinary path when
-that cannot answer alone, and the kept projections. The answers are the contract's
-(``test_store_tail.py``); these tests pin down the machinery behind them."""
+that cannot answer alone, and the kept projections; and SQLite's appends on that connection.
+The answers are the contract's (``test_store_tail.py``, ``test_store_writing.py``); these
+tests pin down the machinery behind them."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text, update
+from sqlalchemy import delete, event, text, update
 
-from session_sql import CorruptSessionError, SessionStore, StoreError, open_store
+from session_sql import (
+    ConcurrencyError,
+    CorruptSessionError,
+    SessionStore,
+    StoreError,
+    open_store,
+)
 from session_sql._store.context import MISSING, Kept
 
-from .store_builders import recorded, reply, say, tables
+from .store_builders import execute, recorded, reply, say, tables, user_message
 
 
 def idle_dbapi(store: SessionStore) -> Any:
@@ -23,12 +30,13 @@ def idle_dbapi(store: SessionStore) -> Any:
 
 
 def test_tail_reads_run_on_the_idle_connection_without_a_checkout(
-    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+    store: SessionStore, backend: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handle = store.create_session("s")
     for text_ in "abc":
         say(handle, text_)
-    assert idle_dbapi(store) is None  # opened on the first tail read
+    # Opened on first use: the first tail read, or on SQLite the first append.
+    assert (idle_dbapi(store) is None) is (backend.name == "postgresql")
     first = store.messages("s", last=2)
     kept = idle_dbapi(store)
     assert kept is not None
@@ -112,6 +120,74 @@ def test_a_busy_idle_connection_sends_the_reader_to_the_pool(store: SessionStore
         reader.start()
         reader.join(10)
     assert [m["content"][0]["text"] for (m,) in answers] == ["a"]
+
+
+def counted_checkouts(store: SessionStore, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at each checkout from the store's pool."""
+    checkouts: list[int] = []
+    pool = store.engine.pool
+    connect = pool.connect
+    monkeypatch.setattr(pool, "connect", lambda: checkouts.append(1) or connect())
+    return checkouts
+
+
+def test_sqlite_appends_run_on_the_idle_connection(
+    store: SessionStore, backend: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create_session("s")
+    say(handle, "a")
+    store.messages("s", last=1)
+    kept = idle_dbapi(store)
+    checkouts = counted_checkouts(store, monkeypatch)
+    say(handle, "b")
+    handle.append_many(
+        [
+            {"type": "user/message", "data": user_message(t, id=t), "surface_op": "append"}
+            for t in "cd"
+        ]
+    )
+    assert [m["content"][0]["text"] for m in store.messages("s", last=4)] == list("abcd")
+    if backend.name == "sqlite":
+        assert checkouts == []  # no checkout: the appends and the read ran on the kept one
+        assert idle_dbapi(store) is kept and not kept.in_transaction
+    else:  # PostgreSQL's idle connection is in autocommit: appends take the pool
+        assert len(checkouts) == 2
+
+
+def test_an_append_finding_the_idle_connection_busy_takes_the_pool(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create_session("s")
+    store.messages("s", last=1)  # opens the idle connection
+    checkouts = counted_checkouts(store, monkeypatch)
+    with store._ctx.idle.borrow() as taken:
+        assert taken is not None
+        say(handle, "a")  # same thread: borrow never waits, so this would hang if it did
+    assert checkouts == [1]
+    assert [m["content"][0]["text"] for m in store.messages("s", last=1)] == ["a"]
+
+
+def test_a_lost_race_or_a_refused_batch_leaves_the_idle_connection_usable(
+    store: SessionStore,
+) -> None:
+    """Appends refused inside their transaction roll it back: whichever connection ran them
+    is left outside any transaction, nothing is written, and the next append goes through."""
+    handle = store.create_session("s")
+    say(handle, "a")
+    stale = store.open_session("s")
+    say(handle, "b")
+    with pytest.raises(ConcurrencyError):
+        say(stale, "lost")
+    events = tables(store).events
+    stray = {"tenant": store.tenant, "session_id": "s", "seq": handle.seq + 1}  # the batch's second
+    execute(store, events.insert().values(**stray, type="todo/write", time=0, data=[]))
+    with pytest.raises(CorruptSessionError):
+        handle.append_many([{"type": "todo/write", "data": {"i": i}} for i in range(2)])
+    execute(store, delete(events).where(events.c.seq == stray["seq"]))
+    dbapi = idle_dbapi(store)
+    assert dbapi is None or not getattr(dbapi, "in_transaction", False)
+    say(handle, "c")
+    assert [m["content"][0]["text"] for m in store.messages("s")] == list("abc")
 
 
 def test_closing_the_store_closes_the_idle_connection(backend: Any) -> None:
