@@ -308,6 +308,35 @@ def _snapshot_exact(value: Any, root: str) -> JSONValue:
 
 def thaw(value: Any) -> Any:
     """Return a plain, mutable deep copy (``dict``/``list``) of a frozen (or plain) JSON value."""
+    try:
+        return _thaw_fast(value, 0)
+    except _UndecidedError:  # deeper than _FAST_DEPTH, or a container of another type
+        return _thaw_exact(value)
+
+
+def _thaw_fast(x: Any, depth: int) -> Any:
+    """``thaw`` by recursion with type dispatch (an integration thaws every item it reads);
+    ``_UndecidedError`` past ``_FAST_DEPTH`` or on a container it does not know."""
+    tx = type(x)
+    if tx is FrozenDict or tx is dict:
+        if depth > _FAST_DEPTH:
+            raise _UndecidedError
+        depth += 1
+        return {
+            k: v if type(v) is str or type(v) is int else _thaw_fast(v, depth) for k, v in x.items()
+        }
+    if tx is FrozenList or tx is list or tx is tuple:
+        if depth > _FAST_DEPTH:
+            raise _UndecidedError
+        depth += 1
+        return [_thaw_fast(v, depth) for v in x]
+    if isinstance(x, dict | list | tuple):
+        raise _UndecidedError
+    return x
+
+
+def _thaw_exact(value: Any) -> Any:
+    """``thaw`` with an explicit stack: any depth, any ``dict``/``list``/``tuple`` subclass."""
     if not isinstance(value, dict | list | tuple):
         return value
     root: Any = {} if isinstance(value, dict) else []

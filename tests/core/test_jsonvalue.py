@@ -394,3 +394,20 @@ def test_thaw_returns_scalars_unchanged(scalar: Any) -> None:
 def test_thaw_of_a_snapshot_round_trips_through_snapshot() -> None:
     value = {"a": [1, 2.0, {"b": [True, None, "x"]}]}
     assert json_equal(snapshot_json(thaw(snapshot_json(value))), value)
+
+
+def test_thaw_of_a_100000_deep_value_needs_no_recursion() -> None:
+    """Past the recursive walk's depth, the explicit stack takes over."""
+    thawed = thaw(snapshot_json(deep_list(DEPTH, "leaf")))
+    assert depth_of(thawed) == DEPTH
+    node = thawed
+    while node and type(node[0]) is list:
+        node = node[0]
+    assert node == ["leaf"]
+
+
+def test_thaw_copies_subclassed_containers_into_plain_ones() -> None:
+    thawed = thaw(MyDict(a=MyList([OrderedDict(b=(1, 2))])))
+    assert thawed == {"a": [{"b": [1, 2]}]}
+    assert type(thawed) is dict and type(thawed["a"]) is list
+    assert type(thawed["a"][0]) is dict and type(thawed["a"][0]["b"]) is list
