@@ -156,11 +156,12 @@ def _resolve(ours: asyncio.Future[Any], _: object) -> None:
 
 
 def _copy_outcome(pinned: _Pinned[Any], task: asyncio.Future[Any]) -> None:
-    exc = task.exception()
-    if exc is None:
-        pinned.set_result(task.result())
-    else:
+    if task.cancelled():  # only by the loop's own shutdown: nobody is left to see it
+        pinned.set_exception(asyncio.CancelledError())
+    elif (exc := task.exception()) is not None:
         pinned.set_exception(exc)
+    else:
+        pinned.set_result(task.result())
 
 
 def _deliver(future: _Pinned[Any], result: Any, exc: BaseException | None) -> None:

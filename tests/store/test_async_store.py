@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -32,7 +33,7 @@ from session_sql import (
     open_async_store,
 )
 from session_sql._store import reader
-from session_sql._store.async_store import _Uninterrupted
+from session_sql._store.async_store import _copy_outcome, _Pinned, _Uninterrupted
 
 from .store_builders import user_message
 
@@ -595,6 +596,47 @@ def test_a_held_cancellation_never_reaches_the_awaited_coroutine() -> None:
     steps, cancelled, gate_cancelled = asyncio.run(main())
     assert steps == ["yielded", "future", "lock"]
     assert cancelled and not gate_cancelled
+
+
+def test_a_pinned_future_lets_its_waiter_see_the_outcome_before_the_cancellation() -> None:
+    """The runner's futures refuse cancel(): a cancelled waiter wakes only once the call is
+    done, and its outcome is there; a call whose task the loop cancelled reports that."""
+
+    async def main() -> list[Any]:
+        loop = asyncio.get_running_loop()
+        seen: list[Any] = []
+        future: _Pinned[int] = _Pinned(loop=loop)
+
+        async def waiter() -> None:
+            try:
+                await future
+            except asyncio.CancelledError:
+                seen.append(("cancelled after", future.result()))
+                raise
+
+        task = asyncio.create_task(waiter())
+        await asyncio.sleep(0)
+        assert task.cancel()  # noted; the future itself refuses
+        assert not future.cancel() and not future.done()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not task.done()  # still waiting for the call
+        future.set_result(7)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+
+        gone = asyncio.ensure_future(asyncio.sleep(10))
+        copied: _Pinned[None] = _Pinned(loop=loop)
+        gone.add_done_callback(functools.partial(_copy_outcome, copied))
+        gone.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        await asyncio.sleep(0)
+        seen.append(type(copied.exception()).__name__)
+        return seen
+
+    assert asyncio.run(main()) == [("cancelled after", 7), "CancelledError"]
 
 
 def test_a_cancelled_refresh_leaves_the_handle_usable(backend) -> None:
