@@ -18,12 +18,14 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_check():
-    done = _run("ruff", "check", "session_sql", "tests")
+    done = _run("ruff", "check", "session_sql", "tests", "scripts")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_ruff_format():
-    done = _run("ruff", "format", "--check", "session_sql", "tests")
+    """Code, and the Python examples in README.md and docs/ (ruff formats Markdown's code
+    blocks), which the docs tests run."""
+    done = _run("ruff", "format", "--check", "session_sql", "tests", "scripts", "README.md", "docs")
     assert done.returncode == 0, done.stdout + done.stderr
 
 
