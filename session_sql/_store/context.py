@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 from collections.abc import Callable
 from operator import itemgetter
@@ -304,13 +305,14 @@ def _surface_events(tables: SchemaTables, sqlite: bool, tn: Any) -> Select[Any]:
 class Compiled:
     """A statement compiled for the store's dialect, and how to bind a dict of parameters."""
 
-    __slots__ = ("bind", "defaults", "sql")
+    __slots__ = ("_positional", "bind", "defaults", "sql")
 
     def __init__(self, stmt: Any, dialect: Dialect, keys: list[str] | None = None) -> None:
         c = stmt.compile(dialect=dialect, column_keys=keys)
         self.sql: str = c.string
         self.defaults: dict[str, Any] = {k: v for k, v in c.params.items() if v is not None}
         """Values the compiler bound itself (SQLite's ``OFFSET`` of a ``LIMIT``)."""
+        self._positional: tuple[str, tuple[str, ...]] | None = None
         self.bind: Callable[[dict[str, Any]], Any]
         if dialect.paramstyle != "qmark":
             self.bind = _as_is
@@ -318,6 +320,26 @@ class Compiled:
         names = tuple(c.positiontup or ())
         pick = itemgetter(*names)
         self.bind = pick if len(names) > 1 else lambda p: (pick(p),)
+
+    @property
+    def positional(self) -> tuple[str, tuple[str, ...]]:
+        """PostgreSQL: ``sql`` with ``%s`` for each ``%(name)s``, and the names in order, so
+        that several statements can be bound by one call of the driver (``fastpath``)."""
+        if self._positional is None:
+            names: list[str] = []
+
+            def placeholder(match: re.Match[str]) -> str:
+                if match[1] is None:
+                    return "%%"  # a literal percent sign, as it was
+                names.append(match[1])
+                return "%s"
+
+            self._positional = (_PLACEHOLDER.sub(placeholder, self.sql), tuple(names))
+        return self._positional
+
+
+_PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
+"""A pyformat placeholder, or an escaped percent sign (which is not one)."""
 
 
 def _as_is(params: dict[str, Any]) -> dict[str, Any]:

@@ -383,7 +383,7 @@ def _rows_past_head(session_id: str) -> CorruptSessionError:
     )
 
 
-def _one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[str, list[Any]]]:
+def _one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[Any]]]:
     """The statements of one session's append in PostgreSQL's one-round-trip form, each with
     the parameters it runs with (one execution per entry): the tenant setting, the guarded
     head update, the event rows, the surface upkeep and ``NOTIFY``, in that order.
@@ -396,21 +396,21 @@ def _one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[str, list[Any]]
     rows = [
         event_row_json(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
     ]
-    out: list[tuple[str, list[Any]]] = [
-        (c.set_tenant.sql, [_tenant_params(ctx)]),
-        (c.guarded_advance.sql, [c.guarded_advance.bind(part.advance)]),
+    out: list[tuple[Compiled, list[Any]]] = [
+        (c.set_tenant, [_tenant_params(ctx)]),
+        (c.guarded_advance, [c.guarded_advance.bind(part.advance)]),
     ]
-    out.append((c.insert_event_strict.sql, [c.insert_event_strict.bind(r) for r in rows]))
+    out.append((c.insert_event_strict, [c.insert_event_strict.bind(r) for r in rows]))
     for op, params in _surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
         if op is SurfaceOp.INSERT_NODES:
-            out.append((c.insert_node_strict.sql, params))
+            out.append((c.insert_node_strict, params))
         elif op is SurfaceOp.DROP_NODES:
-            out.append((c.drop_node.sql, params))
+            out.append((c.drop_node, params))
         else:
-            out.append((c.retarget_node.sql, [params]))
+            out.append((c.retarget_node, [params]))
     if ctx.channel is not None:
         payload = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
-        out.append((c.notify.sql, [c.notify.bind(payload)]))
+        out.append((c.notify, [c.notify.bind(payload)]))
     return out
 
 
@@ -464,18 +464,24 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
 
 
 def _one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPart) -> str:
-    """:func:`_one_trip`'s statements bound by ``bind`` (a client cursor's ``mogrify``) and
-    joined into one query. An insert of several rows is one multi-row ``VALUES`` statement:
-    one statement for the server to parse, and no arrays for the client to adapt (binding
-    ``unnest`` arrays cost more than the rows' own values)."""
+    """:func:`_one_trip`'s statements joined into one query and bound by one call of ``bind``
+    (a client cursor's ``mogrify``), in their positional form: a call per statement cost
+    the driver's fixed work (a transformer, the query's lookup) seven times over. An insert
+    of several rows is one multi-row ``VALUES`` statement: one statement for the server to
+    parse, and no arrays for the client to adapt (binding ``unnest`` arrays cost more than
+    the rows' own values)."""
     statements: list[str] = []
-    for sql, params in _one_trip(ctx, part):
+    values: list[Any] = []
+    for stmt, params in _one_trip(ctx, part):
+        sql, names = stmt.positional
         if len(params) > 1 and sql.startswith("INSERT "):
-            head, values, row = sql.partition(" VALUES ")
-            statements.append(head + values + ", ".join([bind(row, one) for one in params]))
+            head, sep, row = sql.partition(" VALUES ")
+            statements.append(head + sep + ", ".join([row] * len(params)))
         else:
-            statements.extend([bind(sql, one) for one in params])
-    return ";".join(statements)
+            statements.extend([sql] * len(params))
+        for one in params:
+            values.extend([one[name] for name in names])
+    return bind(";".join(statements), values)
 
 
 def _copy_statement(table: Table, columns: Sequence[str]) -> pgsql.Composed:

@@ -14,8 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 
 from session_sql import ConcurrencyError, SessionNotFoundError, open_async_store, open_store
+from session_sql._store.context import Compiled
 
 from .store_builders import user_message
 
@@ -195,7 +197,20 @@ HOSTILE = [
     "line\nbreak\ttab\r",
     "ünïcødé ✓ 𝄞 \u2028",
     '{"a": "it\'s", "b": "\\u0041"}',
+    "100% %s %(x)s %% %",
 ]
+
+
+def test_the_positional_form_of_a_statement_keeps_literal_percent_signs() -> None:
+    """The one query is bound by one call in positional form: each ``%(name)s`` becomes
+    ``%s`` with its name in order (repeats too), and an escaped ``%%`` stays one."""
+    stmt = text("SELECT '100%' AS p, :x AS a, :y AS b, :x AS c")
+    compiled = Compiled(stmt, postgresql_psycopg.dialect())
+    assert compiled.sql == "SELECT '100%%' AS p, %(x)s AS a, %(y)s AS b, %(x)s AS c"
+    assert compiled.positional == (
+        "SELECT '100%%' AS p, %s AS a, %s AS b, %s AS c",
+        ("x", "y", "x"),
+    )
 
 
 @pytest.mark.parametrize("api", ["sync", "async"])
