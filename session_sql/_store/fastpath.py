@@ -27,7 +27,12 @@ from sqlalchemy.util import await_
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.engine import PG_IDLE, begin_raw_write, pipeline, write_tx
 from session_sql._store.rows import check_stored_text, event_row_json
-from session_sql.errors import CorruptSessionError, SessionExistsError, StoreError
+from session_sql.errors import (
+    CorruptSessionError,
+    SessionExistsError,
+    SessionSQLError,
+    StoreError,
+)
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import dumps_frozen
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
@@ -160,9 +165,15 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         # SQLite: on the store's idle connection when it is free, as a tail read runs (no
         # checkout, no reset: the transaction below ends in a commit or a rollback either
         # way). PostgreSQL's is in autocommit, for single statements only.
+        refused: SessionSQLError | None = None
         with ctx.idle.borrow() as idle:
             if idle is not None:
-                return _append_planned(ctx, idle, idle, planned)
+                try:
+                    return _append_planned(ctx, idle, idle, planned)
+                except SessionSQLError as exc:  # after its rollback: the connection is fine,
+                    refused = exc  # so it is kept (an error inside borrow() discards it)
+        if refused is not None:
+            raise refused
     raw = ctx.engine.raw_connection()
     try:
         # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);

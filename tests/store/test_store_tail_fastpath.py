@@ -174,6 +174,7 @@ def test_a_lost_race_or_a_refused_batch_leaves_the_idle_connection_usable(
     is left outside any transaction, nothing is written, and the next append goes through."""
     handle = store.create_session("s")
     say(handle, "a")
+    kept = idle_dbapi(store)  # SQLite: opened by the appends
     stale = store.open_session("s")
     say(handle, "b")
     with pytest.raises(ConcurrencyError):
@@ -186,6 +187,7 @@ def test_a_lost_race_or_a_refused_batch_leaves_the_idle_connection_usable(
     execute(store, delete(events).where(events.c.seq == stray["seq"]))
     dbapi = idle_dbapi(store)
     assert dbapi is None or not getattr(dbapi, "in_transaction", False)
+    assert dbapi is kept  # a refusal is no reason to drop the connection
     say(handle, "c")
     assert [m["content"][0]["text"] for m in store.messages("s")] == list("abc")
 
