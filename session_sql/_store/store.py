@@ -40,6 +40,7 @@ from session_sql._store.engine import (
     analyze,
     database_label,
     enable_wal,
+    explain_open_failure,
     is_sqlite,
     make_engine,
     read_tx,
@@ -203,6 +204,12 @@ class SessionStore:
                 f"a store option is invalid ({', '.join(sorted(engine_options))}): {exc}",
                 option="engine_options",
             ) from exc
+        except StoreError as exc:
+            engine.dispose()
+            clearer = explain_open_failure(engine, exc)
+            if clearer is None:
+                raise
+            raise clearer from exc
         except BaseException:
             engine.dispose()
             raise
