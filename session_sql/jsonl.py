@@ -8,11 +8,12 @@ that does not parse is a torn tail (a writer died mid-line): it is dropped with 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import os
-import tempfile
+import secrets
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ from session_sql.errors import (
     InvalidArgumentError,
     InvalidEventError,
     NotJSONError,
+    StoreError,
     TornTailWarning,
 )
 from session_sql.events import SessionEvent, check_header
@@ -71,27 +73,49 @@ def published_file(target: PathLike) -> Iterator[IO[str]]:
     It is written under a unique temporary name in the target's directory (so concurrent
     writers of one path never share a file), fsynced, then renamed over ``target``: a reader
     sees the old file or the whole new one. On an exception the temporary file is removed and
-    ``target`` is left as it was. The file is created readable by its owner only. A target
-    that exists and is not a regular file (a device, a FIFO) is written in place.
+    ``target`` is left as it was. The file gets the mode an ordinary ``open`` gives (0666
+    less the umask). A target that exists and is not a regular file (a device, a FIFO) is
+    written in place. A file system error (a full disk, no permission) is a ``StoreError``
+    naming the file and the error.
     """
     path = Path(target)
-    if path.exists() and not path.is_file():
-        # A device or a FIFO (/dev/null, a pipe to another program) is written in place:
-        # renaming over it would replace the device with a regular file.
-        with path.open("w", encoding="utf-8", newline="\n") as fh:
-            yield fh
-        return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:64]}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        if path.exists() and not path.is_file():
+            # A device or a FIFO (/dev/null, a pipe to another program) is written in place:
+            # renaming over it would replace the device with a regular file.
+            with path.open("w", encoding="utf-8", newline="\n") as fh:
+                yield fh
+            return
+        fd, tmp = _create_temporary(path)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+                yield fh
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        code = errno.errorcode.get(exc.errno or 0)
+        why = f"{exc.strerror} ({code})" if exc.strerror and code else str(exc)
+        raise StoreError(f"cannot write {path}: {why}; {path} was left as it was") from exc
     _fsync_directory(path.parent)
+
+
+def _create_temporary(path: Path) -> tuple[int, str]:
+    """A new file beside ``path`` under a unique name, opened for writing.
+
+    Not ``tempfile.mkstemp``: it creates the file 0600, whereas ``os.open`` with 0666 lets the
+    kernel apply the umask (and a default ACL), as for any file the user creates.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = str(path.parent / f".{path.name[:64]}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def _fsync_directory(directory: Path) -> None:
