@@ -279,7 +279,13 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
 
         if target is None:
             writer = CountingWriter(sys.stdout, advance)
-            store.export_jsonl(session_id, cast(IO[str], writer))
+            try:
+                store.export_jsonl(session_id, cast(IO[str], writer))
+                sys.stdout.flush()
+            except BrokenPipeError:
+                raise  # the reader went away: handled like every command's output
+            except OSError as exc:
+                raise CliError(f"cannot write to stdout: {exc.strerror or exc}") from exc
             return 1
         try:
             with published_file(target) as fh:

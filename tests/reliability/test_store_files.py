@@ -184,6 +184,27 @@ def test_the_cli_export_onto_a_full_disk_is_one_error_line(backend, tmp_path, mo
         assert code == 1 and stderr.count("\n") == 1 and "ENOSPC" in stderr
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_the_cli_export_to_a_full_stdout_is_one_error_line(backend):
+    with open_store(backend.url, schema=backend.schema) as store:
+        _say(store, "s")
+    where = ["--url", backend.url, "--schema", backend.schema]
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "session_sql.cli", "export", "s", *where],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "SESSION_SQL_DEBUG": ""},
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "cannot write to stdout" in done.stderr and "No space left" in done.stderr
+
+
 @pytest.fixture(params=[0o022, 0o077], ids=["umask022", "umask077"])
 def umask(request: pytest.FixtureRequest) -> Iterator[int]:
     previous = os.umask(request.param)
