@@ -154,7 +154,8 @@ class InvalidArgumentError(SessionSQLError, ValueError):
 
 
 class StoreError(SessionSQLError, RuntimeError):
-    """The database failed, is unreachable, read-only, locked, or not a database at all.
+    """The database failed, is unreachable, read-only, locked, or not a database at all;
+    or the store is closed, or already has its ``max_followers`` listening.
 
     ``path`` names the database when there is no store there to open (``create=False``).
     """

@@ -818,7 +818,8 @@ class AsyncSessionStore:
 
 class _AsyncListener:
     """A LISTENing psycopg ``AsyncConnection``, taken from the store's async engine and
-    detached from its pool (so it connects exactly as the store does)."""
+    detached from its pool (so it connects exactly as the store does). Like the sync
+    follower's, it holds one of the store's follower slots until it is closed."""
 
     def __init__(self, conn: Any, ctx: Any, session_id: str) -> None:
         self._conn = conn
@@ -834,14 +835,20 @@ class _AsyncListener:
                 raw.detach()  # it is ours now: closing it will not return it to the pool
                 return conn
 
-        conn = await store._runner.call(checkout)
+        ctx.followers.take()
         try:
-            with translate_errors():
-                await conn.rollback()  # out of whatever the pool's ping began
-                await conn.set_autocommit(True)
-                await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
+            conn = await store._runner.call(checkout)
+            try:
+                with translate_errors():
+                    await conn.rollback()  # out of whatever the pool's ping began
+                    await conn.set_autocommit(True)
+                    listen = sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel)))
+                    await conn.execute(listen)
+            except BaseException:
+                await conn.close()
+                raise
         except BaseException:
-            await conn.close()
+            ctx.followers.give_back()
             raise
         return cls(conn, ctx, session_id)
 
@@ -857,7 +864,10 @@ class _AsyncListener:
                 await notes.aclose()
 
     async def close(self) -> None:
-        await self._conn.close()
+        try:
+            await self._conn.close()
+        finally:
+            self._ctx.followers.give_back()
 
 
 def open_async_store(

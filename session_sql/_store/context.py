@@ -39,6 +39,7 @@ from session_sql._store.engine import IdleConnection, is_sqlite
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import TENANT_SETTING, JSONText, SchemaTables
 from session_sql.catalog import Catalog
+from session_sql.errors import StoreError
 from session_sql.session import Clock
 
 
@@ -424,6 +425,42 @@ MISSING: Any = object()
 """``Kept.get`` for a key not kept (a kept result may be ``None``)."""
 
 
+class FollowerSlots:
+    """The store's bound on followers holding a ``LISTEN`` connection (PostgreSQL).
+
+    Each such follower has a server connection of its own, outside the pool: unbounded,
+    enough of them exhaust the server's ``max_connections`` and lock every client out.
+    One more than the bound fails at once rather than waiting, since a follower may hold
+    its slot for hours and a wait would only hide the leak or the misconfiguration.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held = 0
+        self._lock = threading.Lock()
+
+    @property
+    def held(self) -> int:
+        """How many followers hold a slot now."""
+        return self._held
+
+    def take(self) -> None:
+        """Hold a slot (``give_back`` returns it); ``StoreError`` when all are held."""
+        with self._lock:
+            if self._held >= self.limit:
+                raise StoreError(
+                    f"this store already has {self.limit} followers listening "
+                    f"(max_followers={self.limit}); end one (close its iterator), or open "
+                    "the store with a larger max_followers= — each holds a server "
+                    "connection of its own, outside the pool"
+                )
+            self._held += 1
+
+    def give_back(self) -> None:
+        with self._lock:
+            self._held -= 1
+
+
 class StoreContext:
     """What a store's parts need: engine, tables, settings, and the prepared statements."""
 
@@ -436,6 +473,7 @@ class StoreContext:
         clock: Clock,
         max_event_bytes: int | None,
         channel: str | None,
+        max_followers: int,
         tenant: str = "",
     ) -> None:
         self.engine = engine
@@ -446,6 +484,9 @@ class StoreContext:
         self.max_event_bytes = max_event_bytes
         self.channel = channel
         """The NOTIFY channel on PostgreSQL, ``None`` on SQLite."""
+        self.followers = FollowerSlots(max_followers)
+        """Bounds the followers' own ``LISTEN`` connections (SQLite's followers poll through
+        the pool and need none)."""
         self.tenant = tenant
         """Every row this store reads or writes is this tenant's."""
         self.sqlite = is_sqlite(engine)

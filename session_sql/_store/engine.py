@@ -181,13 +181,18 @@ def sqlite_pragmas(synchronous: str = "FULL") -> tuple[str, ...]:
     )
 
 
+DEFAULT_POOL_SIZE = 5
+DEFAULT_MAX_OVERFLOW = 10
+"""SQLAlchemy's ``QueuePool`` default: connections opened beyond ``pool_size`` at peak."""
+
+
 def make_engine(
     url: str | URL,
     *,
     synchronous: str = "FULL",
     busy_timeout_ms: int = 5000,
     lock_timeout_ms: int = 5000,
-    pool_size: int = 5,
+    pool_size: int = DEFAULT_POOL_SIZE,
     async_driver: bool = False,
     **kw: Any,
 ) -> Engine:

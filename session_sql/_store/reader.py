@@ -331,25 +331,31 @@ class _Listener:
 
     It comes from the engine, so it connects exactly as the store does (URL, ``connect_args``,
     ``creator``, the connect hooks), and it is detached from the pool and closed at the end, so
-    its LISTEN state never reaches another user of the pool.
+    its LISTEN state never reaches another user of the pool. It holds one of the store's
+    follower slots (``ctx.followers``) from before it connects until it is closed.
     """
 
     def __init__(self, ctx: StoreContext, session_id: str) -> None:
         self._ctx = ctx
         self._session_id = session_id
-        with translate_errors():
-            self._raw = ctx.engine.raw_connection()
-            try:
-                conn = self._raw.driver_connection
-                assert isinstance(conn, psycopg.Connection)
-                self._raw.detach()
-                conn.rollback()  # end any transaction the pool's ping began, then autocommit
-                conn.autocommit = True
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
-            except BaseException:
-                self._raw.close()
-                raise
-            self._conn: psycopg.Connection[Any] = conn
+        ctx.followers.take()
+        try:
+            with translate_errors():
+                self._raw = ctx.engine.raw_connection()
+                try:
+                    conn = self._raw.driver_connection
+                    assert isinstance(conn, psycopg.Connection)
+                    self._raw.detach()
+                    conn.rollback()  # end any transaction the pool's ping began
+                    conn.autocommit = True
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
+                except BaseException:
+                    self._raw.close()
+                    raise
+                self._conn: psycopg.Connection[Any] = conn
+        except BaseException:
+            ctx.followers.give_back()
+            raise
 
     def wait(self, seconds: float) -> None:
         """Return on the first commit to the followed session, or after ``seconds``."""
@@ -363,4 +369,7 @@ class _Listener:
                 notes.close()
 
     def close(self) -> None:
-        self._raw.close()  # detached: closes the driver connection, never pools it
+        try:
+            self._raw.close()  # detached: closes the driver connection, never pools it
+        finally:
+            self._ctx.followers.give_back()

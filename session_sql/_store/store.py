@@ -37,6 +37,8 @@ from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store import fastpath, reader
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import (
+    DEFAULT_MAX_OVERFLOW,
+    DEFAULT_POOL_SIZE,
     analyze,
     database_label,
     enable_wal,
@@ -181,9 +183,11 @@ class SessionStore:
         max_event_bytes: int | None = DEFAULT_MAX_EVENT_BYTES,
         create: bool = True,
         tenant: str | None = None,
+        max_followers: int | None = None,
         **engine_options: Any,
     ) -> None:
         _check_options(schema, catalog, clock, max_event_bytes)
+        followers = _followers_option(max_followers, engine_options)
         tenant = check_tenant(tenant)
         engine = make_engine(url, **engine_options)
         target = None if is_sqlite(engine) else schema
@@ -229,6 +233,7 @@ class SessionStore:
             clock=now_ms if clock is None else clock,
             max_event_bytes=max_event_bytes,
             channel=None if target is None else target,
+            max_followers=followers,
             tenant=tenant,
         )
 
@@ -996,6 +1001,26 @@ def _int_arg(name: str, value: object, *, minimum: int | None = None) -> int:
     return value
 
 
+def _followers_option(max_followers: object, engine_options: Mapping[str, Any]) -> int:
+    """The bound on a store's listening followers: ``max_followers``, by default as many as
+    the pool may open (``pool_size`` + ``max_overflow``): however many followers its callers
+    start, they add no more server connections than the pool itself may open."""
+    if max_followers is None:
+        pool = engine_options.get("pool_size", DEFAULT_POOL_SIZE)
+        overflow = engine_options.get("max_overflow", DEFAULT_MAX_OVERFLOW)
+        # Checked by the engine, not here; an unbounded overflow (-1) adds nothing.
+        pool = pool if isinstance(pool, int) else DEFAULT_POOL_SIZE
+        overflow = overflow if isinstance(overflow, int) else DEFAULT_MAX_OVERFLOW
+        return max(1, pool + max(0, overflow))
+    if isinstance(max_followers, bool) or not isinstance(max_followers, int) or max_followers < 1:
+        raise ConfigurationError(
+            "max_followers must be an int >= 1 (how many follow iterators may listen at "
+            f"once) or None (pool_size + max_overflow), not {max_followers!r}",
+            option="max_followers",
+        )
+    return max_followers
+
+
 def _last_arg(last: object) -> int | None:
     """A tail read's ``last``: None (everything) or an int >= 0, clamped to a BIGINT."""
     return None if last is None else min(_int_arg("last", last, minimum=0), _MAX_BOUND)
@@ -1057,10 +1082,12 @@ def open_store(
     ``synchronous`` ("FULL" or "NORMAL", SQLite), ``busy_timeout_ms`` (SQLite),
     ``lock_timeout_ms`` (PostgreSQL: how long a statement waits for a row lock before
     ``StoreError``; default 5000, 0 waits forever), ``pool_size``, ``max_event_bytes``
-    (default 16 MiB; None for no limit), ``clock``, and any ``sqlalchemy.create_engine``
-    keyword. A database with other tables and no session_sql tables is refused
-    (``SchemaVersionError``), never written to. A URL or
-    option that cannot work raises ``ConfigurationError`` saying what would.
+    (default 16 MiB; None for no limit), ``max_followers`` (PostgreSQL: how many ``follow``
+    iterators may hold their own ``LISTEN`` connection at once; default ``pool_size`` +
+    ``max_overflow``; one more is ``StoreError``), ``clock``, and any
+    ``sqlalchemy.create_engine`` keyword. A database with other tables and no session_sql
+    tables is refused (``SchemaVersionError``), never written to. A URL or option that
+    cannot work raises ``ConfigurationError`` saying what would.
 
     ``tenant`` (default ``""``): the store reads, lists, forks, exports and writes only this
     tenant's sessions; session ids are unique per tenant.
