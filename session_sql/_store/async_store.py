@@ -57,6 +57,7 @@ from session_sql._store.store import (
     open_store,
 )
 from session_sql._store.writer import (
+    Prepared,
     StoredSession,
     begin_together,
     check_together,
@@ -64,7 +65,7 @@ from session_sql._store.writer import (
     persist_together,
 )
 from session_sql.catalog import Catalog
-from session_sql.errors import InvalidArgumentError, StoreError
+from session_sql.errors import ConcurrencyError, InvalidArgumentError, StoreError
 from session_sql.events import SessionEvent, SurfaceOp
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.messages import SurfaceMessage
@@ -563,6 +564,52 @@ class AsyncSessionStore:
         self, writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]]
     ) -> list[list[SessionEvent]]:
         """Append to several sessions in one transaction (see ``SessionStore.append_together``)."""
+        return await self._append_together(writes)
+
+    async def _append_together(
+        self,
+        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        *,
+        heads: Mapping[str, int] | None = None,
+    ) -> list[list[SessionEvent]]:
+        """``append_together``, and each session named in ``heads`` appended to only when its
+        handle is at that head (seq of its last event), checked under the handle's lock:
+        otherwise ``ConcurrencyError`` and nothing is written. For a caller whose view of a
+        session is older than a handle it shares with readers that refresh it (the ADK
+        service's session objects)."""
+        return (await self._together(writes, None, heads or {}))[1]
+
+    async def _create_together(
+        self,
+        session_id: str,
+        *,
+        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        header: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> tuple[AsyncStoredSession, list[list[SessionEvent]]]:
+        """``create_session`` and ``append_together(writes)`` in one transaction: the new
+        session and every batch commit, or nothing does (``SessionExistsError`` when the id
+        is taken, ``ConcurrencyError`` naming a handle that lost a race)."""
+
+        def persist(prepared: list[Prepared]) -> StoredSession:
+            return self._store._create(
+                session_id, header=header, user_id=user_id, labels=labels, prepared=prepared
+            )
+
+        created, done = await self._together(writes, persist, {})
+        assert created is not None
+        return AsyncStoredSession._adopt_handle(created, self._runner), done
+
+    async def _together(
+        self,
+        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        persist: Callable[[list[Prepared]], T] | None,
+        heads: Mapping[str, int],
+    ) -> tuple[T | None, list[list[SessionEvent]]]:
+        """Prepare ``writes`` under their handles' locks, run ``persist`` on them (one
+        transaction; None: ``persist_together``, skipped when there is nothing to write) and
+        commit them to the handles; returns ``persist``'s result."""
         checked = check_together(self._store._ctx, writes)
         for i, (handle, _) in enumerate(checked):
             if not isinstance(handle, AsyncStoredSession):
@@ -575,15 +622,25 @@ class AsyncSessionStore:
             # on each other's locks.
             for handle, _ in sorted(checked, key=lambda pair: pair[0].id):
                 await locks.enter_async_context(cast(AsyncStoredSession, handle)._lock)
+            for handle, _ in checked:
+                expected = heads.get(handle.id)
+                if expected is not None and handle.seq - 1 != expected:
+                    raise ConcurrencyError(
+                        f"session {handle.id!r}: the log moved past seq {expected} (its head "
+                        f"is seq {handle.seq - 1}); reload and retry",
+                        session_id=handle.id,
+                        expected=expected,
+                    )
             prepared = begin_together(checked)
             cancelled = False
+            result: T | None = None
             try:
-                if prepared:
-                    persisted = self._runner.submit(persist_together, prepared)
+                if persist is not None or prepared:
+                    persisted = self._runner.submit(persist or persist_together, prepared)
                     cancelled = await _settle(persisted)
-                    persisted.result()  # the persist step's error, with nothing changed
-                    for handle, events, transitions in prepared:
-                        handle._commit(events, transitions)
+                    result = persisted.result()  # the persist step's error, nothing changed
+                for handle, events, transitions in prepared:
+                    handle._commit(events, transitions)
             finally:
                 for handle, _, _ in prepared:
                     handle._busy = False
@@ -591,7 +648,7 @@ class AsyncSessionStore:
                 handle._notify(events)
         if cancelled:
             raise asyncio.CancelledError
-        return committed_lists(writes, prepared)
+        return result, committed_lists(writes, prepared)
 
     async def open_session(
         self, session_id: str, *, resume: bool = False, read_log: bool = True

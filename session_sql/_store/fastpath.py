@@ -518,17 +518,43 @@ def fetch_rows(conn: Connection, stmt: Compiled, params: dict[str, Any]) -> list
         result.close()
 
 
+class _LostRaceError(Exception):
+    """Inside :func:`insert_session`: part ``index``'s head update matched no row."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
 def insert_session(
     ctx: StoreContext,
     row: Mapping[str, Any],
     event_rows: Sequence[dict[str, Any]],
     surface_rows: Sequence[tuple[int, int]],
-) -> None:
-    """Write a whole new session (its ``sessions`` row, events, surface rows) in one transaction.
+    parts: Sequence[AppendPart] = (),
+) -> int | None:
+    """Write a whole new session (its ``sessions`` row, events, surface rows) in one transaction,
+    with the appends ``parts`` to other sessions in it (as :func:`append_parts` does them).
 
     ``event_rows`` are ``rows.event_row_json`` rows (the JSON text already serialised and
-    checked); raises ``SessionExistsError`` when the id is taken.
+    checked); raises ``SessionExistsError`` when the id is taken. Returns ``None`` once
+    committed, or the index of the first part whose head update matched no row (nothing
+    written).
     """
+    try:
+        _insert_session(ctx, row, event_rows, surface_rows, parts)
+    except _LostRaceError as lost:
+        return lost.index
+    return None
+
+
+def _insert_session(
+    ctx: StoreContext,
+    row: Mapping[str, Any],
+    event_rows: Sequence[dict[str, Any]],
+    surface_rows: Sequence[tuple[int, int]],
+    parts: Sequence[AppendPart],
+) -> None:
     t = ctx.tables
     session_id = str(row["id"])
     with write_tx(ctx.engine) as conn:
@@ -555,6 +581,39 @@ def insert_session(
                 "b_payload": ctx.payload(session_id, int(row["head_seq"])),
             }
             conn.execute(ctx.statements.notify, payload)
+        for i, part in enumerate(parts):
+            if not _append_in(conn, ctx, part):
+                raise _LostRaceError(i)  # rolls the whole transaction back
+
+
+def _append_in(conn: Connection, ctx: StoreContext, part: AppendPart) -> bool:
+    """One append part in ``conn``'s transaction, statement by statement; False (nothing of
+    it written) when its head update matched no row."""
+    c = ctx.compiled
+    raw = conn.connection
+    cur = raw.cursor()
+    try:
+        cur.execute(c.advance.sql, c.advance.bind(part.advance))
+        if cur.rowcount != 1:
+            return False
+        rows = [
+            event_row_json(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
+        ]
+        if c.insert_events_unnest is not None:
+            cur.execute(c.insert_events_unnest.sql, unnest_params(c.event_columns, rows))
+        else:
+            cur.executemany(c.insert_event.sql, [c.insert_event.bind(r) for r in rows])
+        if cur.rowcount != len(rows):  # the row is ours now: a taken seq sits past the head
+            raise _rows_past_head(part.session_id)
+        ops = _surface_ops(ctx, part.session_id, part.transitions, part.next_pos)
+        checks: list[tuple[Any, int, str]] = []
+        _surface_upkeep(ctx, raw, cur, part, ops, checks)
+        for check_cur, count, session_id in checks:
+            if check_cur.rowcount != count:
+                raise _rows_past_head(session_id)
+    finally:
+        cur.close()
+    return True
 
 
 def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[dict[str, Any]]) -> None:

@@ -71,7 +71,7 @@ from session_sql._store.rows import (
 )
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql._store.stats import StoreStats, collect_stats
-from session_sql._store.writer import StoredSession, append_together
+from session_sql._store.writer import Prepared, StoredSession, append_together
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
     ConfigurationError,
@@ -287,6 +287,25 @@ class SessionStore:
         ``user_id``, ``title`` and ``labels`` are the session's metadata (see
         ``update_session``); a bad one raises ``InvalidArgumentError`` and nothing is written.
         """
+        return self._create(
+            session_id, header=header, seed=seed, user_id=user_id, title=title, labels=labels
+        )
+
+    def _create(
+        self,
+        session_id: str | None = None,
+        *,
+        header: Mapping[str, Any] | None = None,
+        seed: Sequence[SessionEvent | Mapping[str, Any]] | None = None,
+        user_id: str | None = None,
+        title: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        prepared: Sequence[Prepared] = (),
+    ) -> StoredSession:
+        """``create_session`` with ``prepared`` batches of other sessions (``begin_together``'s)
+        in its transaction: all commit or none does. The handles are not touched: the caller
+        commits them. For a session created with changes to state other sessions hold (the
+        ADK service's app and user state); a lost race raises as ``append_together`` does."""
         ctx = self._ctx
         metadata = Metadata(
             check_user_id(user_id), check_title(title), check_labels(labels, "labels")
@@ -301,7 +320,7 @@ class SessionStore:
         )
         log = list(session.events)
         state = session._state  # the seed's replay: the session is not used again
-        incarnation = self._insert_session(session.header, log, 0, state, metadata)
+        incarnation = self._insert_session(session.header, log, 0, state, metadata, prepared)
         handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, state)
         handle.first_live_seq = session.first_live_seq
         return handle
@@ -858,10 +877,11 @@ class SessionStore:
         inherited_event_count: int,
         state: Replay,
         metadata: Metadata,
+        prepared: Sequence[Prepared] = (),
     ) -> str:
-        """Write a whole new session in one transaction; returns its incarnation (new at every
-        creation, so a recreated session differs). ``state`` is the replay of ``log``: its
-        rows and counters are what gets stored."""
+        """Write a whole new session in one transaction (with ``prepared``, see ``_create``);
+        returns its incarnation (new at every creation, so a recreated session differs).
+        ``state`` is the replay of ``log``: its rows and counters are what gets stored."""
         ctx = self._ctx
         session_id = str(header["id"])
         surface_rows = state.rows()
@@ -880,8 +900,13 @@ class SessionStore:
             incarnation,
             metadata,
         )
+        parts = [handle._append_part(events, moves) for handle, events, moves in prepared]
         with translate_errors(session_id):
-            fastpath.insert_session(ctx, row, event_rows, surface_rows)
+            failed = fastpath.insert_session(ctx, row, event_rows, surface_rows, parts)
+        if failed is not None:
+            loser = prepared[failed][0]
+            with translate_errors(loser.id), read_tx(ctx.engine) as conn:
+                loser._raise_lost_race(conn)
         return incarnation
 
 

@@ -17,10 +17,12 @@ Mapping (see docs/integrations.md):
 - State. Session state is the creation state (in the header) folded with the events' deltas.
   App and user state live in sessions of their own (labels ``adk_kind=app-state`` /
   ``user-state``) as ``adk/state`` events ``{delta, state, cause}``, appended in the same
-  transaction as the event that changes them (``append_together``). ``temp:`` keys are never
-  stored.
-- Staleness. A returned session remembers the log head it was read at; an append from an older
-  copy, or one that loses a race with another writer, raises ADK's ``StaleSessionError``.
+  transaction as the event or the session creation that changes them. ``temp:`` keys are
+  never stored.
+- Staleness. A returned session remembers the log head it was read at, and its append is
+  conditional on that head (not on the cached handle, which a ``get_session`` may move on):
+  an append from an older copy, or one that loses a race with another writer, raises ADK's
+  ``StaleSessionError``.
 """
 
 from __future__ import annotations
@@ -421,32 +423,71 @@ class SQLSessionService(BaseSessionService):
 
     async def _write(
         self,
-        first: tuple[AsyncStoredSession, list[dict[str, Any]]] | None,
+        first: tuple[AsyncStoredSession, list[dict[str, Any]]],
         app_name: str,
         user_id: str,
         app: Any,
         user: Any,
         cause: dict[str, Any],
+        head: int,
     ) -> list[SessionEvent]:
-        """Append ``first`` with the app and user state changes in one transaction.
+        """Append ``first`` with the app and user state changes in one transaction, only if
+        ``first``'s session is still at ``head`` (what the caller's session object saw: a
+        ``get_session`` meanwhile may have moved the shared handle past it).
 
         When another process changed app or user state first, refresh and retry; a lost race
         on ``first`` itself propagates (``ConcurrencyError``). Returns ``first``'s events.
         """
         store = await self._ready()
+        heads = {first[0].id: head}
         if not (app or user):
-            return (await store.append_together([first]))[0] if first else []
+            return (await store._append_together([first], heads=heads))[0]
         async with self._state_lock:
             for attempt in range(STATE_RETRIES):
                 writes = await self._state_writes(app_name, user_id, app, user, cause)
                 try:
-                    done = await store.append_together(([first] if first else []) + writes)
+                    done = await store._append_together([first, *writes], heads=heads)
                 except ConcurrencyError as exc:
-                    lost = exc.session_id
-                    if (first and lost == first[0].id) or attempt == STATE_RETRIES - 1:
+                    if exc.session_id == first[0].id or attempt == STATE_RETRIES - 1:
                         raise
                     continue
-                return done[0] if first else []
+                return done[0]
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _create_with_state(
+        self,
+        key: str,
+        header: dict[str, Any],
+        labels: dict[str, str],
+        app_name: str,
+        user_id: str,
+        app: Any,
+        user: Any,
+        cause: dict[str, Any],
+    ) -> AsyncStoredSession:
+        """Create the session and write the app and user state changes in one transaction.
+
+        When another process changed app or user state first, refresh and retry; a session
+        of this id created first propagates (``SessionExistsError``), with nothing written.
+        """
+        store = await self._ready()
+        if not (app or user):
+            created = store._create_together(
+                key, writes=[], header=header, user_id=user_id, labels=labels
+            )
+            return (await created)[0]
+        async with self._state_lock:
+            for attempt in range(STATE_RETRIES):
+                writes = await self._state_writes(app_name, user_id, app, user, cause)
+                try:
+                    handle, _ = await store._create_together(
+                        key, writes=writes, header=header, user_id=user_id, labels=labels
+                    )
+                except ConcurrencyError:
+                    if attempt == STATE_RETRIES - 1:
+                        raise
+                    continue
+                return handle
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- BaseSessionService ---------------------------------------------------------------
@@ -461,8 +502,9 @@ class SQLSessionService(BaseSessionService):
     ) -> AdkSession:
         """A new, empty session; ``app:``/``user:`` keys of ``state`` update the shared state.
 
-        The shared state is written first, then the session (two transactions): a crash in
-        between leaves the shared state set, never a session without it.
+        The session and the shared state are written in one transaction: a create that finds
+        the id taken (``AlreadyExistsError``), even by a writer that got there meanwhile,
+        changes nothing.
         """
         await self._ready()
         session_id = (session_id.strip() if session_id else None) or str(uuid.uuid4())
@@ -475,11 +517,13 @@ class SQLSessionService(BaseSessionService):
         async with self._state_lock:
             await self._state_session(store_id("app", app_name), app_name, None)
             await self._state_session(store_id("user", app_name, user_id), app_name, user_id)
-        await self._write(None, app_name, user_id, app, user, cause)
         identity = {"app": app_name, "user": user_id, "session": session_id, "state": own}
         labels = {KIND: "session", APP: app_name, SESSION: session_id}
+        header = _header(key, identity)
         try:
-            handle = await self._create(key, _header(key, identity), user_id, labels)
+            handle = await self._create_with_state(
+                key, header, labels, app_name, user_id, app, user, cause
+            )
         except SessionExistsError as exc:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from exc
         tracked = _Tracked(handle, dict(handle.header["adk"]["state"]))
@@ -545,8 +589,10 @@ class SQLSessionService(BaseSessionService):
     ) -> ListSessionsResponse:
         """The app's sessions (of one user, or of all), least recently updated first.
 
-        As ``BaseSessionService`` documents, the sessions carry neither events nor state
-        (``get_session`` has both); building them would replay every listed log.
+        Paged in creation order, which no write changes (paging by update time would skip a
+        session appended to between two pages). As ``BaseSessionService`` documents, the
+        sessions carry neither events nor state (``get_session`` has both); building them
+        would replay every listed log.
         """
         store = await self._ready()
         found: list[AdkSession] = []
@@ -554,7 +600,7 @@ class SQLSessionService(BaseSessionService):
         while True:
             labels = {KIND: "session", APP: app_name}
             page = await store.list_sessions(
-                limit=_LIST_PAGE, after=after, user_id=user_id, labels=labels
+                limit=_LIST_PAGE, after=after, order="created", user_id=user_id, labels=labels
             )
             for info in page:
                 found.append(
@@ -607,7 +653,7 @@ class SQLSessionService(BaseSessionService):
             if tracked is None:
                 raise AdkNotFoundError(f"Session {session.id} not found.")
             try:
-                await self._check_fresh(tracked, session)
+                head = await self._check_fresh(tracked, session)
                 record = json.loads(event.model_dump_json(exclude_none=True))
                 turn, step = tracked.numbers(record)
                 mapped = message_of(record, turn, max(step, 1))
@@ -615,8 +661,9 @@ class SQLSessionService(BaseSessionService):
                 item = {"type": item_type, "data": data, "surface_op": "append"}
                 app, user, _ = split_state(record.get("actions", {}).get("state_delta") or {})
                 cause = {"session": session.id, "user": session.user_id, "event": record["id"]}
+                first = (tracked.handle, [item])
                 done = await self._write(
-                    (tracked.handle, [item]), session.app_name, session.user_id, app, user, cause
+                    first, session.app_name, session.user_id, app, user, cause, head
                 )
             except StoreNotFoundError as exc:
                 self._cache.pop(key, None)
@@ -625,15 +672,17 @@ class SQLSessionService(BaseSessionService):
                 raise StaleSessionError(STALE) from exc
             finally:
                 tracked.fold()
-            session._storage_update_marker = str(tracked.head)
+            # What this object has seen: its own event, even if a read moved the handle on.
+            session._storage_update_marker = str(done[-1].seq)
             session.last_update_time = done[0].time / 1000
         return self._commit_event_to_session(session, event)
 
-    async def _check_fresh(self, tracked: _Tracked, session: AdkSession) -> None:
-        """Refuse a session copy older than the stored log (``StaleSessionError``)."""
+    async def _check_fresh(self, tracked: _Tracked, session: AdkSession) -> int:
+        """The log head ``session`` was read at, the one the append must be conditional on;
+        ``StaleSessionError`` when the copy is older than the stored log."""
         marker = session._storage_update_marker
         if marker is not None and marker == str(tracked.head):
-            return
+            return tracked.head
         await tracked.handle.refresh()
         tracked.fold()
         if marker is not None:
@@ -643,3 +692,4 @@ class SQLSessionService(BaseSessionService):
             fresh = last == (session.events[-1].id if session.events else None)
         if not fresh:
             raise StaleSessionError(STALE)
+        return tracked.head

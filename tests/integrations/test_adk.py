@@ -147,6 +147,39 @@ def test_list_sessions_pages_through_many(service, monkeypatch) -> None:
     run(body)
 
 
+def test_list_sessions_sees_every_session_while_another_writer_appends(
+    service, monkeypatch
+) -> None:
+    """Paging in creation order: an append between two pages moves no session past the cursor."""
+    from session_sql.integrations import adk
+
+    monkeypatch.setattr(adk, "_LIST_PAGE", 3)
+
+    async def body() -> None:
+        made = [
+            await service.create_session(app_name="app", user_id="u", session_id=f"s{i}")
+            for i in range(7)
+        ]
+        store = await service._ready()
+        listing = store.list_sessions
+        seen: list[str] = []
+
+        async def writer_between_pages(**kwargs: Any) -> Any:
+            page = await listing(**kwargs)
+            seen.extend(info.labels["adk_session"] for info in page)
+            if len(seen) == len(page):  # after the first page: append to one not listed yet
+                await asyncio.sleep(0.005)  # a later updated_at than any creation
+                target = next(s for s in made if s.id not in seen)
+                await service.append_event(target, said("meanwhile"))
+            return page
+
+        monkeypatch.setattr(store, "list_sessions", writer_between_pages)
+        listed = (await service.list_sessions(app_name="app")).sessions
+        assert sorted(s.id for s in listed) == [f"s{i}" for i in range(7)]
+
+    run(body)
+
+
 def test_delete_session(service) -> None:
     async def body() -> None:
         s = await service.create_session(
@@ -372,6 +405,47 @@ def test_app_and_user_state_are_shared_across_sessions(service) -> None:
     run(body)
 
 
+def test_a_create_that_loses_the_race_changes_no_shared_state(service, backend) -> None:
+    """Two services create one session id: the loser raises and its app/user keys are not
+    written (the session and the shared state are one transaction)."""
+
+    async def body() -> None:
+        other = SQLSessionService.from_url(backend.url, schema=backend.schema)
+        try:
+            tracked = service._tracked
+
+            async def winner_meanwhile(key: str, **kwargs: Any) -> Any:
+                found = await tracked(key, **kwargs)
+                if found is None:  # past this service's existence check: the other wins
+                    await other.create_session(
+                        app_name="app",
+                        user_id="u",
+                        session_id="s",
+                        state={"app:k": "winner", "user:k": "winner", "own": "winner"},
+                    )
+                return found
+
+            service._tracked = winner_meanwhile  # type: ignore[method-assign]
+            with pytest.raises(AlreadyExistsError):
+                await service.create_session(
+                    app_name="app",
+                    user_id="u",
+                    session_id="s",
+                    state={"app:k": "loser", "user:k": "loser", "own": "loser"},
+                )
+            del service._tracked
+            got = await service.get_session(app_name="app", user_id="u", session_id="s")
+            assert got is not None
+            assert got.state == {"app:k": "winner", "user:k": "winner", "own": "winner"}
+        finally:
+            await other.close()
+
+    run(body)
+    with open_store(backend.url, schema=backend.schema) as store:
+        for sid in (store_id("app", "app"), store_id("user", "app", "u")):
+            assert [e.data["delta"] for e in store.events(sid)] == [{"k": "winner"}]
+
+
 def test_shared_state_and_event_commit_together(service, backend) -> None:
     """A lost race writes neither the event nor the state change."""
 
@@ -439,6 +513,40 @@ def test_another_service_on_the_same_store_makes_a_copy_stale(service, backend) 
             assert reloaded.state["app:n"] == 3
             check = await other.get_session(app_name="app", user_id="u", session_id="s")
             assert check is not None and check.state["app:n"] == 3
+        finally:
+            await other.close()
+
+    run(body)
+
+
+def test_a_stale_copy_is_refused_while_a_read_refreshes_the_session(service, backend) -> None:
+    """A ``get_session`` between the freshness check and the append moves the shared handle to
+    the stored head; the append stays conditional on the head the caller's copy saw."""
+
+    async def body() -> None:
+        other = SQLSessionService.from_url(backend.url, schema=backend.schema)
+        try:
+            mine = await service.create_session(app_name="app", user_id="u", session_id="s")
+            theirs = await other.get_session(app_name="app", user_id="u", session_id="s")
+            assert theirs is not None
+            await other.append_event(theirs, said("theirs"))
+            check = service._check_fresh
+
+            async def read_meanwhile(tracked: Any, session: Session) -> Any:
+                checked = await check(tracked, session)
+                await service.get_session(app_name="app", user_id="u", session_id="s")
+                return checked
+
+            service._check_fresh = read_meanwhile  # type: ignore[method-assign]
+            for text in ("stale", "stale again"):
+                with pytest.raises(StaleSessionError):
+                    await service.append_event(mine, said(text, **{"app:x": 1}))
+            del service._check_fresh
+            got = await service.get_session(app_name="app", user_id="u", session_id="s")
+            assert got is not None
+            assert [e.content.parts[0].text for e in got.events] == ["theirs"]  # type: ignore[union-attr,index]
+            assert "app:x" not in got.state
+            await service.append_event(got, said("reloaded"))
         finally:
             await other.close()
 
