@@ -54,8 +54,7 @@ from session_sql.jsonl import JsonlReader, jsonl_file_name, published_file
     name="import",
     epilog=example(
         "session-sql import session-1.jsonl session-2.jsonl",
-        "session-sql import backup/ --skip-existing --json",
-        "session-sql import --restore-tenants backup-acme/ backup-globex/",
+        "session-sql import --restore-tenants backup-acme/ backup-globex/ --skip-existing --json",
     ),
 )
 def import_(
@@ -245,9 +244,11 @@ def export(
     """Export a session, or every session, as JSONL.
 
     The header line, then one event per line, to stdout or to a file, read from one snapshot
-    of the session. A file is written under a unique temporary name, fsynced and renamed, so
-    it holds a whole export or is left as it was: with --skip-existing, a file already there
-    is a whole export (perhaps of an earlier state), and an interrupted --all can be resumed.
+    of the session. The header line also records the session's tenant, user id, title, labels
+    and last-write time, which 'session-sql import' restores. A file is written under a unique
+    temporary name, fsynced and renamed, so it holds a whole export or is left as it was: with
+    --skip-existing, a file already there is a whole export (perhaps of an earlier state), and
+    an interrupted --all can be resumed.
 
     In a directory the file is DIR/NAME.jsonl, NAME being the id with every character outside
     a-z 0-9 . _ - (and a leading dot) percent-encoded: an id such as 'a/b' or '..' never names
