@@ -281,7 +281,7 @@ class SessionStore:
         The header key ``x-session-sql`` is reserved: exports carry the metadata under it.
         """
         ctx = self._ctx
-        if header is not None and EXPORT_KEY in header:
+        if isinstance(header, Mapping) and EXPORT_KEY in header:
             raise InvalidHeaderError(
                 f"header key {EXPORT_KEY!r} is reserved: an export carries the session's "
                 "tenant and metadata under it (pass user_id, title and labels instead)"
