@@ -685,14 +685,15 @@ class AsyncSessionStore:
         await self._runner.call(self._store.delete_session, session_id)
 
     async def import_jsonl(self, path: str | os.PathLike[str] | IO[bytes]) -> str:
-        """Store a JSONL session exactly as the file holds it; returns its id. A file object
-        (binary mode) is read as it is given, as by ``SessionStore.import_jsonl``."""
+        """Store a JSONL session exactly as the file holds it, with the metadata its header
+        carries; returns its id. A file object (binary mode) is read as it is given, as by
+        ``SessionStore.import_jsonl``."""
         if self._runner.threaded or not isinstance(path, str | os.PathLike):
             return await self._runner.call(self._store.import_jsonl, path)
         loop = asyncio.get_running_loop()
         source = await loop.run_in_executor(None, JsonlReader, path)  # opens, reads the header
         source._fh = _OffloadedFile(source._fh, loop)  # type: ignore[assignment]
-        return await self._runner.call(self._store._import, source)
+        return await self._runner.call(self._store._import_file, source)
 
     async def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
         """Write a session as JSONL; returns the number of events. A path is published whole

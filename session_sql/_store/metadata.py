@@ -10,19 +10,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from session_sql.errors import ConfigurationError, InvalidArgumentError
+from session_sql.errors import ConfigurationError, InvalidArgumentError, InvalidHeaderError
+from session_sql.events import check_header, is_safe_int
+from session_sql.jsonvalue import FrozenDict, thaw
 
 __all__ = [
+    "EXPORT_KEY",
     "MAX_LABELS",
     "MAX_TENANT_LENGTH",
     "UNSET",
+    "Exported",
     "Metadata",
     "check_labels",
     "check_tenant",
     "check_title",
     "check_user_id",
+    "export_header",
+    "split_export_header",
 ]
 
 MAX_TENANT_LENGTH = 128
@@ -128,3 +134,73 @@ def check_labels(labels: object, argument: str) -> dict[str, str]:
             )
         checked[name] = value
     return checked
+
+
+# --------------------------------------------------------------------------------------------
+# The JSONL extension: what the session row holds beside the header and the log
+
+
+EXPORT_KEY = "x-session-sql"
+"""The header key under which an export carries the session's row (tenant, metadata, time of
+the last write). A plain header key (SPEC §1.3 keeps any other key verbatim), so a reader of
+the plain format stores it as one more header key; this store takes it out again on import."""
+
+_EXPORT_FIELDS = frozenset({"tenant", "userId", "title", "labels", "updatedAt"})
+
+
+class Exported(NamedTuple):
+    """What an export's ``EXPORT_KEY`` said: the row of the session it was read from."""
+
+    tenant: str
+    metadata: Metadata
+    updated_at: int | None
+
+
+def export_header(
+    header: Mapping[str, Any], tenant: str, metadata: Metadata, updated_at: int
+) -> dict[str, Any]:
+    """The header line of an export: the stored header, then ``EXPORT_KEY`` (last)."""
+    line = {key: value for key, value in header.items() if key != EXPORT_KEY}
+    line[EXPORT_KEY] = {
+        "tenant": tenant,
+        "userId": metadata.user_id,
+        "title": metadata.title,
+        "labels": dict(metadata.labels),
+        "updatedAt": updated_at,
+    }
+    return line
+
+
+def split_export_header(header: FrozenDict) -> tuple[FrozenDict, Exported | None]:
+    """A file's header without ``EXPORT_KEY``, and what that key said (``None``: absent).
+
+    Every field is checked as ``create_session`` checks it; a bad one raises
+    ``InvalidHeaderError`` (line 1 of the file), before anything is written.
+    """
+    if EXPORT_KEY not in header:
+        return header, None
+    raw = header[EXPORT_KEY]
+    if not isinstance(raw, Mapping):
+        raise InvalidHeaderError(f"header {EXPORT_KEY} must be an object, got {thaw(raw)!r}")
+    unknown = sorted(set(raw) - _EXPORT_FIELDS)
+    if unknown:
+        raise InvalidHeaderError(
+            f"header {EXPORT_KEY} has unknown keys {unknown} (this build knows "
+            f"{sorted(_EXPORT_FIELDS)}): it was written by a newer build, import it there"
+        )
+    updated_at = raw.get("updatedAt")
+    if updated_at is not None and (not is_safe_int(updated_at) or updated_at < 0):
+        raise InvalidHeaderError(
+            f"header {EXPORT_KEY}.updatedAt must be an int >= 0, got {updated_at!r}"
+        )
+    try:
+        tenant = check_tenant(raw.get("tenant", ""))
+        metadata = Metadata(
+            check_user_id(raw.get("userId"), argument=f"{EXPORT_KEY}.userId"),
+            check_title(raw.get("title")),
+            check_labels(thaw(raw.get("labels")), f"{EXPORT_KEY}.labels"),
+        )
+    except (ConfigurationError, InvalidArgumentError) as exc:
+        raise InvalidHeaderError(f"header {EXPORT_KEY}: {exc}") from exc
+    rest = {key: value for key, value in thaw(header).items() if key != EXPORT_KEY}
+    return check_header(rest), Exported(tenant, metadata, updated_at)

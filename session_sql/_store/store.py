@@ -54,6 +54,7 @@ from session_sql._store.engine import (
 from session_sql._store.gate import ensure_schema
 from session_sql._store.importer import ImportFold
 from session_sql._store.metadata import (
+    EXPORT_KEY,
     UNSET,
     Metadata,
     _Unset,
@@ -61,6 +62,8 @@ from session_sql._store.metadata import (
     check_tenant,
     check_title,
     check_user_id,
+    export_header,
+    split_export_header,
 )
 from session_sql._store.rows import (
     check_header_limits,
@@ -77,6 +80,7 @@ from session_sql.errors import (
     ConfigurationError,
     CorruptSessionError,
     InvalidArgumentError,
+    InvalidHeaderError,
     InvalidSeedError,
     SessionExistsError,
     SessionNotFoundError,
@@ -286,6 +290,7 @@ class SessionStore:
 
         ``user_id``, ``title`` and ``labels`` are the session's metadata (see
         ``update_session``); a bad one raises ``InvalidArgumentError`` and nothing is written.
+        The header key ``x-session-sql`` is reserved: exports carry the metadata under it.
         """
         return self._create(
             session_id, header=header, seed=seed, user_id=user_id, title=title, labels=labels
@@ -307,6 +312,11 @@ class SessionStore:
         commits them. For a session created with changes to state other sessions hold (the
         ADK service's app and user state); a lost race raises as ``append_together`` does."""
         ctx = self._ctx
+        if isinstance(header, Mapping) and EXPORT_KEY in header:
+            raise InvalidHeaderError(
+                f"header key {EXPORT_KEY!r} is reserved: an export carries the session's "
+                "tenant and metadata under it (pass user_id, title and labels instead)"
+            )
         metadata = Metadata(
             check_user_id(user_id), check_title(title), check_labels(labels, "labels")
         )
@@ -396,9 +406,24 @@ class SessionStore:
         the events go in in batches, so memory follows the surface, not the file. A bad line
         (``CorruptSessionError`` naming it) leaves nothing written. ``path`` may also be a file
         opened in binary mode, read from where it stands and left open.
+
+        A header carrying ``x-session-sql`` (as every export does) restores the session's
+        ``user_id``, ``title``, ``labels`` and ``updated_at``; the key itself is not stored.
+        The session goes into this store's tenant, whatever tenant the file names.
         """
         with JsonlReader(path) as source:
+            return self._import_file(source)
+
+    def _import_file(self, source: JsonlReader) -> str:
+        """Import an opened file, with the row its header's ``x-session-sql`` describes."""
+        try:
+            source.header, exported = split_export_header(source.header)
+        except BaseException:
+            source.close()
+            raise
+        if exported is None:
             return self._import(source)
+        return self._import(source, metadata=exported.metadata, updated_at=exported.updated_at)
 
     def _import(
         self,
@@ -479,7 +504,10 @@ class SessionStore:
     def export_jsonl(self, session_id: str, path: str | os.PathLike[str] | IO[str]) -> int:
         """Write a session as JSONL (header line, then one event per line); returns #events.
 
-        The header and every event are read in one snapshot transaction, page by page: the
+        The header line also carries the session's tenant, ``user_id``, ``title``, ``labels``
+        and ``updated_at`` under the key ``x-session-sql``, so that ``import_jsonl`` restores
+        them (a reader of the plain format keeps it as one more header key). The header and
+        every event are read in one snapshot transaction, page by page: the
         export is one consistent state of the whole session, even while others append or
         delete it. A path is written under a unique temporary name, fsynced and renamed, so
         it holds a complete export or is left as it was (also when the export fails).
@@ -494,13 +522,23 @@ class SessionStore:
         s = self._ctx.tables.sessions
         with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
             row = conn.execute(
-                select(_header_text(s), s.c.head_seq).where(self._own(s), s.c.id == session_id)
+                select(
+                    _header_text(s),
+                    s.c.head_seq,
+                    s.c.updated_at,
+                    s.c.user_id,
+                    s.c.title,
+                    s.c.labels,
+                ).where(self._own(s), s.c.id == session_id)
             ).first()
             if row is None:
                 raise SessionNotFoundError(
                     f"session {session_id!r} not found", session_id=session_id
                 )
-            header = frozen_header(session_id, row.header)
+            metadata = Metadata(row.user_id, row.title, _labels_value(session_id, row.labels))
+            header = export_header(
+                frozen_header(session_id, row.header), self._ctx.tenant, metadata, row.updated_at
+            )
             events = reader.snapshot_events(conn, self._ctx, session_id, row.head_seq)
             return write_jsonl(out, header, events)
 

@@ -6,6 +6,7 @@ import dataclasses
 import sys
 import warnings
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Annotated, Any, cast
 
@@ -20,6 +21,7 @@ from session_sql import (
     SessionStore,
 )
 from session_sql import migrate as migrate_store
+from session_sql._store.metadata import split_export_header
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
     DEFAULT_URL,
@@ -45,14 +47,14 @@ from session_sql.cli._support import (
     resolve_id,
     warn,
 )
-from session_sql.jsonl import jsonl_file_name, published_file
+from session_sql.jsonl import JsonlReader, jsonl_file_name, published_file
 
 
 @app.command(
     name="import",
     epilog=example(
         "session-sql import session-1.jsonl session-2.jsonl",
-        "session-sql import backup/ --skip-existing --json",
+        "session-sql import --restore-tenants backup-acme/ backup-globex/ --skip-existing --json",
     ),
 )
 def import_(
@@ -74,6 +76,14 @@ def import_(
             help="Skip a file whose session id the store already holds, instead of failing it.",
         ),
     ] = False,
+    restore_tenants: Annotated[
+        bool,
+        typer.Option(
+            "--restore-tenants",
+            help="Import each file into the tenant it was exported from (recorded in its "
+            "header), not into --tenant. Only for files you trust: the file names the tenant.",
+        ),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
     tenant: TenantOption = "",
@@ -81,21 +91,36 @@ def import_(
 ) -> None:
     """Import sessions from JSONL files.
 
-    Each file is stored exactly as it is (export then import is lossless). A torn final line
-    (the last, without its newline) is dropped with a warning; any other bad line fails that
-    file, and the others still import. Blank lines are skipped. Prints each new session id;
-    exits with 1 when any file failed. A file whose session the store already holds fails,
-    unless --skip-existing (to resume an import, or to refresh a store from a backup).
+    Each file is stored exactly as it is: its header and every event, and the user id, title,
+    labels and last-write time an export records in the header, so export then import gives
+    back the same session. It goes into --tenant's sessions (with --restore-tenants: into the
+    tenant the file was exported from). A torn final line (the last, without its newline) is
+    dropped with a warning; any other bad line fails that file, and the others still import.
+    Blank lines are skipped. Prints each new session id; exits with 1 when any file failed. A
+    file whose session the store already holds fails, unless --skip-existing (to resume an
+    import, or to refresh a store from a backup).
     """
+    if restore_tenants and tenant:
+        raise CliError("give --tenant or --restore-tenants, not both", code=2)
     files = _jsonl_files(paths)
     out = Out()
     imported: list[dict[str, Any]] = []
     failed = 0
     total = sum(f.stat().st_size for f in files)
-    with (
-        cli_store(url, schema, tenant=tenant, create=True) as store,
-        progress_bar(in_bytes=True) as progress,
-    ):
+    with ExitStack() as stores, progress_bar(in_bytes=True) as progress:
+        opened: dict[str, SessionStore] = {}
+
+        def store_for(path: Path) -> SessionStore:
+            """The store of ``tenant``, or (--restore-tenants) of the tenant ``path`` names."""
+            wanted = _exported_tenant(path) if restore_tenants else tenant
+            if wanted not in opened:
+                opened[wanted] = stores.enter_context(
+                    cli_store(url, schema, tenant=wanted, create=True)
+                )
+            return opened[wanted]
+
+        if not restore_tenants:
+            store_for(files[0])  # a bad --url or --tenant fails before any file is read
         task = progress.add_task("importing", total=total, visible=total >= PROGRESS_MIN_BYTES)
 
         def advance(size: int) -> None:
@@ -105,6 +130,7 @@ def import_(
         for path in files:
             progress.update(task, description=f"importing {path.name}")
             try:
+                store = store_for(path)
                 with warnings.catch_warnings(record=True) as caught, path.open("rb") as fh:
                     warnings.simplefilter("always")
                     # The bar follows the bytes as the store reads them, not file by file.
@@ -132,13 +158,24 @@ def import_(
                 progress.update(task, completed=done)
             for warning in caught:
                 warn(str(warning.message))
-            imported.append({"file": str(path), "session_id": session_id, "skipped": False})
+            record: dict[str, Any] = {"file": str(path), "session_id": session_id, "skipped": False}
+            if restore_tenants:
+                record["tenant"] = store.tenant
+            imported.append(record)
             if not as_json:
-                out.line(f"{session_id}  ← {path}")
+                into = f"  (tenant {store.tenant!r})" if restore_tenants else ""
+                out.line(f"{session_id}  ← {path}{into}")
     if as_json:
         out.json(imported)
     if failed:
         raise typer.Exit(1)
+
+
+def _exported_tenant(path: Path) -> str:
+    """The tenant a JSONL file's header records (``""`` when it records none)."""
+    with JsonlReader(path) as reader:
+        _, exported = split_export_header(reader.header)
+    return "" if exported is None else exported.tenant
 
 
 def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
@@ -207,9 +244,11 @@ def export(
     """Export a session, or every session, as JSONL.
 
     The header line, then one event per line, to stdout or to a file, read from one snapshot
-    of the session. A file is written under a unique temporary name, fsynced and renamed, so
-    it holds a whole export or is left as it was: with --skip-existing, a file already there
-    is a whole export (perhaps of an earlier state), and an interrupted --all can be resumed.
+    of the session. The header line also records the session's tenant, user id, title, labels
+    and last-write time, which 'session-sql import' restores. A file is written under a unique
+    temporary name, fsynced and renamed, so it holds a whole export or is left as it was: with
+    --skip-existing, a file already there is a whole export (perhaps of an earlier state), and
+    an interrupted --all can be resumed.
 
     In a directory the file is DIR/NAME.jsonl, NAME being the id with every character outside
     a-z 0-9 . _ - (and a leading dot) percent-encoded: an id such as 'a/b' or '..' never names

@@ -217,3 +217,43 @@ def test_the_import_progress_follows_the_bytes_read(cli, store, tmp_path, monkey
     # The first step came while the import was still reading: nothing was committed yet.
     assert progress.imported_at_first_step is False
     assert store.head_seq("big") == 2999
+
+
+def test_import_restores_metadata_and_with_restore_tenants_each_tenant(cli, tmp_path):
+    """export then import gives back user id, title, labels and times; --restore-tenants puts
+    each file into the tenant it was exported from, and without it --tenant decides."""
+    with open_store(cli.url, schema=cli.schema, tenant="acme") as acme:
+        acme.create_session("s", user_id="u", title="acme's", labels={"app": "a"})
+    with open_store(cli.url, schema=cli.schema) as default:
+        default.create_session("d", title="default's")
+    folders = {tenant: tmp_path / (tenant or "default") for tenant in ("acme", "")}
+    before = {}
+    for tenant, folder in folders.items():
+        assert cli("export", "--all", str(folder), "--tenant", tenant).code == 0
+        with open_store(cli.url, schema=cli.schema, tenant=tenant) as store:
+            before[tenant] = store.list_sessions()
+            for info in before[tenant]:
+                store.delete_session(info.id)
+
+    both = cli("import", "--restore-tenants", *map(str, folders.values()))
+    assert both.code == 0, both.stderr
+    assert "(tenant 'acme')" in both.stdout
+    for tenant in folders:
+        with open_store(cli.url, schema=cli.schema, tenant=tenant) as store:
+            assert store.list_sessions() == before[tenant]
+            store.delete_session(before[tenant][0].id)
+
+    plain = cli("import", str(folders["acme"]), "--json")  # into the default tenant
+    assert plain.code == 0, plain.stderr
+    assert json.loads(plain.stdout) == [
+        {"file": str(folders["acme"] / "s.jsonl"), "session_id": "s", "skipped": False}
+    ]
+    with open_store(cli.url, schema=cli.schema) as default:
+        info = default.session_info("s")
+        assert (info.tenant, info.user_id, info.title) == ("", "u", "acme's")
+    with open_store(cli.url, schema=cli.schema, tenant="acme") as acme:
+        assert acme.list_sessions() == []
+
+    refused = cli("import", "--restore-tenants", "--tenant", "acme", str(folders["acme"]))
+    assert refused.code == 2
+    assert refused.error_lines == [ERROR + "give --tenant or --restore-tenants, not both"]

@@ -38,6 +38,7 @@ from .conftest import SCRIPT, Cli, Outcome
 
 FULL_ID = "3f2a9c4e5d6b4f0a9e8d7c6b5a493827"  # the examples name it "3f2a9c"
 OTHER_ID = "7b1e04c2a9d84f6e8b3c5d7e9f1a2b3c"  # held by session-1.jsonl; delete --yes names it
+TENANT_BACKUPS = ("acme", "globex")  # import --restore-tenants backup-acme/ backup-globex/
 
 
 def help_examples() -> list[tuple[str, str]]:
@@ -76,6 +77,13 @@ def _prepare(cli: Cli) -> None:
         for info in store.iter_sessions():
             store.export_jsonl(info.id, backup / f"{info.id}.jsonl")
         text.unlink()
+    for tenant in TENANT_BACKUPS:  # a backup of each, the tenant gone since
+        folder = cli.cwd / f"backup-{tenant}"
+        folder.mkdir()
+        with open_store(cli.url, schema=cli.schema, tenant=tenant) as store:
+            store.create_session(f"{tenant}-1", user_id="u", title=f"{tenant}'s")
+            store.export_jsonl(f"{tenant}-1", folder / f"{tenant}-1.jsonl")
+            store.delete_session(f"{tenant}-1")
 
 
 def _run_line(cli: Cli, line: str) -> list[Outcome]:
@@ -191,6 +199,9 @@ def test_every_help_example_runs_as_printed(cli, monkeypatch):
         ids = {info.id for info in store.iter_sessions()}
     assert "second" in ids  # imported from session-2.jsonl
     assert FULL_ID not in ids and OTHER_ID not in ids  # the delete examples deleted them
+    for tenant in TENANT_BACKUPS:  # restored into their tenants, metadata included
+        with open_store(cli.url, schema=cli.schema, tenant=tenant) as store:
+            assert store.session_info(f"{tenant}-1").title == f"{tenant}'s"
     migrated = sorted(cli.cwd.glob("sqlite---*.db"))
     assert migrated, "the migrate examples wrote no store"
     for path in migrated:  # each a whole copy, taken before the delete examples ran

@@ -23,7 +23,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.sessions.session import Session
 from google.genai import types
 
-from session_sql import ConfigurationError, open_async_store, open_store
+from session_sql import ConfigurationError, jsonl_file_name, open_async_store, open_store
 from session_sql.catalog import DEFAULT_CATALOG
 from session_sql.integrations import ADK_EVENT, ADK_STATE
 from session_sql.integrations.adk import SQLSessionService, store_id
@@ -444,6 +444,52 @@ def test_a_create_that_loses_the_race_changes_no_shared_state(service, backend) 
     with open_store(backend.url, schema=backend.schema) as store:
         for sid in (store_id("app", "app"), store_id("user", "app", "u")):
             assert [e.data["delta"] for e in store.events(sid)] == [{"k": "winner"}]
+
+
+def test_an_app_restored_from_a_jsonl_backup_lists_and_reads_its_sessions(
+    service, backend, tmp_path
+) -> None:
+    """export then import into a fresh store: the service there sees what it saw before (the
+    sessions are found by their user id and labels, which the export carries)."""
+
+    async def seen(svc: SQLSessionService) -> Any:
+        listed = await svc.list_sessions(app_name="app")
+        full = [
+            await svc.get_session(app_name="app", user_id=s.user_id, session_id=s.id)
+            for s in listed.sessions
+        ]
+        return (
+            [s.model_dump(mode="json") for s in listed.sessions],
+            [s.model_dump(mode="json") for s in full if s is not None],
+            await svc.get_user_state(app_name="app", user_id="u"),
+        )
+
+    async def fill() -> Any:
+        a = await service.create_session(
+            app_name="app", user_id="u", session_id="a", state={"app:theme": "dark", "own": 1}
+        )
+        await service.append_event(a, said("hello", **{"user:lang": "fr"}))
+        await service.append_event(a, replied("bonjour"))
+        await service.create_session(app_name="app", user_id="v", session_id="b")
+        return await seen(service)
+
+    before = run(fill)
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    with open_store(backend.url, schema=backend.schema) as store:
+        for info in store.iter_sessions():
+            store.export_jsonl(info.id, backup / jsonl_file_name(info.id))
+    fresh = f"sqlite:///{tmp_path / 'restored.db'}"
+    with open_store(fresh) as restored:
+        for path in sorted(backup.glob("*.jsonl")):
+            restored.import_jsonl(path)
+    again = SQLSessionService.from_url(fresh)
+    try:
+        after = run(seen, again)
+    finally:
+        run(again.close)
+    assert len(before[0]) == 2
+    assert after == before
 
 
 def test_shared_state_and_event_commit_together(service, backend) -> None:
