@@ -861,17 +861,20 @@ def test_a_waiter_of_another_loop_cancelled_after_its_turn_came_passes_it_on() -
     lock = loopsafe.Semaphore()
     held = threading.Event()
     let_go = threading.Event()
+    released = threading.Event()
 
     async def holder() -> None:
         await lock.acquire()
         held.set()
         await asyncio.get_running_loop().run_in_executor(None, let_go.wait)
         lock.release()
+        released.set()
 
     async def cancelled_waiter() -> None:
         task = asyncio.ensure_future(lock.acquire())
         await asyncio.sleep(0.01)
-        let_go.set()  # the holder releases: the turn goes to ``task``, being cancelled
+        let_go.set()
+        assert released.wait(10)  # the turn is ``task``'s, its wake-up not yet run here
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
