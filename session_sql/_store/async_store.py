@@ -42,7 +42,7 @@ from typing import IO, Any, Literal, TypeVar, cast
 from psycopg import sql
 from sqlalchemy.util import await_, greenlet_spawn
 
-from session_sql._store import fastpath, reader
+from session_sql._store import fastpath, loopsafe, reader
 from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
 from session_sql._store.metadata import UNSET, _Unset
 from session_sql._store.opening import StoredLog
@@ -301,7 +301,7 @@ class AsyncStoredSession(StoredSession):
     """
 
     _runner: _Runner
-    _lock: asyncio.Lock
+    _lock: loopsafe.Semaphore
     _loop: asyncio.AbstractEventLoop
     _read_stored: Callable[[int], list[SessionEvent]]
 
@@ -311,7 +311,7 @@ class AsyncStoredSession(StoredSession):
         session = cls.__new__(cls)
         session.__dict__.update(handle.__dict__)
         session._runner = runner
-        session._lock = asyncio.Lock()
+        session._lock = loopsafe.Semaphore()
         session._loop = asyncio.get_running_loop()
         log = session._log
         if isinstance(log, StoredLog) and not log.is_read:
@@ -466,8 +466,9 @@ class AsyncSessionStore:
         self._runner = _Runner(threads=threads if url.startswith("sqlite") else None)
         self._opened: SessionStore | None = None
         # Tasks that open the store at once (a framework session's first calls, run
-        # concurrently) wait for one opening instead of each opening, and leaking, a store.
-        self._open_lock = asyncio.Lock()
+        # concurrently, on one loop or several) wait for one opening instead of each opening,
+        # and leaking, a store.
+        self._open_lock = loopsafe.Semaphore()
 
     async def _open(self) -> AsyncSessionStore:
         if self._opened is not None:

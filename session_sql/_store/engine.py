@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import json
@@ -53,6 +52,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePoo
 from sqlalchemy.util import await_, greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
 
+from session_sql._store import loopsafe
 from session_sql._store.schema import NAMING_CONVENTION, TENANT_SETTING
 from session_sql.errors import (
     ConcurrencyError,
@@ -361,6 +361,13 @@ def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
         delay = min(delay * 2, 0.05)
 
 
+class _LoopSafePool(AsyncAdaptedQueuePool):
+    """The async pool, whose checkouts may wait on any event loop: an async store serves every
+    loop that uses it (psycopg's async connections wait on whichever loop awaits them)."""
+
+    _queue_class = loopsafe.Queue[ConnectionPoolEntry]
+
+
 def _postgresql_engine(
     url: URL,
     lock_timeout_ms: int,
@@ -373,7 +380,7 @@ def _postgresql_engine(
     if "connect_timeout" not in url.query:
         # libpq waits forever for an unreachable host by default.
         connect_args.setdefault("connect_timeout", 10)
-    kw.setdefault("poolclass", AsyncAdaptedQueuePool if async_driver else QueuePool)
+    kw.setdefault("poolclass", _LoopSafePool if async_driver else QueuePool)
     kw.setdefault("pool_size", pool_size)
     kw.setdefault("pool_pre_ping", True)
     if async_driver:
@@ -584,7 +591,7 @@ class AsyncWriteConnections:
         self._engine = engine
         self._idle: list[Any] = []
         self._cursors: dict[Any, psycopg.AsyncClientCursor[Any]] = {}
-        self._slots = asyncio.Semaphore(size)
+        self._slots = loopsafe.Semaphore(size)
         self._closed = False
 
     async def take(self) -> Any:
@@ -602,7 +609,10 @@ class AsyncWriteConnections:
             if self._closed:
                 raise StoreError("the store is closed; open a new one with open_async_store()")
             while self._idle:
-                raw = self._idle.pop()
+                try:
+                    raw = self._idle.pop()
+                except IndexError:  # taken meanwhile by an append of another loop's thread
+                    break
                 if _is_quiet(raw.driver_connection):
                     return raw
                 self._cursors.pop(raw, None)

@@ -57,6 +57,7 @@ from session_sql import (
     open_async_store,
     thaw,
 )
+from session_sql._store import loopsafe
 from session_sql.integrations import OPENAI_AGENTS_ITEM
 
 __all__ = ["ITEM_TYPE", "SOURCE_KIND", "SessionSQLSession"]
@@ -113,7 +114,7 @@ class SessionSQLSession:
         self._owned = False
         self._checked = False
         self._handle: AsyncStoredSession | None = None
-        self._lock = asyncio.Lock()
+        self._lock = loopsafe.Semaphore()  # writes from any loop (thread), one at a time
 
     @classmethod
     def from_url(

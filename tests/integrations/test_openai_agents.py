@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
@@ -371,6 +372,45 @@ def test_two_processes_adding_to_one_session_both_land(backend, tmp_path) -> Non
         assert all(
             items[i + 1] == {"type": "note", "worker": worker, "i": n} for n, i in enumerate(mine)
         )
+
+
+def test_threads_each_on_a_loop_of_their_own_share_one_session(backend) -> None:
+    """Five threads, each with a new event loop, add items to one session at once (the first
+    of them opening its store): every item lands exactly once, and no loop hangs."""
+    session = SessionSQLSession.from_url("s1", backend.url, schema=backend.schema)
+    errors: list[BaseException] = []
+    start = threading.Barrier(5)
+
+    def work(i: int) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            start.wait(60)
+            for j in range(3):
+                loop.run_until_complete(
+                    session.add_items([{"role": "user", "content": f"{i}.{j}"}, OUTPUT])
+                )
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            loop.close()
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "an event loop hangs"
+    assert errors == []
+
+    async def after() -> list[Any]:
+        async with session:
+            return await session.get_items()
+
+    items = asyncio.run(after())
+    texts = [item["content"] for item in items if item.get("role") == "user"]
+    assert sorted(texts) == sorted(f"{i}.{j}" for i in range(5) for j in range(3))
+    assert all(items[k + 1] == OUTPUT for k in range(0, len(items), 2))  # each batch whole
+    assert len(items) == 30
 
 
 def test_another_process_sees_the_same_items(backend) -> None:

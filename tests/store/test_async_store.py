@@ -32,7 +32,7 @@ from session_sql import (
     StoreError,
     open_async_store,
 )
-from session_sql._store import reader
+from session_sql._store import loopsafe, reader
 from session_sql._store.async_store import _copy_outcome, _Pinned, _Uninterrupted
 
 from .store_builders import user_message
@@ -759,3 +759,135 @@ def test_import_and_export_files_are_read_and_written_off_the_loop(
     with caplog.at_level(logging.WARNING, logger="asyncio"):
         run(backend, body)
     assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+
+
+# -- several event loops ----------------------------------------------------------------------
+
+
+def in_loops(count: int, body: Callable[[int], Awaitable[Any]], timeout: float = 60) -> None:
+    """``body(i)`` at once in ``count`` threads, each on a new event loop of its own (as
+    ``loop.run_until_complete`` in a thread does); a loop that hangs fails the test."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(count)
+
+    def work(i: int) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            start.wait(timeout)
+            loop.run_until_complete(body(i))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            loop.close()
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), "an event loop hangs"
+    if errors:
+        raise errors[0]
+
+
+def test_a_store_and_a_handle_serve_every_event_loop(backend) -> None:
+    """Opened under one ``asyncio.run``, used by five threads' loops at once on one handle
+    (and on the store), then under another ``asyncio.run``: every append lands once."""
+    store = open_async_store(backend.url, schema=backend.schema, pool_size=2)
+
+    async def opening() -> AsyncStoredSession:
+        await store
+        return await store.create_session("s1")
+
+    handle = asyncio.run(opening())
+
+    async def appends(i: int) -> None:
+        for j in range(4):
+            await say(handle, f"{i}.{j}")
+            other = await store.create_session() if j == 0 else None
+            if other is not None:
+                await say(other)
+            assert len(await store.messages("s1")) >= j + 1
+
+    in_loops(5, appends)
+
+    async def after() -> None:
+        try:
+            texts = [m["content"][0]["text"] for m in await store.messages("s1")]
+            assert sorted(texts) == sorted(f"{i}.{j}" for i in range(5) for j in range(4))
+            assert await stored_seqs(store, "s1") == list(range(20))
+            assert handle.seq == 20
+            assert (await store.verify("s1")).ok
+            assert await say(handle) == 20
+        finally:
+            await store.close()
+
+    asyncio.run(after())
+
+
+def test_loops_waiting_for_a_connection_or_a_handle_each_get_their_turn(backend) -> None:
+    """One connection for appends and one for reads (SQLite: one worker thread): the calls of
+    five loops wait for them, and for one handle, in turn; none waits forever."""
+    options: dict[str, Any] = {"pool_size": 1}
+    if backend.name == "postgresql":
+        options["max_overflow"] = 1  # the appends keep one; the reads share the other
+    store = open_async_store(backend.url, schema=backend.schema, **options)
+    handle = asyncio.run(_created(store, "s1"))
+
+    async def busy(i: int) -> None:
+        for _ in range(5):
+            await asyncio.gather(say(handle, str(i)), store.surface("s1"), store.head_seq("s1"))
+
+    in_loops(5, busy)
+
+    async def after() -> None:
+        try:
+            assert await stored_seqs(store, "s1") == list(range(25))
+            assert (await store.verify("s1")).ok
+        finally:
+            await store.close()
+
+    asyncio.run(after())
+
+
+async def _created(store: AsyncSessionStore, session_id: str) -> AsyncStoredSession:
+    await store
+    return await store.create_session(session_id)
+
+
+def test_a_waiter_of_another_loop_cancelled_after_its_turn_came_passes_it_on() -> None:
+    """The store's locks are shared by loops: a release wakes the waiter on its own loop, and
+    a waiter cancelled once its turn was handed to it hands the turn on."""
+    lock = loopsafe.Semaphore()
+    held = threading.Event()
+    let_go = threading.Event()
+    released = threading.Event()
+
+    async def holder() -> None:
+        await lock.acquire()
+        held.set()
+        await asyncio.get_running_loop().run_in_executor(None, let_go.wait)
+        lock.release()
+        released.set()
+
+    async def cancelled_waiter() -> None:
+        task = asyncio.ensure_future(lock.acquire())
+        await asyncio.sleep(0.01)
+        let_go.set()
+        assert released.wait(10)  # the turn is ``task``'s, its wake-up not yet run here
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    async def later() -> None:
+        await asyncio.wait_for(lock.acquire(), 10)
+        lock.release()
+
+    thread = threading.Thread(target=asyncio.run, args=(holder(),), daemon=True)
+    thread.start()
+    assert held.wait(10)
+    asyncio.run(cancelled_waiter())
+    thread.join(10)
+    assert not thread.is_alive()
+    asyncio.run(later())
+    assert not lock.locked()
