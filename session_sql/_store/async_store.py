@@ -42,7 +42,8 @@ from typing import IO, Any, Literal, TypeVar, cast
 from psycopg import sql
 from sqlalchemy.util import await_, greenlet_spawn
 
-from session_sql._store import fastpath, loopsafe, reader
+from session_sql import loopsafe
+from session_sql._store import fastpath, reader
 from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
 from session_sql._store.metadata import UNSET, _Unset
 from session_sql._store.opening import StoredLog

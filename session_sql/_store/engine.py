@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
@@ -52,7 +53,8 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePoo
 from sqlalchemy.util import await_, greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
 
-from session_sql._store import loopsafe
+from session_sql import loopsafe
+from session_sql._store import pool_queue
 from session_sql._store.schema import NAMING_CONVENTION, TENANT_SETTING
 from session_sql.errors import (
     ConcurrencyError,
@@ -365,7 +367,7 @@ class _LoopSafePool(AsyncAdaptedQueuePool):
     """The async pool, whose checkouts may wait on any event loop: an async store serves every
     loop that uses it (psycopg's async connections wait on whichever loop awaits them)."""
 
-    _queue_class = loopsafe.Queue[ConnectionPoolEntry]
+    _queue_class = pool_queue.Queue[ConnectionPoolEntry]
 
 
 def _postgresql_engine(

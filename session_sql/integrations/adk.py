@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
@@ -50,7 +51,7 @@ from google.adk.sessions.session import Session as AdkSession
 from google.adk.sessions.state import State
 from pydantic_core import to_jsonable_python
 
-from session_sql import open_async_store, thaw
+from session_sql import loopsafe, open_async_store, thaw
 from session_sql._store.async_store import AsyncSessionStore, AsyncStoredSession
 from session_sql.catalog import default_catalog
 from session_sql.errors import ConcurrencyError, ConfigurationError, SessionExistsError
@@ -256,10 +257,13 @@ class SQLSessionService(BaseSessionService):
         self._owned = False
         self._cache: OrderedDict[str, _Tracked | AsyncStoredSession] = OrderedDict()
         self._cache_size = max(1, int(cache_size))
-        self._locks: dict[str, asyncio.Lock] = {}
+        # The locks are the store's own kind, which serve tasks of every event loop: one
+        # service may be used from threads that each run a loop (as the store may).
+        self._locks: dict[str, loopsafe.Semaphore] = {}
         self._holders: dict[str, int] = {}
-        self._state_lock = asyncio.Lock()
-        self._opening = asyncio.Lock()
+        self._holders_mutex = threading.Lock()
+        self._state_lock = loopsafe.Semaphore()
+        self._opening = loopsafe.Semaphore()
         self._checked = False
 
     @classmethod
@@ -316,15 +320,17 @@ class SQLSessionService(BaseSessionService):
     @asynccontextmanager
     async def _lock(self, key: str) -> AsyncIterator[None]:
         """Serialise this process's writes to one session (appends are read-check-write)."""
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        self._holders[key] = self._holders.get(key, 0) + 1
+        with self._holders_mutex:
+            lock = self._locks.setdefault(key, loopsafe.Semaphore())
+            self._holders[key] = self._holders.get(key, 0) + 1
         try:
             async with lock:
                 yield
         finally:
-            self._holders[key] -= 1
-            if not self._holders[key]:
-                del self._holders[key], self._locks[key]
+            with self._holders_mutex:
+                self._holders[key] -= 1
+                if not self._holders[key]:
+                    del self._holders[key], self._locks[key]
 
     def _remember(self, key: str, value: _Tracked | AsyncStoredSession) -> None:
         self._cache[key] = value

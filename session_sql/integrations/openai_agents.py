@@ -54,10 +54,10 @@ from session_sql import (
     SessionNotFoundError,
     SessionStore,
     SurfaceMessage,
+    loopsafe,
     open_async_store,
     thaw,
 )
-from session_sql._store import loopsafe
 from session_sql.integrations import OPENAI_AGENTS_ITEM
 
 __all__ = ["ITEM_TYPE", "SOURCE_KIND", "SessionSQLSession"]

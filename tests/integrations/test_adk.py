@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -845,3 +846,66 @@ def test_a_store_reopened_in_another_process_sees_the_same(service, backend) -> 
     assert seen["state"] == mine.state == {"k": "w", "app:a": 1, "user:lang": "fr"}
     assert seen["listed"] == ["s"]
     assert seen["user"] == {"lang": "fr"}
+
+
+def test_threads_each_on_a_loop_of_their_own_share_one_service(backend) -> None:
+    """Five threads, each with a new event loop, create sessions and append to them and to
+    one shared session through one service (its first calls opening the store): every event
+    lands exactly once, shared state is whole, and no loop hangs."""
+    service = SQLSessionService.from_url(backend.url, schema=backend.schema)
+    asyncio.run(service.create_session(app_name="app", user_id="u", session_id="shared"))
+    errors: list[BaseException] = []
+    start = threading.Barrier(5)
+
+    async def work(i: int) -> None:
+        own = await service.create_session(
+            app_name="app", user_id="u", session_id=f"s{i}", state={f"user:k{i}": i}
+        )
+        for j in range(3):
+            await service.append_event(own, said(f"{i}.{j}", invocation=f"i{i}"))
+            while True:
+                shared = await service.get_session(app_name="app", user_id="u", session_id="shared")
+                assert shared is not None
+                try:
+                    await service.append_event(shared, said(f"shared {i}.{j}"))
+                    break
+                except StaleSessionError:  # another thread appended between the two calls
+                    continue
+
+    def thread_body(i: int) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            start.wait(60)
+            loop.run_until_complete(work(i))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            loop.close()
+
+    threads = [threading.Thread(target=thread_body, args=(i,), daemon=True) for i in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "an event loop hangs"
+    assert errors == []
+
+    async def after() -> None:
+        try:
+            shared = await service.get_session(app_name="app", user_id="u", session_id="shared")
+            assert shared is not None
+            texts = sorted(e.content.parts[0].text for e in shared.events)
+            assert texts == sorted(f"shared {i}.{j}" for i in range(5) for j in range(3))
+            assert {k: v for k, v in shared.state.items() if k.startswith("user:")} == {
+                f"user:k{i}": i for i in range(5)
+            }
+            for i in range(5):
+                own = await service.get_session(app_name="app", user_id="u", session_id=f"s{i}")
+                assert own is not None
+                assert [e.content.parts[0].text for e in own.events] == [
+                    f"{i}.{j}" for j in range(3)
+                ]
+        finally:
+            await service.close()
+
+    asyncio.run(after())

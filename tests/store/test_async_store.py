@@ -30,9 +30,10 @@ from session_sql import (
     SessionStore,
     StoredSession,
     StoreError,
+    loopsafe,
     open_async_store,
 )
-from session_sql._store import loopsafe, reader
+from session_sql._store import reader
 from session_sql._store.async_store import _copy_outcome, _Pinned, _Uninterrupted
 
 from .store_builders import user_message
