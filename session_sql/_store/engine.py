@@ -53,7 +53,12 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePoo
 from sqlalchemy.util import await_, greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
 
-from session_sql._store.schema import NAMING_CONVENTION, TENANT_SETTING
+from session_sql._store.schema import (
+    DEFAULT_TENANT_SETTING,
+    NAMING_CONVENTION,
+    TENANT_SETTING,
+    default_tenant_flag,
+)
 from session_sql.errors import (
     ConcurrencyError,
     ConfigurationError,
@@ -426,24 +431,35 @@ def _is_quiet(conn: Any) -> bool:
         return False
 
 
-SET_TENANT: Final = "SELECT set_config('session_sql.tenant', %s, true)"
-"""``SET LOCAL session_sql.tenant`` with a bound value (what row-level security reads)."""
+def _set_tenant_sql(is_local: str) -> str:
+    """Set both tenant settings (``TENANT_SETTING``, ``DEFAULT_TENANT_SETTING``) to bound
+    values, for the transaction (``is_local`` ``true``) or the session (``false``)."""
+    return (
+        f"SELECT set_config('{TENANT_SETTING}', %s, {is_local}), "
+        f"set_config('{DEFAULT_TENANT_SETTING}', %s, {is_local})"
+    )
+
+
+SET_TENANT: Final = _set_tenant_sql("true")
+"""``SET LOCAL`` of the tenant settings with bound values (what row-level security reads)."""
 
 
 def scope_transactions(engine: Engine, tenant: str) -> None:
-    """Set the tenant setting at the start of every transaction on ``engine`` (PostgreSQL).
+    """Set the tenant settings at the start of every transaction on ``engine`` (PostgreSQL).
 
-    The setting is transaction-local (``set_config(..., true)``), so it never outlives the
-    transaction on a pooled connection. It is sent in one pipeline with psycopg's ``BEGIN``:
-    no round trip is added to a transaction. The fast path sets it in its own pipeline.
+    They are transaction-local (``set_config(..., true)``), so they never outlive the
+    transaction on a pooled connection (they read ``''`` after it, which names no tenant).
+    They are sent in one pipeline with psycopg's ``BEGIN``: no round trip is added to a
+    transaction. The fast path sets them in its own pipeline.
     """
     if is_sqlite(engine):
         return
+    values = (tenant, default_tenant_flag(tenant))
 
     def on_begin(conn: Connection) -> None:
         driver = conn.connection.driver_connection
         with pipeline(driver):
-            done = driver.execute(SET_TENANT, (tenant,))  # type: ignore[union-attr]
+            done = driver.execute(SET_TENANT, values)  # type: ignore[union-attr]
             if isinstance(driver, psycopg.AsyncConnection):
                 await_(done)
 
@@ -535,8 +551,8 @@ class IdleConnection:
                 cursor = dbapi.cursor()
                 try:
                     cursor.execute(
-                        "SELECT set_config(%(setting)s, %(tenant)s, false)",
-                        {"setting": TENANT_SETTING, "tenant": self._tenant},
+                        _set_tenant_sql("false"),
+                        (self._tenant, default_tenant_flag(self._tenant)),
                     )
                 finally:
                     cursor.close()
