@@ -117,7 +117,7 @@ class Statements:
         self.insert_event_strict = pg_insert(e)
         self.insert_node_strict = pg_insert(sf)
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
-        # SET LOCAL of the tenant setting that row-level security reads (PostgreSQL).
+        # SET LOCAL of the tenant settings that row-level security reads (PostgreSQL).
         self.set_tenant = select(
             func.set_config(bindparam("b_setting", TENANT_SETTING), tn, true()),
             func.set_config(
