@@ -152,15 +152,15 @@ WHERE e.source_event_seqs IS NOT NULL;
 
 ALTER TABLE session_sql.sessions ENABLE ROW LEVEL SECURITY;
 
-CREATE POLICY tenant_isolation ON session_sql.sessions USING (tenant = current_setting('session_sql.tenant', true)) WITH CHECK (tenant = current_setting('session_sql.tenant', true));
+CREATE POLICY tenant_isolation ON session_sql.sessions USING (tenant = current_setting('session_sql.tenant', true) AND (tenant <> '' OR current_setting('session_sql.default_tenant', true) = 'on')) WITH CHECK (tenant = current_setting('session_sql.tenant', true) AND (tenant <> '' OR current_setting('session_sql.default_tenant', true) = 'on'));
 
 ALTER TABLE session_sql.events ENABLE ROW LEVEL SECURITY;
 
-CREATE POLICY tenant_isolation ON session_sql.events USING (tenant = current_setting('session_sql.tenant', true)) WITH CHECK (tenant = current_setting('session_sql.tenant', true));
+CREATE POLICY tenant_isolation ON session_sql.events USING (tenant = current_setting('session_sql.tenant', true) AND (tenant <> '' OR current_setting('session_sql.default_tenant', true) = 'on')) WITH CHECK (tenant = current_setting('session_sql.tenant', true) AND (tenant <> '' OR current_setting('session_sql.default_tenant', true) = 'on'));
 
 ALTER TABLE session_sql.surface ENABLE ROW LEVEL SECURITY;
 
-CREATE POLICY tenant_isolation ON session_sql.surface USING (tenant = current_setting('session_sql.tenant', true)) WITH CHECK (tenant = current_setting('session_sql.tenant', true));
+CREATE POLICY tenant_isolation ON session_sql.surface USING (tenant = current_setting('session_sql.tenant', true) AND (tenant <> '' OR current_setting('session_sql.default_tenant', true) = 'on')) WITH CHECK (tenant = current_setting('session_sql.tenant', true) AND (tenant <> '' OR current_setting('session_sql.default_tenant', true) = 'on'));
 
 ALTER VIEW session_sql.surface_messages SET (security_invoker = true);
 

@@ -37,7 +37,13 @@ from sqlalchemy.engine import Dialect
 
 from session_sql._store.engine import IdleConnection, is_sqlite
 from session_sql._store.rows import event_columns
-from session_sql._store.schema import TENANT_SETTING, JSONText, SchemaTables
+from session_sql._store.schema import (
+    DEFAULT_TENANT_SETTING,
+    TENANT_SETTING,
+    JSONText,
+    SchemaTables,
+    default_tenant_flag,
+)
 from session_sql.catalog import Catalog
 from session_sql.errors import StoreError
 from session_sql.session import Clock
@@ -112,9 +118,14 @@ class Statements:
         self.insert_event_strict = pg_insert(e)
         self.insert_node_strict = pg_insert(sf)
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
-        # SET LOCAL of the tenant setting that row-level security reads (PostgreSQL).
+        # SET LOCAL of the tenant settings that row-level security reads (PostgreSQL).
         self.set_tenant = select(
-            func.set_config(bindparam("b_setting", TENANT_SETTING), tn, true())
+            func.set_config(bindparam("b_setting", TENANT_SETTING), tn, true()),
+            func.set_config(
+                bindparam("b_default_setting", DEFAULT_TENANT_SETTING),
+                bindparam("b_default", default_tenant_flag(tenant), type_=Text),
+                true(),
+            ),
         )
         self.session_row = select(
             s.c.head_seq,

@@ -55,7 +55,12 @@ from sqlalchemy.util.concurrency import in_greenlet
 
 from session_sql import loopsafe
 from session_sql._store import pool_queue
-from session_sql._store.schema import NAMING_CONVENTION, TENANT_SETTING
+from session_sql._store.schema import (
+    DEFAULT_TENANT_SETTING,
+    NAMING_CONVENTION,
+    TENANT_SETTING,
+    default_tenant_flag,
+)
 from session_sql.errors import (
     ConcurrencyError,
     ConfigurationError,
@@ -379,6 +384,8 @@ def _postgresql_engine(
     async_driver: bool = False,
 ) -> Engine:
     connect_args = dict(kw.pop("connect_args", {}))
+    _check_client_encoding(url.query.get("client_encoding"))
+    _check_client_encoding(connect_args.get("client_encoding"))
     if "connect_timeout" not in url.query:
         # libpq waits forever for an unreachable host by default.
         connect_args.setdefault("connect_timeout", 10)
@@ -395,21 +402,64 @@ def _postgresql_engine(
         engine = _sa_create_engine(url, connect_args=connect_args, **kw)
 
     def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
-        # Set per connection (not via connect_args), so that a ``creator`` gets it as well.
+        _require_utf8_server(getattr(dbapi_connection, "driver_connection", dbapi_connection))
+        # Set per connection (not via connect_args), so that a ``creator`` gets them as well,
+        # and UTF-8 whatever PGCLIENTENCODING says: every str the store binds is encodable.
         # No try/finally: a failed or interrupted statement (Ctrl-C while connecting) fails the
         # connect and the pool drops the connection; restoring autocommit on a connection
         # still inside the statement would raise and hide the interrupt.
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         dbapi_connection.execute(
-            "SELECT set_config('lock_timeout', %s, false)", (f"{lock_timeout_ms}ms",)
+            "SELECT set_config('lock_timeout', %s, false), "
+            "set_config('client_encoding', 'UTF8', false)",
+            (f"{lock_timeout_ms}ms",),
         )
         dbapi_connection.autocommit = autocommit
 
-    event.listen(engine, "connect", on_connect)
+    # First, before the dialect's own first-connect initialisation, which cannot read a
+    # SQL_ASCII server's version and would fail with a bare TypeError.
+    event.listen(engine, "connect", on_connect, insert=True)
     if kw["pool_pre_ping"]:
         engine.dialect.do_ping = functools.partial(_quiet_ping, engine.dialect.do_ping)  # type: ignore[method-assign]
     return engine
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether ``name`` spells UTF-8 as PostgreSQL reads encoding names (case, punctuation)."""
+    return "".join(ch for ch in name.lower() if ch.isalnum()) in ("utf8", "unicode")
+
+
+def _check_client_encoding(value: object) -> None:
+    """A ``client_encoding`` given in the URL or ``connect_args`` must be UTF-8: the store
+    binds any str, which another client encoding cannot carry."""
+    if value is None or (isinstance(value, str) and _is_utf8(value)):
+        return
+    raise ConfigurationError(
+        f"client_encoding {value!r} cannot carry every string the store writes; the store "
+        "talks UTF-8 to PostgreSQL: drop client_encoding (or give 'UTF8')",
+        option="client_encoding",
+    )
+
+
+def _require_utf8_server(driver_connection: Any) -> None:
+    """Refuse a database whose server encoding cannot store every string the store accepts
+    (LATIN1 has no emoji, SQL_ASCII stores bytes unchecked): ``ConfigurationError``.
+
+    Read from the status the server sent at connect, so it costs no round trip.
+    """
+    info = driver_connection.info
+    encoding = info.parameter_status("server_encoding") or "UTF8"
+    if _is_utf8(encoding):
+        return
+    name = info.dbname
+    raise ConfigurationError(
+        f"PostgreSQL database {name!r} has server encoding {encoding}, which cannot store "
+        "every string a session holds; use a database created with ENCODING 'UTF8' TEMPLATE "
+        "template0 (CREATE DATABASE agents ENCODING 'UTF8' TEMPLATE template0; pg_dump and "
+        "pg_restore carry an existing database's data over)",
+        option="url",
+    )
 
 
 def _quiet_ping(ping: Any, dbapi_connection: Any) -> bool:
@@ -440,24 +490,35 @@ def _is_quiet(conn: Any) -> bool:
         return False
 
 
-SET_TENANT: Final = "SELECT set_config('session_sql.tenant', %s, true)"
-"""``SET LOCAL session_sql.tenant`` with a bound value (what row-level security reads)."""
+def _set_tenant_sql(is_local: str) -> str:
+    """Set both tenant settings (``TENANT_SETTING``, ``DEFAULT_TENANT_SETTING``) to bound
+    values, for the transaction (``is_local`` ``true``) or the session (``false``)."""
+    return (
+        f"SELECT set_config('{TENANT_SETTING}', %s, {is_local}), "
+        f"set_config('{DEFAULT_TENANT_SETTING}', %s, {is_local})"
+    )
+
+
+SET_TENANT: Final = _set_tenant_sql("true")
+"""``SET LOCAL`` of the tenant settings with bound values (what row-level security reads)."""
 
 
 def scope_transactions(engine: Engine, tenant: str) -> None:
-    """Set the tenant setting at the start of every transaction on ``engine`` (PostgreSQL).
+    """Set the tenant settings at the start of every transaction on ``engine`` (PostgreSQL).
 
-    The setting is transaction-local (``set_config(..., true)``), so it never outlives the
-    transaction on a pooled connection. It is sent in one pipeline with psycopg's ``BEGIN``:
-    no round trip is added to a transaction. The fast path sets it in its own pipeline.
+    They are transaction-local (``set_config(..., true)``), so they never outlive the
+    transaction on a pooled connection (they read ``''`` after it, which names no tenant).
+    They are sent in one pipeline with psycopg's ``BEGIN``: no round trip is added to a
+    transaction. The fast path sets them in its own pipeline.
     """
     if is_sqlite(engine):
         return
+    values = (tenant, default_tenant_flag(tenant))
 
     def on_begin(conn: Connection) -> None:
         driver = conn.connection.driver_connection
         with pipeline(driver):
-            done = driver.execute(SET_TENANT, (tenant,))  # type: ignore[union-attr]
+            done = driver.execute(SET_TENANT, values)  # type: ignore[union-attr]
             if isinstance(driver, psycopg.AsyncConnection):
                 await_(done)
 
@@ -549,8 +610,8 @@ class IdleConnection:
                 cursor = dbapi.cursor()
                 try:
                     cursor.execute(
-                        "SELECT set_config(%(setting)s, %(tenant)s, false)",
-                        {"setting": TENANT_SETTING, "tenant": self._tenant},
+                        _set_tenant_sql("false"),
+                        (self._tenant, default_tenant_flag(self._tenant)),
                     )
                 finally:
                     cursor.close()
@@ -846,8 +907,9 @@ def _explain_refused_connection(pgconn: Any) -> StoreError | None:
             return None
         return StoreError(
             f"database {database!r} does not exist on the PostgreSQL server at {where}: "
-            f"create it (CREATE DATABASE {quote_identifier(database)}, or createdb "
-            f"{database}) or fix the database name in the URL"
+            f"create it (CREATE DATABASE {quote_identifier(database)} ENCODING 'UTF8' "
+            f"TEMPLATE template0, or createdb -E UTF8 -T template0 {database}) or fix the "
+            "database name in the URL"
         )
     if not _listening(options):
         return None

@@ -53,6 +53,7 @@ from session_sql._store.views import AnalyticsView, CreateAnalyticsView, views_f
 __all__ = [
     "APPLICATION",
     "DEFAULT_SCHEMA",
+    "DEFAULT_TENANT_SETTING",
     "NAMING_CONVENTION",
     "SCHEMA_VERSION",
     "JSONText",
@@ -60,6 +61,7 @@ __all__ = [
     "TENANT_SETTING",
     "SchemaTables",
     "create_all",
+    "default_tenant_flag",
     "meta_rows",
     "metadata_for",
     "render_ddl",
@@ -339,6 +341,17 @@ def _ddl_elements(tables: SchemaTables, dialect_name: str) -> list[ExecutableDDL
 TENANT_SETTING = "session_sql.tenant"
 """The PostgreSQL setting the store sets (``SET LOCAL``) in each transaction to its tenant."""
 
+DEFAULT_TENANT_SETTING = "session_sql.default_tenant"
+"""The PostgreSQL setting the store sets to ``on`` beside ``TENANT_SETTING`` when its tenant
+is the default tenant ``""``: a custom setting reads ``''`` (not NULL) for the rest of a
+server session once a transaction has set it locally, so ``''`` alone cannot name it."""
+
+
+def default_tenant_flag(tenant: str) -> str:
+    """The value of ``DEFAULT_TENANT_SETTING`` for a store of ``tenant``."""
+    return "on" if tenant == "" else ""
+
+
 TENANT_POLICY = "tenant_isolation"
 """The row-level security policy on ``sessions``, ``events`` and ``surface`` (PostgreSQL)."""
 
@@ -346,12 +359,17 @@ TENANT_POLICY = "tenant_isolation"
 def row_security_ddl(tables: SchemaTables, dialect: Dialect) -> list[str]:
     """PostgreSQL's row-level security: each of the three tables keeps a role that is not its
     owner to the rows of the tenant named by ``TENANT_SETTING``, for reading and writing.
+    A row of the default tenant ``""`` also needs ``DEFAULT_TENANT_SETTING`` to be ``on``: a
+    connection whose transaction-local setting has reverted reads ``''`` and sees nothing.
 
     The view runs with the caller's rights (``security_invoker``, PostgreSQL 15), so it is
     filtered the same way. Identifiers are quoted by the dialect; there are no values.
     """
     prep = dialect.identifier_preparer
-    rule = f"tenant = current_setting('{TENANT_SETTING}', true)"
+    rule = (
+        f"tenant = current_setting('{TENANT_SETTING}', true) AND (tenant <> '' OR "
+        f"current_setting('{DEFAULT_TENANT_SETTING}', true) = 'on')"
+    )
     out: list[str] = []
     for table in (tables.sessions, tables.events, tables.surface):
         name = prep.format_table(table)

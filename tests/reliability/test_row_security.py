@@ -189,3 +189,67 @@ def test_the_idle_tail_read_and_the_kept_async_writers_carry_the_stores_tenant(
 
 def _no_checkout() -> Any:
     raise AssertionError("a pooled connection was checked out")
+
+
+def _tenants_seen(cursor: Any, schema: str) -> list[str]:
+    """The tenants of the ``events`` rows ``cursor`` sees, read with no tenant set."""
+    cursor.execute(f'SELECT DISTINCT tenant FROM "{schema}".events ORDER BY tenant')
+    return [row[0] for row in cursor.fetchall()]
+
+
+def test_a_connection_that_once_named_a_tenant_sees_nothing_without_one(
+    pg_backend, postgres_admin, login_role
+) -> None:
+    """A custom setting set transaction-locally reads ``''`` (not NULL) for the rest of the
+    server session, and ``''`` is the default tenant's name: such a connection must still
+    see no row without a tenant, on a plain connection and on the store's own pool, while
+    the default tenant keeps working through the store."""
+    schema = pg_backend.schema
+    owner_url = login_role("owner")
+    _run(postgres_admin, [f'CREATE SCHEMA "{schema}" AUTHORIZATION "{text_role(owner_url)}"'])
+    open_store(owner_url, schema=schema).close()
+    url = login_role("writer")
+    _run(postgres_admin, writer_grants(schema, text_role(url)))
+    for tenant in ("", "a"):
+        with open_store(url, schema=schema, tenant=tenant) as store:
+            handle = store.create_session("s1", title=tenant or "default")
+            handle.append("user/message", user_message(f"from {tenant!r}"), surface_op="append")
+    with open_store(url, schema=schema) as store:  # the default tenant, through the store
+        assert [i.title for i in store.list_sessions()] == ["default"]
+        assert store.messages("s1", last=1)[0]["content"][0]["text"] == "from ''"
+        assert store.verify("s1").ok
+    asyncio.run(_async_listing_default(url, schema))
+
+    # A plain connection: one scoped transaction, then SQL that names no tenant.
+    plain = create_engine(url, poolclass=NullPool).raw_connection()
+    try:
+        cursor = plain.cursor()
+        cursor.execute("SELECT set_config('session_sql.tenant', 'a', true)")
+        assert _tenants_seen(cursor, schema) == ["a"]
+        plain.commit()
+        cursor.execute("SELECT current_setting('session_sql.tenant', true)")
+        assert cursor.fetchone()[0] == ""  # the server's reset value: not NULL
+        assert _tenants_seen(cursor, schema) == []
+        plain.rollback()
+    finally:
+        plain.close()
+
+    # The store's own pool, handed to SQL that names no tenant once the store has used it.
+    for tenant in ("a", ""):
+        with open_store(url, schema=schema, tenant=tenant, pool_size=1, max_overflow=0) as store:
+            store.create_session("s2")
+            raw = store.engine.raw_connection()
+            try:
+                cursor = raw.cursor()
+                assert _tenants_seen(cursor, schema) == [], tenant
+                raw.rollback()
+            finally:
+                raw.close()
+
+
+async def _async_listing_default(url: str, schema: str) -> None:
+    async with open_async_store(url, schema=schema) as store:
+        assert [i.title for i in await store.list_sessions()] == ["default"]
+        handle = await store.open_session("s1")
+        await handle.append("user/message", user_message("async"), surface_op="append")
+        assert len(await store.messages("s1")) == 2
