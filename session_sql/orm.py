@@ -19,9 +19,11 @@ process.
 
 Read-only by construction: the store is the only writer (it keeps the surface, the session row
 and the log consistent in one transaction). A flush that would insert, update or delete any of
-these objects, and an ORM ``insert``/``update``/``delete`` statement on them, raise
-``ReadOnlyError`` before any SQL is sent. Importing this module installs the listeners on
-SQLAlchemy's ``Session`` class; they act only on these classes.
+these objects, an ORM ``insert``/``update``/``delete`` statement on them, the legacy bulk
+methods (``bulk_save_objects``, ``bulk_insert_mappings``, ``bulk_update_mappings``) and a Core
+``insert``/``update``/``delete`` of their tables run through an ORM ``Session`` raise
+``ReadOnlyError`` before the statement is sent. Importing this module installs the listeners on
+SQLAlchemy's ``Session`` class; they act only on these classes and their tables.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
-from sqlalchemy import and_, event, inspect
+from sqlalchemy import Connection, Delete, Insert, Update, and_, event, inspect
 from sqlalchemy.orm import (
     Mapped,
     Mapper,
@@ -137,12 +139,15 @@ def orm_models(schema: str | None = DEFAULT_SCHEMA) -> OrmModels:
 
 
 _build_lock = threading.Lock()
+_read_tables: dict[Any, str] = {}
+"""Every table a read model maps, with the model's name: what an ORM Session may not write."""
 
 
 @functools.cache
 def _build(schema: str | None) -> OrmModels:
     tables = tables_for(schema)
     sessions, events, surface = tables.sessions, tables.events, tables.surface
+    _read_tables.update({sessions: "SessionRow", events: "Event", surface: "SurfaceNode"})
     row = cast("type[_SessionRow]", _model_class(_SessionRow, "SessionRow", sessions))
     ev = cast("type[_Event]", _model_class(_Event, "Event", events))
     node = cast("type[_SurfaceNode]", _model_class(_SurfaceNode, "SurfaceNode", surface))
@@ -255,3 +260,33 @@ for _operation, _hook in (
     ("delete", "before_delete"),
 ):
     event.listen(ReadModel, _hook, _refuse_row_write(_operation), propagate=True)
+
+
+# The legacy bulk methods fire none of the events above: they hand statements straight to the
+# Session's connection. So every connection an ORM Session begins on also refuses, before it is
+# sent, a DML statement on a read model's table (whatever built it: the bulk methods, or a Core
+# statement run through the Session). The store never writes through an ORM Session.
+_DML: dict[type[Any], str] = {Insert: "insert", Update: "update", Delete: "delete"}
+
+
+@event.listens_for(Session, "after_begin")
+def _guard_connection(session: Session, transaction: object, connection: Connection) -> None:
+    if not event.contains(connection, "before_execute", _refuse_table_dml):
+        event.listen(connection, "before_execute", _refuse_table_dml)
+
+
+def _refuse_table_dml(
+    conn: Connection, statement: object, multiparams: object, params: object, options: object
+) -> None:
+    operation = _DML.get(type(statement))
+    if operation is None:
+        return
+    name = _read_tables.get(getattr(statement, "table", None))
+    if name is not None:
+        raise ReadOnlyError(
+            f"session_sql ORM models are read-only: refusing to {operation} {name} rows "
+            "through an ORM Session; write through the store (StoredSession.append, "
+            "fork_session, delete_session)",
+            operation=operation,
+            entity=name,
+        )

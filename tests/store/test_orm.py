@@ -481,6 +481,124 @@ def test_orm_insert_update_delete_statements_are_refused(store, user_engine) -> 
     assert dump_tables(store) == before
 
 
+def _loaded_event(db: Session, m: OrmModels) -> Any:
+    ev = db.get_one(m.Event, ("", "parent", 0))
+    ev.data = {"turn": 7}
+    return ev
+
+
+# name -> (the operation refused, the class refused, the write). None of these fires
+# ``before_flush`` or ``do_orm_execute``.
+BULK_WRITES: dict[str, tuple[str, str, Change]] = {
+    "bulk_insert_mappings": (
+        "insert",
+        "Event",
+        lambda db, m: db.bulk_insert_mappings(
+            m.Event,
+            [{"session_id": "parent", "seq": 99, "type": "t", "time": 0, "data": {}}],
+        ),
+    ),
+    "bulk_update_mappings of an event": (
+        "update",
+        "Event",
+        lambda db, m: db.bulk_update_mappings(
+            m.Event, [{"tenant": "", "session_id": "parent", "seq": 0, "data": {"x": 1}}]
+        ),
+    ),
+    "bulk_update_mappings of a session row": (
+        "update",
+        "SessionRow",
+        lambda db, m: db.bulk_update_mappings(
+            m.SessionRow, [{"tenant": "", "id": "parent", "head_seq": 41}]
+        ),
+    ),
+    "bulk_save_objects of a new event": (
+        "insert",
+        "Event",
+        lambda db, m: db.bulk_save_objects([_new_event(m)]),
+    ),
+    "bulk_save_objects of a changed event": (
+        "update",
+        "Event",
+        lambda db, m: db.bulk_save_objects([_loaded_event(db, m)]),
+    ),
+    "a Core update of the events table through the Session": (
+        "update",
+        "Event",
+        lambda db, m: db.execute(m.Event.__table__.update().values(type="x")),
+    ),
+    "a Core delete of the surface table through the Session": (
+        "delete",
+        "SurfaceNode",
+        lambda db, m: db.execute(m.SurfaceNode.__table__.delete()),
+    ),
+    "a Core insert into the sessions table through the Session": (
+        "insert",
+        "SessionRow",
+        lambda db, m: db.execute(
+            m.SessionRow.__table__.insert().values(
+                tenant="", id="new", format_version=0, created_at=0, header={}
+            )
+        ),
+    ),
+    "legacy Query.update": (
+        "update",
+        "Event",
+        lambda db, m: db.query(m.Event).filter(m.Event.seq == 0).update({"type": "x"}),
+    ),
+    "legacy Query.delete": (
+        "delete",
+        "SessionRow",
+        lambda db, m: db.query(m.SessionRow).filter(m.SessionRow.id == "child").delete(),
+    ),
+    "ORM update with synchronize_session=fetch": (
+        "update",
+        "Event",
+        lambda db, m: db.execute(
+            update(m.Event).values(type="x").execution_options(synchronize_session="fetch")
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("write", BULK_WRITES)
+def test_every_other_orm_write_path_is_refused_before_it_is_sent(store, user_engine, write) -> None:
+    """The legacy bulk methods, Core DML run through an ORM Session and legacy ``Query``
+    writes are refused like a flush: nothing is sent, and the session goes on after a
+    rollback."""
+    build(store)
+    m = models(store)
+    operation, entity, make_write = BULK_WRITES[write]
+    before = dump_tables(store)
+    with Session(user_engine) as db, recorded(user_engine) as rec:
+        with pytest.raises(ReadOnlyError) as info:
+            make_write(db, m)
+        assert [
+            sql for sql, _ in rec.executed if not sql.lstrip().upper().startswith("SELECT")
+        ] == []
+        db.rollback()
+        assert (
+            db.get_one(m.SessionRow, ("", "parent")).head_seq
+            == store.open_session("parent").seq - 1
+        )
+    assert (info.value.operation, info.value.entity) == (operation, entity)
+    assert dump_tables(store) == before
+    assert store.verify("parent").ok and store.verify("child").ok
+
+
+def test_the_store_still_writes_while_an_orm_session_is_open(store, user_engine) -> None:
+    """The guard is on the ORM Session's connections, not on the tables: the store's own
+    writes, and an app's writes to its own tables through the same Session, go on."""
+    build(store)
+    m = models(store)
+    with Session(user_engine) as db:
+        db.get_one(m.SessionRow, ("", "parent"))
+        handle = store.open_session("parent")
+        say(handle, "while the ORM reads")
+        db.execute(text("SELECT 1"))
+    assert store.verify("parent").ok
+
+
 def test_changing_a_relationship_collection_writes_nothing(store, user_engine) -> None:
     build(store)
     m = models(store)
