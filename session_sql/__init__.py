@@ -21,6 +21,7 @@ from session_sql.errors import (
     InvalidHeaderError,
     InvalidSeedError,
     NotJSONError,
+    PermanentStoreError,
     ReadOnlyError,
     ReentrantAppendError,
     SchemaMismatchError,
@@ -31,6 +32,7 @@ from session_sql.errors import (
     SessionSQLError,
     StoreError,
     SurfaceError,
+    TransientStoreError,
     TornTailWarning,
 )
 from session_sql.events import SESSION_FORMAT_VERSION, Replace, SessionEvent
@@ -112,6 +114,7 @@ __all__ = [
     "MigrationReport",
     "ModelTokens",
     "NotJSONError",
+    "PermanentStoreError",
     "ReadOnlyError",
     "ReentrantAppendError",
     "Replace",
@@ -136,6 +139,7 @@ __all__ = [
     "SurfaceMessage",
     "ToolStats",
     "TornTailWarning",
+    "TransientStoreError",
     "VerifyReport",
     "Violation",
     "check_invariants",

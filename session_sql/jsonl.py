@@ -25,7 +25,7 @@ from session_sql.errors import (
     InvalidArgumentError,
     InvalidEventError,
     NotJSONError,
-    StoreError,
+    PermanentStoreError,
     TornTailWarning,
 )
 from session_sql.events import SessionEvent, check_header
@@ -99,7 +99,7 @@ def published_file(target: PathLike) -> Iterator[IO[str]]:
     except OSError as exc:
         code = errno.errorcode.get(exc.errno or 0)
         why = f"{exc.strerror} ({code})" if exc.strerror and code else str(exc)
-        raise StoreError(f"cannot write {path}: {why}; {path} was left as it was") from exc
+        raise PermanentStoreError(f"cannot write {path}: {why}; {path} was left as it was") from exc
     _fsync_directory(path.parent)
 
 

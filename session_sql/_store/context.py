@@ -39,7 +39,7 @@ from session_sql._store.engine import IdleConnection, is_sqlite
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import TENANT_SETTING, JSONText, SchemaTables
 from session_sql.catalog import Catalog
-from session_sql.errors import StoreError
+from session_sql.errors import PermanentStoreError
 from session_sql.session import Clock
 
 
@@ -448,7 +448,7 @@ class FollowerSlots:
         """Hold a slot (``give_back`` returns it); ``StoreError`` when all are held."""
         with self._lock:
             if self._held >= self.limit:
-                raise StoreError(
+                raise PermanentStoreError(
                     f"this store already has {self.limit} followers listening "
                     f"(max_followers={self.limit}); end one (close its iterator), or open "
                     "the store with a larger max_followers= — each holds a server "

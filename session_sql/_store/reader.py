@@ -33,7 +33,7 @@ MAX_SEQ = 2**63 - 1  # the largest BIGINT: no stored seq lies above it
 
 def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> None:
     if conn.execute(ctx.statements.exists, {"b_id": session_id}).first() is None:
-        raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        raise SessionNotFoundError.for_session(session_id)
 
 
 def _project_row(
