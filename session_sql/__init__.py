@@ -32,8 +32,8 @@ from session_sql.errors import (
     SessionSQLError,
     StoreError,
     SurfaceError,
-    TransientStoreError,
     TornTailWarning,
+    TransientStoreError,
 )
 from session_sql.events import SESSION_FORMAT_VERSION, Replace, SessionEvent
 from session_sql.invariants import Violation, check_invariants, invariant_validator

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
