@@ -29,7 +29,8 @@ from session_sql.errors import (
     TornTailWarning,
 )
 from session_sql.events import SessionEvent, check_header
-from session_sql.jsonvalue import FrozenDict, dumps_compact, loads_frozen
+from session_sql.jsoncodec import dumps_compact, loads_frozen
+from session_sql.jsonvalue import FrozenDict
 
 PathLike = str | os.PathLike[str]
 

@@ -64,7 +64,7 @@ from session_sql.errors import (
     StoreError,
     TransientStoreError,
 )
-from session_sql.jsonvalue import dumps_compact
+from session_sql.jsoncodec import dumps_compact
 
 dumps_json = dumps_compact
 """The serialiser every engine binds JSON with (floats stay floats on JSONB)."""

@@ -34,7 +34,7 @@ from session_sql.errors import (
     StoreError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import dumps_frozen
+from session_sql.jsoncodec import dumps_frozen
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
 
 INSERT_CHUNK = 1000

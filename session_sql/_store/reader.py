@@ -23,7 +23,8 @@ from session_sql.errors import (
     SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import FrozenList, loads_frozen
+from session_sql.jsoncodec import loads_frozen
+from session_sql.jsonvalue import FrozenList
 from session_sql.messages import SurfaceMessage, project_data
 
 FOLLOW_BATCH = 500

@@ -42,7 +42,7 @@ from session_sql.errors import (
     StoreError,
     TransientStoreError,
 )
-from session_sql.jsonvalue import _dumps_iterative
+from session_sql.jsoncodec import _dumps_iterative
 
 REPO = Path(__file__).resolve().parents[2]
 
