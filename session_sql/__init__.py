@@ -21,6 +21,7 @@ from session_sql.errors import (
     InvalidHeaderError,
     InvalidSeedError,
     NotJSONError,
+    PermanentStoreError,
     ReadOnlyError,
     ReentrantAppendError,
     SchemaMismatchError,
@@ -32,6 +33,7 @@ from session_sql.errors import (
     StoreError,
     SurfaceError,
     TornTailWarning,
+    TransientStoreError,
 )
 from session_sql.events import SESSION_FORMAT_VERSION, Replace, SessionEvent
 from session_sql.invariants import Violation, check_invariants, invariant_validator
@@ -112,6 +114,7 @@ __all__ = [
     "MigrationReport",
     "ModelTokens",
     "NotJSONError",
+    "PermanentStoreError",
     "ReadOnlyError",
     "ReentrantAppendError",
     "Replace",
@@ -136,6 +139,7 @@ __all__ = [
     "SurfaceMessage",
     "ToolStats",
     "TornTailWarning",
+    "TransientStoreError",
     "VerifyReport",
     "Violation",
     "check_invariants",

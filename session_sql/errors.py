@@ -22,6 +22,8 @@ also inherits the nearest built-in so ``except ValueError`` keeps working::
     ├── ConfigurationError                (ValueError)  bad URL or store option (.option)
     ├── InvalidArgumentError              (ValueError)  bad argument to a call (.argument)
     └── StoreError                        (RuntimeError) the database failed or is unusable
+        ├── TransientStoreError                         retrying later may succeed
+        └── PermanentStoreError                         retrying fails until someone acts
 
 Errors keep their structured fields as attributes; ``args`` holds only the message, so every
 error pickles and unpickles (fields travel in ``__dict__``).
@@ -109,11 +111,36 @@ class ConcurrencyError(SessionSQLError, RuntimeError):
     session_id: str | None = None
     expected: int | None = None
 
+    @classmethod
+    def appended_first(
+        cls, session_id: str | None, *, head: int | None = None, expected: int | None = None
+    ) -> ConcurrencyError:
+        """Another writer won the race; ``head`` and ``expected`` say by how much, if known."""
+        lead = f"session {session_id!r}: another writer" if session_id else "another writer"
+        seen = "" if head is None else f" (head is now seq {head}, this handle expected {expected})"
+        return cls(
+            f"{lead} appended first{seen}; refresh() and retry",
+            session_id=session_id,
+            expected=expected,
+        )
+
 
 class SessionNotFoundError(SessionSQLError, LookupError):
     """No session with this id exists in the store."""
 
     session_id: str | None = None
+
+    @classmethod
+    def for_session(cls, session_id: str) -> SessionNotFoundError:
+        return cls(f"session {session_id!r} not found", session_id=session_id)
+
+    @classmethod
+    def deleted_since_opened(cls, session_id: str, *, recreated: bool) -> SessionNotFoundError:
+        """A handle's session was deleted (and, with ``recreated``, created again) under it."""
+        how = "deleted (and recreated)" if recreated else "deleted"
+        return cls(
+            f"session {session_id!r} was {how} since this handle opened it", session_id=session_id
+        )
 
     def __str__(self) -> str:  # LookupError would otherwise quote the message
         return self.message
@@ -123,6 +150,11 @@ class SessionExistsError(SessionSQLError, ValueError):
     """A session with this id already exists."""
 
     session_id: str | None = None
+
+    @classmethod
+    def for_session(cls, session_id: str | None) -> SessionExistsError:
+        what = f"session {session_id!r}" if session_id else "session"
+        return cls(f"{what} already exists", session_id=session_id)
 
 
 class ForkError(SessionSQLError, ValueError):
@@ -157,10 +189,37 @@ class StoreError(SessionSQLError, RuntimeError):
     """The database failed, is unreachable, read-only, locked, or not a database at all;
     or the store is closed, or already has its ``max_followers`` listening.
 
-    ``path`` names the database when there is no store there to open (``create=False``).
+    Raised as one of its two branches when the cause says what to do: ``TransientStoreError``
+    (retry later) or ``PermanentStoreError`` (retrying fails the same way); a plain
+    ``StoreError`` is a failure session_sql cannot classify. ``path`` names the database when
+    there is no store there to open (``create=False``).
     """
 
     path: str | None = None
+
+
+class TransientStoreError(StoreError):
+    """The same call may succeed later, and nothing was written: the database was locked
+    beyond the busy or lock timeout, the server could not be reached or the connection was
+    lost, a statement timed out, the transaction lost a serialization check or a deadlock, or
+    no pooled connection came free in time. Retry, with a backoff."""
+
+
+class PermanentStoreError(StoreError):
+    """Retrying fails the same way until someone changes something: the database is
+    read-only, full, corrupt, missing or not a database; the server refuses the role; the
+    store is closed; or all its ``max_followers`` are listening."""
+
+    @classmethod
+    def closed(cls, opener: str) -> PermanentStoreError:
+        """The store was closed; ``opener`` names the function that opens a new one."""
+        return cls(f"the store is closed; open a new one with {opener}()")
+
+    @classmethod
+    def no_store(cls, where: str, why: str, *, hint: bool = True) -> PermanentStoreError:
+        """Nothing to open at ``where`` (``create=False``); ``path`` names it."""
+        how = "; create one with `session-sql init` or open_store(..., create=True)" if hint else ""
+        return cls(f"no store at {where}: {why}{how}", path=where)
 
 
 class TornTailWarning(UserWarning):

@@ -25,11 +25,12 @@ from session_sql.errors import (
     InvalidArgumentError,
     InvalidEventError,
     NotJSONError,
-    StoreError,
+    PermanentStoreError,
     TornTailWarning,
 )
 from session_sql.events import SessionEvent, check_header
-from session_sql.jsonvalue import FrozenDict, dumps_compact, loads_frozen
+from session_sql.jsoncodec import dumps_compact, loads_frozen
+from session_sql.jsonvalue import FrozenDict
 
 PathLike = str | os.PathLike[str]
 
@@ -99,7 +100,7 @@ def published_file(target: PathLike) -> Iterator[IO[str]]:
     except OSError as exc:
         code = errno.errorcode.get(exc.errno or 0)
         why = f"{exc.strerror} ({code})" if exc.strerror and code else str(exc)
-        raise StoreError(f"cannot write {path}: {why}; {path} was left as it was") from exc
+        raise PermanentStoreError(f"cannot write {path}: {why}; {path} was left as it was") from exc
     _fsync_directory(path.parent)
 
 

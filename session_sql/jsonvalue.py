@@ -2,13 +2,14 @@
 
 A frozen value is built from ``FrozenDict`` (a read-only ``dict``) and ``FrozenList`` (a
 ``tuple``). Both are subclasses of the built-ins the stdlib JSON encoder knows, so a frozen value
-serialises with ``json.dumps`` directly, without being thawed first.
+serialises with ``json.dumps`` directly, without being thawed first. JSON text is
+``jsoncodec``'s: it parses into these values and writes them back.
 
-This module is the only one that knows the JSON codec. The hot paths (``snapshot_json``,
-``loads_frozen``, ``dumps_frozen``) first try a fast path — orjson's C parser and encoder and
-a recursive walk with type dispatch — and hand anything that path cannot decide (an error, a
-suspicious number, an escape, deep nesting) to the exact path, which gives the same result or
-the same error as before; so the fast path changes speed, never an outcome.
+The hot path here (``snapshot_json``) first tries a fast path — a recursive walk with type
+dispatch — and hands anything that path cannot decide (a bad value, deep nesting, a cycle) to
+the exact path, which gives the same result or the same error; so the fast path changes speed,
+never an outcome. ``_UndecidedError`` and ``_FAST_DEPTH`` are that protocol, shared with
+``jsoncodec``.
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from math import copysign, isfinite
-from typing import Any, Final, NoReturn, TypeAlias
-
-import orjson
+from typing import Any, NoReturn, TypeAlias
 
 from session_sql.errors import NotJSONError
 
@@ -149,8 +148,6 @@ _MAX_CHECKED_KEYS = 4096
 _FAST_DEPTH = 64
 """How deep the recursive fast paths go before they hand the value to the exact path (which
 uses an explicit stack): real event data nests far less, and a cycle ends up there too."""
-
-_BIG_FLOAT = float(MAX_SAFE_INTEGER)
 
 
 class _UndecidedError(Exception):
@@ -381,327 +378,6 @@ def json_equal(a: Any, b: Any) -> bool:
         if tx is not ty or x != y:
             return False
     return True
-
-
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def dumps_compact(value: Any) -> str:
-    """Serialise ``value`` compactly, at any depth, keeping every float a float everywhere.
-
-    The output is ``json.dumps(value, ensure_ascii=False, separators=(",", ":"),
-    allow_nan=False)`` except for floats printed with a positive exponent.
-
-    JSONB stores numbers as ``numeric`` and prints ``1e+16`` back as the integer
-    ``10000000000000000``; written as ``10000000000000000.0`` it stays a float. Only floats
-    of magnitude ≥ 1e16 are printed with an exponent by ``repr``, and all of them are
-    integral, so the slow path writes those as ``<int>.0``.
-    """
-    try:
-        text = _COMPACT.encode(value)
-    except RecursionError:
-        return _dumps_iterative(value)
-    if "e+" in text:  # may be inside a string too; then the slow path yields the same text
-        return _dumps_iterative(value)
-    return text
-
-
-def _float_text(x: float) -> str:
-    if not isfinite(x):
-        raise ValueError(f"Out of range float values are not JSON compliant: {x!r}")
-    text = float.__repr__(x)
-    if "e+" in text:
-        return repr(int(x)) + ".0"
-    return text
-
-
-def _key_text(key: Any) -> str:
-    # Same key coercions as json.dumps, so both paths agree.
-    if isinstance(key, str):
-        return key
-    if key is True:
-        return "true"
-    if key is False:
-        return "false"
-    if key is None:
-        return "null"
-    if isinstance(key, int):
-        return int.__repr__(key)
-    if isinstance(key, float):
-        return _float_text(key)
-    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
-
-
-def _dump_str(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
-
-
-class _Frame:
-    __slots__ = ("close", "first", "ident", "is_dict", "items")
-
-    def __init__(self, items: Iterator[Any], close: str, ident: int, is_dict: bool) -> None:
-        self.items = items
-        self.close = close
-        self.ident = ident
-        self.is_dict = is_dict
-        self.first = True
-
-
-_END: Final = object()
-
-
-def _dumps_iterative(value: Any) -> str:
-    """``json.dumps`` with an explicit stack (no depth limit) and float-preserving numbers."""
-    parts: list[str] = []
-    on_path: set[int] = set()
-    stack: list[_Frame] = []
-    item = value
-    pending = True
-    while True:
-        if pending:
-            pending = False
-            if isinstance(item, str):
-                parts.append(_dump_str(item))
-            elif item is None:
-                parts.append("null")
-            elif item is True:
-                parts.append("true")
-            elif item is False:
-                parts.append("false")
-            elif isinstance(item, int):
-                parts.append(int.__repr__(item))
-            elif isinstance(item, float):
-                parts.append(_float_text(item))
-            elif isinstance(item, list | tuple | dict):
-                if id(item) in on_path:
-                    raise ValueError("Circular reference detected")
-                on_path.add(id(item))
-                if isinstance(item, dict):
-                    parts.append("{")
-                    stack.append(_Frame(iter(item.items()), "}", id(item), is_dict=True))
-                else:
-                    parts.append("[")
-                    stack.append(_Frame(iter(item), "]", id(item), is_dict=False))
-            else:
-                raise TypeError(f"Object of type {type(item).__name__} is not JSON serializable")
-        if not stack:
-            return "".join(parts)
-        frame = stack[-1]
-        nxt: Any = next(frame.items, _END)
-        if nxt is _END:
-            parts.append(frame.close)
-            on_path.discard(frame.ident)
-            stack.pop()
-            continue
-        if not frame.first:
-            parts.append(",")
-        frame.first = False
-        if frame.is_dict:
-            key, item = nxt
-            parts.append(_dump_str(_key_text(key)))
-            parts.append(":")
-        else:
-            item = nxt
-        pending = True
-
-
-def _frozen_pairs(pairs: list[tuple[str, Any]]) -> FrozenDict:
-    for _, v in pairs:
-        if type(v) is list:
-            return FrozenDict((k, _freeze_lists(v) if type(v) is list else v) for k, v in pairs)
-    return FrozenDict(pairs)
-
-
-def _freeze_lists(items: list[Any]) -> FrozenList:
-    """A parsed JSON array as a FrozenList; nested arrays too, innermost first, no recursion.
-
-    Its objects are frozen already (the decoder's object hook ran on them).
-    """
-    order: list[tuple[list[Any], list[Any] | None, int]] = []
-    pending: list[tuple[list[Any], list[Any] | None, int]] = [(items, None, 0)]
-    while pending:
-        entry = pending.pop()
-        order.append(entry)
-        lst = entry[0]
-        for i, v in enumerate(lst):
-            if type(v) is list:
-                pending.append((v, lst, i))
-    frozen = FrozenList()
-    for lst, parent, index in reversed(order):  # children before their parents
-        frozen = FrozenList(lst)
-        if parent is not None:
-            parent[index] = frozen
-    return frozen
-
-
-def _checked_int(text: str) -> int:
-    value = int(text)
-    if len(text) > 15 and not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        raise NotJSONError(f"integer {text} is outside the safe range ±(2**53-1)")
-    return value
-
-
-def _checked_float(text: str) -> float:
-    value = float(text)
-    if not isfinite(value):
-        raise NotJSONError(f"{text} overflows to {value!r}")
-    if value == 0.0 and copysign(1.0, value) < 0:
-        raise NotJSONError("-0.0 does not survive a JSON round trip")
-    return value
-
-
-def _no_constant(name: str) -> Any:
-    raise NotJSONError(f"{name} is not a JSON value")
-
-
-_FROZEN_DECODER = json.JSONDecoder(
-    object_pairs_hook=_frozen_pairs,
-    parse_int=_checked_int,
-    parse_float=_checked_float,
-    parse_constant=_no_constant,
-)
-
-
-def _parsed_item(x: Any, depth: int) -> Any:
-    """A value orjson parsed, checked and frozen; ``_UndecidedError`` when the exact path
-    must judge.
-
-    Strings need no check (text without a ``\\u`` escape cannot hold U+0000 or a lone
-    surrogate); an integer literal past 64 bits comes back from orjson as a float, so every
-    float of integer size is sent to the exact parser, which keeps the literal's type.
-    """
-    tx = type(x)
-    if tx is dict:
-        return _parsed_dict(x, depth + 1)
-    if tx is list:
-        return _parsed_list(x, depth + 1)
-    if tx is int:
-        if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
-            raise _UndecidedError
-    elif tx is float:
-        _check_parsed_float(x)
-    return x
-
-
-def _check_parsed_float(x: float) -> None:
-    if x >= _BIG_FLOAT or x <= -_BIG_FLOAT or (x == 0.0 and copysign(1.0, x) < 0):
-        raise _UndecidedError
-
-
-# The walks below are the hot loop of every read: containers are frozen in place (orjson's
-# own dicts and lists, nobody else holds them), strings pass with one type test, and the
-# rarer kinds are tested in the order they occur in event data.
-
-
-def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
-    if depth > _FAST_DEPTH:
-        raise _UndecidedError
-    for k, x in d.items():
-        tx = type(x)
-        if tx is str:
-            continue
-        if tx is dict:
-            d[k] = _parsed_dict(x, depth + 1)
-        elif tx is list:
-            d[k] = _parsed_list(x, depth + 1)
-        elif tx is int:
-            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
-                raise _UndecidedError
-        elif tx is float:
-            _check_parsed_float(x)
-    return FrozenDict(d)
-
-
-_INT_ONLY: Final = frozenset({int})
-
-
-def _parsed_list(items: list[Any], depth: int) -> FrozenList:
-    if depth > _FAST_DEPTH:
-        raise _UndecidedError
-    if len(items) > 8 and set(map(type, items)) <= _INT_ONLY:
-        # A list of seqs or ids (a summary cites thousands): its range, checked in C.
-        if max(items) > MAX_SAFE_INTEGER or min(items) < -MAX_SAFE_INTEGER:
-            raise _UndecidedError
-        return FrozenList(items)
-    for i, x in enumerate(items):
-        tx = type(x)
-        if tx is str:
-            continue
-        if tx is dict:
-            items[i] = _parsed_dict(x, depth + 1)
-        elif tx is list:
-            items[i] = _parsed_list(x, depth + 1)
-        elif tx is int:
-            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
-                raise _UndecidedError
-        elif tx is float:
-            _check_parsed_float(x)
-    return FrozenList(items)
-
-
-def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
-    """Parse JSON text straight into a frozen, validated value (what ``snapshot_json`` yields).
-
-    Fast path: orjson parses, and one walk checks numbers and freezes containers. Text holding
-    a ``\\u`` escape (the only way to smuggle U+0000 or a lone surrogate into a string), text
-    orjson refuses, and values the walk cannot decide take the exact path: the stdlib decoder
-    whose hooks check numbers and freeze as they build (with ``snapshot_json`` after it for
-    escaped text). Raises ``NotJSONError``.
-    """
-    if "\\u" not in text:
-        try:
-            value = orjson.loads(text)
-            t = type(value)
-            if t is dict:
-                return _parsed_dict(value, 0)
-            if t is list:
-                return _parsed_list(value, 0)
-            return _parsed_item(value, 0)
-        except (orjson.JSONDecodeError, _UndecidedError):
-            pass
-    return _loads_exact(text, root)
-
-
-def _loads_exact(text: str, root: str) -> JSONValue:
-    """``loads_frozen``'s exact path (the stdlib decoder with checking hooks)."""
-    try:
-        if "\\u" in text:
-            return snapshot_json(json.loads(text, parse_constant=_no_constant), root=root)
-        value = _FROZEN_DECODER.decode(text)
-    except ValueError as exc:  # JSONDecodeError
-        raise NotJSONError(f"{root}: unreadable JSON: {exc}", path=root) from exc
-    except RecursionError as exc:
-        raise NotJSONError(f"{root}: JSON nested too deeply to read back", path=root) from exc
-    except NotJSONError as exc:
-        raise NotJSONError(f"{root}: {exc}", path=root) from exc
-    if type(value) is list:
-        return _freeze_lists(value)
-    if type(value) is str and "\x00" in value:
-        raise NotJSONError(f"{root}: string contains U+0000", path=root)
-    return value
-
-
-def _orjson_default(value: Any) -> Any:
-    if type(value) is FrozenList:
-        return list(value)
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def dumps_frozen(value: JSONValue) -> str:
-    """Compact JSON text of a value ``snapshot_json`` or ``loads_frozen`` returned, fast.
-
-    The same JSON value as ``dumps_compact`` writes (orjson's encoder; it may spell a small
-    float differently, ``1e-7`` for ``1e-07``). Values it does not take — nested deeper than
-    orjson goes, or holding a float that needs ``dumps_compact``'s exponent rule — are written
-    by ``dumps_compact``. Only for validated values: orjson would write NaN as ``null``.
-    """
-    try:
-        data = orjson.dumps(value, default=_orjson_default)
-    except TypeError:  # orjson.JSONEncodeError: depth, or a type it does not know
-        return dumps_compact(value)
-    if b"e+" in data:  # may be inside a string too; then dumps_compact writes the same value
-        return dumps_compact(value)
-    return data.decode()
 
 
 def json_depth(value: Any) -> int:

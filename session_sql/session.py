@@ -33,7 +33,8 @@ from session_sql.events import (
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsonvalue import FrozenDict, dumps_frozen, snapshot_json
+from session_sql.jsoncodec import dumps_frozen
+from session_sql.jsonvalue import FrozenDict, snapshot_json
 from session_sql.messages import SurfaceMessage, check_last, project
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_data, check_inherited_marker

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, column, insert, table
 from session_sql import DEFAULT_CATALOG, SessionEvent, thaw
 from session_sql._store.engine import write_tx
 from session_sql._store.rows import event_row
-from session_sql.jsonvalue import dumps_compact
+from session_sql.jsoncodec import dumps_compact
 from session_sql.surface import Replay
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -66,7 +66,12 @@ from session_sql._store.writer import (
     persist_together,
 )
 from session_sql.catalog import Catalog
-from session_sql.errors import ConcurrencyError, InvalidArgumentError, StoreError
+from session_sql.errors import (
+    ConcurrencyError,
+    InvalidArgumentError,
+    PermanentStoreError,
+    StoreError,
+)
 from session_sql.events import SessionEvent, SurfaceOp
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.messages import SurfaceMessage
@@ -232,7 +237,7 @@ class _Runner:
     def submit(self, fn: Callable[..., T], *args: Any) -> _Pinned[T]:
         """Start ``fn(*args)``; its future runs on even if the caller is cancelled."""
         if self.closed:
-            raise StoreError("the store is closed; open a new one with open_async_store()")
+            raise PermanentStoreError.closed("open_async_store")
         if self._threads is not None:
             return self._threads.submit(fn, args)
         task = asyncio.ensure_future(greenlet_spawn(fn, *args))

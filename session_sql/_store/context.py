@@ -45,7 +45,7 @@ from session_sql._store.schema import (
     default_tenant_flag,
 )
 from session_sql.catalog import Catalog
-from session_sql.errors import StoreError
+from session_sql.errors import PermanentStoreError
 from session_sql.session import Clock
 
 
@@ -459,7 +459,7 @@ class FollowerSlots:
         """Hold a slot (``give_back`` returns it); ``StoreError`` when all are held."""
         with self._lock:
             if self._held >= self.limit:
-                raise StoreError(
+                raise PermanentStoreError(
                     f"this store already has {self.limit} followers listening "
                     f"(max_followers={self.limit}); end one (close its iterator), or open "
                     "the store with a larger max_followers= — each holds a server "

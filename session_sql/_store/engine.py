@@ -64,11 +64,13 @@ from session_sql._store.schema import (
 from session_sql.errors import (
     ConcurrencyError,
     ConfigurationError,
+    PermanentStoreError,
     SessionExistsError,
     SessionSQLError,
     StoreError,
+    TransientStoreError,
 )
-from session_sql.jsonvalue import dumps_compact
+from session_sql.jsoncodec import dumps_compact
 
 dumps_json = dumps_compact
 """The serialiser every engine binds JSON with (floats stay floats on JSONB)."""
@@ -670,7 +672,7 @@ class AsyncWriteConnections:
         await self._slots.acquire()
         try:
             if self._closed:
-                raise StoreError("the store is closed; open a new one with open_async_store()")
+                raise PermanentStoreError.closed("open_async_store")
             while self._idle:
                 try:
                     raw = self._idle.pop()
@@ -860,7 +862,7 @@ def explain_open_failure(engine: Engine, error: StoreError) -> StoreError | None
     return None
 
 
-def _explain_sqlite(url: URL, orig: sqlite3.Error) -> StoreError | None:
+def _explain_sqlite(url: URL, orig: sqlite3.Error) -> PermanentStoreError | None:
     name = str(getattr(orig, "sqlite_errorname", ""))
     path = url.database or ""
     if name not in _WAL_READER_FAILURES or url.query.get("uri") or path in ("", ":memory:"):
@@ -874,7 +876,7 @@ def _explain_sqlite(url: URL, orig: sqlite3.Error) -> StoreError | None:
     # Bytes 18 and 19 of the header (write and read format versions) are 2 in WAL mode.
     if header[18:20] != b"\x02\x02" or os.access(directory, os.W_OK):
         return None
-    return StoreError(
+    return PermanentStoreError(
         f"cannot read {path}: it is an SQLite store in WAL mode, and its directory {directory} "
         f"is not writable here, so SQLite cannot create {os.path.basename(path)}-shm, which "
         f"every WAL reader needs ({name}). If nothing writes to the file (a read-only medium, "
@@ -884,7 +886,7 @@ def _explain_sqlite(url: URL, orig: sqlite3.Error) -> StoreError | None:
     )
 
 
-def _explain_refused_connection(pgconn: Any) -> StoreError | None:
+def _explain_refused_connection(pgconn: Any) -> PermanentStoreError | None:
     """Ask the server (through a maintenance database) whether the database exists."""
     options = {
         option.keyword.decode(): option.val.decode()
@@ -905,7 +907,7 @@ def _explain_refused_connection(pgconn: Any) -> StoreError | None:
             continue
         if found is not None:
             return None
-        return StoreError(
+        return PermanentStoreError(
             f"database {database!r} does not exist on the PostgreSQL server at {where}: "
             f"create it (CREATE DATABASE {quote_identifier(database)} ENCODING 'UTF8' "
             f"TEMPLATE template0, or createdb -E UTF8 -T template0 {database}) or fix the "
@@ -914,7 +916,7 @@ def _explain_refused_connection(pgconn: Any) -> StoreError | None:
     if not _listening(options):
         return None
     message = (pgconn.error_message or b"").decode(errors="replace").strip()
-    return StoreError(
+    return PermanentStoreError(
         f"the PostgreSQL server at {where} refused the connection of role {user!r} to "
         f"database {database!r} (a role or database that does not exist, or authentication "
         f"that failed): {message}; check the user and database in the URL "
@@ -949,6 +951,14 @@ def quote_identifier(name: str) -> str:
 # Error translation
 
 _PG_CONNECTION_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03"})
+# The branch of the other SQLSTATEs whose cause says what to do. Retrying may succeed after a
+# serialization failure, a deadlock, a statement timeout (or cancel), too many connections or
+# no memory; it fails the same way on a full disk, a database or role that does not exist, a
+# refused login or a missing privilege.
+_PG_ERROR_KINDS: Final[dict[str, type[StoreError]]] = {
+    **dict.fromkeys(("40001", "40P01", "57014", "53300", "53200"), TransientStoreError),
+    **dict.fromkeys(("53100", "3D000", "28000", "28P01", "42501"), PermanentStoreError),
+}
 
 
 @contextmanager
@@ -970,7 +980,7 @@ def translate_errors(
     except (sqlite3.Error, psycopg.Error) as error:
         raise _translate_driver_error(error, session_id, database) from error
     except (exc.TimeoutError, exc.DisconnectionError) as error:
-        raise StoreError(f"database connection unavailable: {error}") from error
+        raise TransientStoreError(f"database connection unavailable: {error}") from error
     except exc.SQLAlchemyError as error:
         # Anything else SQLAlchemy raises (a statement it cannot run, a closed result) must
         # not reach the caller as a SQLAlchemy type either.
@@ -993,23 +1003,27 @@ def _translate_sqlite(
     name: str = getattr(orig, "sqlite_errorname", None) or ""
     where = f": {database}" if database else ""
     if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return StoreError(
+        return TransientStoreError(
             f"database is locked{where}: another connection held it beyond the busy timeout",
             session_id=session_id,
         )
     if name.startswith("SQLITE_READONLY"):
-        return StoreError(f"database is read-only{where} ({name})", session_id=session_id)
+        return PermanentStoreError(f"database is read-only{where} ({name})", session_id=session_id)
     if name == "SQLITE_NOTADB":
-        return StoreError(
+        return PermanentStoreError(
             f"not a session_sql database: {database or 'the file is not an SQLite database'}",
             session_id=session_id,
         )
     if name.startswith("SQLITE_CANTOPEN"):
-        return StoreError(f"cannot open database file{where} ({name})", session_id=session_id)
+        return PermanentStoreError(
+            f"cannot open database file{where} ({name})", session_id=session_id
+        )
     if name.startswith("SQLITE_CORRUPT"):
-        return StoreError(f"database file is corrupt{where} ({name})", session_id=session_id)
+        return PermanentStoreError(
+            f"database file is corrupt{where} ({name})", session_id=session_id
+        )
     if name == "SQLITE_FULL":
-        return StoreError(f"database or disk is full{where}", session_id=session_id)
+        return PermanentStoreError(f"database or disk is full{where}", session_id=session_id)
     # SQLite reports no constraint name, so a constraint violation stays a StoreError; the
     # store avoids duplicate inserts by checking inside its BEGIN IMMEDIATE transaction.
     label = name or type(orig).__name__
@@ -1020,29 +1034,26 @@ def _translate_psycopg(orig: psycopg.Error, session_id: str | None) -> SessionSQ
     sqlstate = orig.sqlstate or ""
     constraint = orig.diag.constraint_name
     if sqlstate == "23505" and constraint == _PK_SESSIONS:
-        return SessionExistsError(
-            f"session {session_id!r} already exists" if session_id else "session already exists",
-            session_id=session_id,
-        )
+        return SessionExistsError.for_session(session_id)
     if sqlstate == "23505" and constraint == _PK_EVENTS:
-        return ConcurrencyError(
-            f"session {session_id!r}: another writer appended first; refresh and retry",
-            session_id=session_id,
-        )
+        return ConcurrencyError.appended_first(session_id)
     if (
         sqlstate.startswith("08")
         or sqlstate in _PG_CONNECTION_SQLSTATES
         or (not sqlstate and isinstance(orig, psycopg.OperationalError))
     ):
-        return StoreError(f"cannot reach the PostgreSQL server: {orig}", session_id=session_id)
+        return TransientStoreError(
+            f"cannot reach the PostgreSQL server: {orig}", session_id=session_id
+        )
     if sqlstate == "55P03":  # lock_not_available: lock_timeout expired
         what = f"session {session_id!r}" if session_id else "the database object"
-        return StoreError(
+        return TransientStoreError(
             f"{what} is locked by another transaction for longer than lock_timeout_ms; nothing "
             "was written: retry later, or end the transaction holding the lock",
             session_id=session_id,
         )
     if sqlstate == "25006":
-        return StoreError(f"database is read-only: {orig}", session_id=session_id)
+        return PermanentStoreError(f"database is read-only: {orig}", session_id=session_id)
     label = f"SQLSTATE {sqlstate}" if sqlstate else type(orig).__name__
-    return StoreError(f"PostgreSQL error ({label}): {orig}", session_id=session_id)
+    kind = _PG_ERROR_KINDS.get(sqlstate, StoreError)
+    return kind(f"PostgreSQL error ({label}): {orig}", session_id=session_id)

@@ -34,7 +34,7 @@ from session_sql.errors import (
     StoreError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import dumps_frozen
+from session_sql.jsoncodec import dumps_frozen
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
 
 INSERT_CHUNK = 1000
@@ -560,9 +560,7 @@ def _insert_session(
     with write_tx(ctx.engine) as conn:
         taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
         if taken.first() is not None:
-            raise SessionExistsError(
-                f"session {session_id!r} already exists", session_id=session_id
-            )
+            raise SessionExistsError.for_session(session_id)
         conn.execute(insert(t.sessions), dict(row))
         for i in range(0, len(event_rows), INSERT_CHUNK):
             insert_events(conn, ctx, event_rows[i : i + INSERT_CHUNK])

@@ -49,7 +49,7 @@ from session_sql._store.schema import (
     tables_for,
 )
 from session_sql._store.views import view_select
-from session_sql.errors import SchemaMismatchError, SchemaVersionError, StoreError
+from session_sql.errors import PermanentStoreError, SchemaMismatchError, SchemaVersionError
 
 __all__ = ["ensure_schema", "stored_version"]
 
@@ -86,11 +86,7 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
                 return
             _refuse_foreign(insp, tables, label)
         if not create:
-            raise StoreError(
-                f"no store at {label}: it has no session_sql tables; create one with "
-                "`session-sql init` or open_store(..., create=True)",
-                path=label,
-            )
+            raise PermanentStoreError.no_store(label, "it has no session_sql tables")
         # Looked empty: re-check under the init lock, since another process may be first.
         with write_tx(engine) as conn:
             lock_schema_init(conn, schema)
@@ -162,7 +158,7 @@ def stored_version(engine: Engine, schema: str | None) -> int:
         insp = inspect(conn)
         if not _present_objects(insp, tables):
             _refuse_foreign(insp, tables, label)
-            raise StoreError(f"no store at {label}: it has no session_sql tables", path=label)
+            raise PermanentStoreError.no_store(label, "it has no session_sql tables", hint=False)
         columns = insp.get_multi_columns(schema=schema, filter_names=[tables.meta.name])
         actual, application = _stored_meta(conn, insp, columns, tables, label)
     if application != APPLICATION:

@@ -57,7 +57,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
         row = conn.execute(st.open_row, params).first()
         if row is None:
-            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+            raise SessionNotFoundError.for_session(session_id)
         page = ctx.compiled.surface_events
         nodes = fetch_rows(conn, page, {**page.defaults, **params})
         # The head and anything past it: a PK range read of at most two rows.
@@ -157,10 +157,7 @@ def read_log(
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
         row = conn.execute(ctx.statements.session_row, {"b_id": session_id}).first()
         if row is None or row.incarnation != incarnation:
-            raise SessionNotFoundError(
-                f"session {session_id!r} was deleted since this handle opened it",
-                session_id=session_id,
-            )
+            raise SessionNotFoundError.deleted_since_opened(session_id, recreated=False)
         for event_row in event_rows_in(conn, ctx, session_id, count - 1):
             if event_row[0] != len(events):  # its seq
                 break

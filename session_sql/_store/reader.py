@@ -23,7 +23,8 @@ from session_sql.errors import (
     SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import FrozenList, loads_frozen
+from session_sql.jsoncodec import loads_frozen
+from session_sql.jsonvalue import FrozenList
 from session_sql.messages import SurfaceMessage, project_data
 
 FOLLOW_BATCH = 500
@@ -33,7 +34,7 @@ MAX_SEQ = 2**63 - 1  # the largest BIGINT: no stored seq lies above it
 
 def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> None:
     if conn.execute(ctx.statements.exists, {"b_id": session_id}).first() is None:
-        raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        raise SessionNotFoundError.for_session(session_id)
 
 
 def _project_row(

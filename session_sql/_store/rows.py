@@ -28,13 +28,8 @@ from session_sql.events import (
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsonvalue import (
-    MAX_SAFE_INTEGER,
-    FrozenDict,
-    dumps_frozen,
-    json_depth,
-    loads_frozen,
-)
+from session_sql.jsoncodec import dumps_frozen, loads_frozen
+from session_sql.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, json_depth
 from session_sql.session import check_json_size
 from session_sql.surface import Replay
 

@@ -55,6 +55,7 @@ from session_sql._store.store import _check_options, _labels_value, _require_sql
 from session_sql.errors import (
     ConfigurationError,
     CorruptSessionError,
+    PermanentStoreError,
     SchemaMismatchError,
     SchemaVersionError,
     SessionNotFoundError,
@@ -179,7 +180,7 @@ class Source:
             except StoreError as exc:
                 if exc.path is None:
                     raise
-                raise StoreError(
+                raise PermanentStoreError(
                     f"nothing to migrate: no store at {exc.path}", path=exc.path
                 ) from exc
             if self.version == SCHEMA_VERSION:

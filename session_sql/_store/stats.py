@@ -299,7 +299,7 @@ def collect_stats(
 
     totals = conn.execute(sessions_query).one()
     if session_id is not None and totals.sessions == 0:
-        raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+        raise SessionNotFoundError.for_session(session_id)
     by_type = {row.type: int(row.n) for row in conn.execute(by_type_query) if row.n}
     tools = [
         ToolStats(tool=str(row.tool), calls=int(row.calls), errors=int(row.errors or 0))

@@ -82,6 +82,7 @@ from session_sql.errors import (
     InvalidArgumentError,
     InvalidHeaderError,
     InvalidSeedError,
+    PermanentStoreError,
     SessionExistsError,
     SessionNotFoundError,
     SessionSQLError,
@@ -397,7 +398,7 @@ class SessionStore:
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
             gone = conn.execute(delete(s).where(self._own(s), s.c.id == session_id)).rowcount
         if gone != 1:
-            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+            raise SessionNotFoundError.for_session(session_id)
 
     def import_jsonl(self, path: str | os.PathLike[str] | IO[bytes]) -> str:
         """Store a JSONL session exactly as the file holds it (no marker added); returns its id.
@@ -452,9 +453,7 @@ class SessionStore:
             with translate_errors(session_id), write_tx(ctx.engine) as conn:
                 taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
                 if taken.first() is not None:
-                    raise SessionExistsError(
-                        f"session {session_id!r} already exists", session_id=session_id
-                    )
+                    raise SessionExistsError.for_session(session_id)
                 # The row goes first (the events reference it); its counters are set at the end.
                 now = ctx.clock() if updated_at is None else updated_at
                 row = _session_row(
@@ -532,9 +531,7 @@ class SessionStore:
                 ).where(self._own(s), s.c.id == session_id)
             ).first()
             if row is None:
-                raise SessionNotFoundError(
-                    f"session {session_id!r} not found", session_id=session_id
-                )
+                raise SessionNotFoundError.for_session(session_id)
             metadata = Metadata(row.user_id, row.title, _labels_value(session_id, row.labels))
             header = export_header(
                 frozen_header(session_id, row.header), self._ctx.tenant, metadata, row.updated_at
@@ -705,7 +702,7 @@ class SessionStore:
                 select(s.c.head_seq).where(self._own(s), s.c.id == session_id)
             ).scalar()
         if head is None:
-            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+            raise SessionNotFoundError.for_session(session_id)
         return int(head)
 
     def session_info(self, session_id: str) -> SessionInfo:
@@ -834,7 +831,7 @@ class SessionStore:
             select(*_info_columns(s)).where(self._own(s), s.c.id == session_id)
         ).first()
         if row is None:
-            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+            raise SessionNotFoundError.for_session(session_id)
         return _info_from_row(row)
 
     def _header(self, session_id: str) -> FrozenDict:
@@ -843,14 +840,14 @@ class SessionStore:
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
             row = conn.execute(query, {"b_id": session_id}).first()
         if row is None:
-            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+            raise SessionNotFoundError.for_session(session_id)
         return frozen_header(session_id, row.header)
 
     def _session_row(self, conn: Connection, session_id: str) -> Any:
         """The session row (``header`` as JSON text); ``SessionNotFoundError`` when missing."""
         row = conn.execute(self._ctx.statements.session_row, {"b_id": session_id}).first()
         if row is None:
-            raise SessionNotFoundError(f"session {session_id!r} not found", session_id=session_id)
+            raise SessionNotFoundError.for_session(session_id)
         return row
 
     def _surface_table(self, conn: Connection, session_id: str) -> list[tuple[int, int]]:
@@ -1017,7 +1014,7 @@ def _labels_value(session_id: str, raw: Any) -> dict[str, str]:
 
 
 def _refuse_closed(*_args: Any) -> None:
-    raise StoreError("the store is closed; open a new one with open_store()")
+    raise PermanentStoreError.closed("open_store")
 
 
 def _check_options(schema: object, catalog: object, clock: object, max_event_bytes: object) -> None:
@@ -1166,8 +1163,4 @@ def _require_sqlite_file(url: URL) -> None:
     database = parsed.database or ""
     path = database.removeprefix("file:") if parsed.query.get("uri") else database
     if path in ("", ":memory:") or not Path(path).exists():
-        raise StoreError(
-            f"no store at {database or ':memory:'}: the file does not exist; create one with "
-            "`session-sql init` or open_store(..., create=True)",
-            path=database or ":memory:",
-        )
+        raise PermanentStoreError.no_store(database or ":memory:", "the file does not exist")

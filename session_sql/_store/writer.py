@@ -119,7 +119,7 @@ class StoredSession(Session):
     def _raise_lost_race(self, conn: Connection) -> None:
         row = conn.execute(self._ctx.statements.session_row, {"b_id": self.id}).first()
         if row is None:
-            raise SessionNotFoundError(f"session {self.id!r} no longer exists", session_id=self.id)
+            raise SessionNotFoundError.deleted_since_opened(self.id, recreated=False)
         if row.incarnation != self._incarnation:
             raise self._recreated()
         if row.head_seq == self.seq - 1:
@@ -130,18 +130,10 @@ class StoredSession(Session):
                 "run verify; refusing to append",
                 session_id=self.id,
             )
-        raise ConcurrencyError(
-            f"session {self.id!r}: another writer appended first (head is now seq "
-            f"{row.head_seq}, this handle expected {self.seq - 1}); refresh() and retry",
-            session_id=self.id,
-            expected=self.seq - 1,
-        )
+        raise ConcurrencyError.appended_first(self.id, head=row.head_seq, expected=self.seq - 1)
 
     def _recreated(self) -> SessionNotFoundError:
-        return SessionNotFoundError(
-            f"session {self.id!r} was deleted (and recreated) since this handle opened it",
-            session_id=self.id,
-        )
+        return SessionNotFoundError.deleted_since_opened(self.id, recreated=True)
 
     def refresh(self) -> list[SessionEvent]:
         """Load (and fully validate) what other writers appended; returns the new events."""
@@ -164,7 +156,7 @@ class StoredSession(Session):
     def _this_session(self, row: Any) -> Any:
         """The session row ``refresh`` read, if it is this handle's session still."""
         if row is None:
-            raise SessionNotFoundError(f"session {self.id!r} not found", session_id=self.id)
+            raise SessionNotFoundError.for_session(self.id)
         if row.incarnation != self._incarnation:
             raise self._recreated()
         return row

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Dialect
 
 from session_sql._store.engine import sqlite_pragmas
 from session_sql._store.schema import tables_for
-from session_sql.jsonvalue import dumps_compact
+from session_sql.jsoncodec import dumps_compact
 from session_sql.session import Session
 
 __all__ = ["Raw", "RawPostgres", "RawSQLite", "RawStatements", "raw_statements"]

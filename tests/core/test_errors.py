@@ -20,6 +20,7 @@ from session_sql import (
     InvalidHeaderError,
     InvalidSeedError,
     NotJSONError,
+    PermanentStoreError,
     ReadOnlyError,
     ReentrantAppendError,
     SchemaMismatchError,
@@ -31,6 +32,7 @@ from session_sql import (
     SessionSQLError,
     StoreError,
     SurfaceError,
+    TransientStoreError,
     snapshot_json,
 )
 from session_sql import errors as errors_module
@@ -57,6 +59,8 @@ HIERARCHY: list[tuple[type[Exception], type[Exception], type[Exception]]] = [
     (ConfigurationError, SessionSQLError, ValueError),
     (InvalidArgumentError, SessionSQLError, ValueError),
     (StoreError, SessionSQLError, RuntimeError),
+    (TransientStoreError, StoreError, RuntimeError),
+    (PermanentStoreError, StoreError, RuntimeError),
 ]
 
 
@@ -101,6 +105,8 @@ FIELDS: list[tuple[type[Exception], dict[str, Any]]] = [
     (ConfigurationError, {"option": "pool_size"}),
     (InvalidArgumentError, {"argument": "limit"}),
     (StoreError, {}),
+    (TransientStoreError, {"session_id": "s"}),
+    (PermanentStoreError, {"path": "sessions.db"}),
 ]
 
 
@@ -142,6 +148,69 @@ def test_a_seed_surface_error_pickles_as_both_kinds() -> None:
     assert isinstance(copy, InvalidSeedError)
     assert isinstance(copy, SurfaceError)
     assert copy.index == 13
+
+
+def test_the_store_error_branches_are_apart() -> None:
+    """A caller tells "retry later" from "retrying fails the same way" by class."""
+    assert not issubclass(TransientStoreError, PermanentStoreError)
+    assert not issubclass(PermanentStoreError, TransientStoreError)
+
+
+CONSTRUCTED: list[tuple[SessionSQLError, str, dict[str, Any]]] = [
+    (SessionNotFoundError.for_session("s"), "session 's' not found", {"session_id": "s"}),
+    (
+        SessionNotFoundError.deleted_since_opened("s", recreated=True),
+        "session 's' was deleted (and recreated) since this handle opened it",
+        {"session_id": "s"},
+    ),
+    (
+        SessionNotFoundError.deleted_since_opened("s", recreated=False),
+        "session 's' was deleted since this handle opened it",
+        {"session_id": "s"},
+    ),
+    (SessionExistsError.for_session("s"), "session 's' already exists", {"session_id": "s"}),
+    (SessionExistsError.for_session(None), "session already exists", {"session_id": None}),
+    (
+        ConcurrencyError.appended_first("s", head=4, expected=3),
+        "session 's': another writer appended first (head is now seq 4, this handle expected "
+        "3); refresh() and retry",
+        {"session_id": "s", "expected": 3},
+    ),
+    (
+        ConcurrencyError.appended_first("s"),
+        "session 's': another writer appended first; refresh() and retry",
+        {"session_id": "s", "expected": None},
+    ),
+    (
+        PermanentStoreError.closed("open_store"),
+        "the store is closed; open a new one with open_store()",
+        {},
+    ),
+    (
+        PermanentStoreError.no_store("x.db", "the file does not exist"),
+        "no store at x.db: the file does not exist; create one with `session-sql init` or "
+        "open_store(..., create=True)",
+        {"path": "x.db"},
+    ),
+    (
+        PermanentStoreError.no_store("x.db", "it has no session_sql tables", hint=False),
+        "no store at x.db: it has no session_sql tables",
+        {"path": "x.db"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("error", "message", "fields"), CONSTRUCTED)
+def test_error_constructors_build_the_message_and_fields_and_pickle(
+    error: SessionSQLError, message: str, fields: dict[str, Any]
+) -> None:
+    copy = pickle.loads(pickle.dumps(error))
+    for each in (error, copy):
+        assert str(each) == message
+        assert each.args == (message,)
+        for name, value in fields.items():
+            assert getattr(each, name) == value
+    assert type(copy) is type(error)
 
 
 def test_session_not_found_reads_like_its_message() -> None:
@@ -193,6 +262,9 @@ ERROR_NAMES = {
     "ForkError",
     "ConfigurationError",
     "InvalidArgumentError",
+    "StoreError",
+    "TransientStoreError",
+    "PermanentStoreError",
 }
 
 

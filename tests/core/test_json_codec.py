@@ -17,16 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session_sql import NotJSONError
+from session_sql.jsoncodec import _loads_exact, dumps_compact, dumps_frozen, loads_frozen
 from session_sql.jsonvalue import (
     _FAST_DEPTH,
     FrozenDict,
     FrozenList,
-    _loads_exact,
     _snapshot_exact,
-    dumps_compact,
-    dumps_frozen,
     json_equal,
-    loads_frozen,
     snapshot_json,
 )
 

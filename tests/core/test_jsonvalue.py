@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from session_sql import NotJSONError, snapshot_json, thaw
+from session_sql.jsoncodec import dumps_compact
 from session_sql.jsonl import write_jsonl
-from session_sql.jsonvalue import FrozenDict, FrozenList, dumps_compact, json_equal
+from session_sql.jsonvalue import FrozenDict, FrozenList, json_equal
 
 from .builders import new_session, refused
 

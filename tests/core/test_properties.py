@@ -30,8 +30,9 @@ from session_sql import (
     snapshot_json,
     thaw,
 )
+from session_sql.jsoncodec import dumps_compact
 from session_sql.jsonl import read_jsonl, write_jsonl
-from session_sql.jsonvalue import dumps_compact, json_equal
+from session_sql.jsonvalue import json_equal
 
 from .builders import (
     Clock,

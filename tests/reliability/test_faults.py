@@ -34,6 +34,7 @@ from session_sql import (
     SessionFormatUnsupportedError,
     SessionSQLError,
     StoreError,
+    TransientStoreError,
     open_store,
 )
 
@@ -109,7 +110,7 @@ def test_a_backend_killed_under_an_append_fails_it_cleanly_and_the_pool_recovers
             lock_tx.rollback()
 
         error = outcome["error"]
-        assert isinstance(error, StoreError), f"in-flight append: {error!r}"
+        assert isinstance(error, TransientStoreError), f"in-flight append: {error!r}"
         assert "cannot reach the PostgreSQL server" in str(error)
         # Nothing partial, in the database or in the handle.
         assert handle.seq == 1
@@ -140,7 +141,7 @@ def test_an_append_behind_a_stalled_transaction_fails_after_the_lock_timeout(pg_
                 text(f'SELECT 1 FROM "{pg_backend.schema}".sessions WHERE id = :i FOR UPDATE'),
                 {"i": "locked"},
             )
-            with pytest.raises(StoreError) as info:
+            with pytest.raises(TransientStoreError) as info:
                 _say(handle, "blocked")
         message = str(info.value)
         assert "session 'locked' is locked by another transaction" in message
@@ -369,7 +370,7 @@ def test_read_only_sqlite_refuses_every_write_clearly_and_reads_still_work(tmp_p
             handle = store.open_session("s")
             raised = _refusals(store, handle)
             assert {n: type(e).__name__ for n, e in raised.items()} == dict.fromkeys(
-                raised, "StoreError"
+                raised, "PermanentStoreError"
             )
             assert all("read-only" in str(e) for e in raised.values()), raised
             assert handle.seq == 2
@@ -426,7 +427,7 @@ def test_a_lock_held_beyond_the_busy_timeout_is_a_clear_error_with_no_partial_st
             raised = _refusals(store, handle)
             elapsed = time.monotonic() - started
             assert {n: type(e).__name__ for n, e in raised.items()} == dict.fromkeys(
-                raised, "StoreError"
+                raised, "TransientStoreError"
             )
             assert all("database is locked" in str(e) for e in raised.values()), raised
             assert elapsed >= 0.2 * len(raised) * 0.9  # each waited out the busy timeout

@@ -22,7 +22,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, inspect, text
 
-from session_sql import ConfigurationError, StoreError, open_async_store, open_store
+from session_sql import (
+    ConfigurationError,
+    PermanentStoreError,
+    StoreError,
+    open_async_store,
+    open_store,
+)
 
 from .reliability_builders import user_message
 
@@ -245,7 +251,7 @@ def test_max_followers_sets_the_bound(pg_backend, postgres_admin, application, w
     try:
         held = [followers.follow("watched") for _ in range(2)]
         assert [followers.step(f).seq for f in held] == [0, 0]
-        with pytest.raises(StoreError, match="max_followers=2"):
+        with pytest.raises(PermanentStoreError, match="max_followers=2"):
             followers.step(followers.follow("watched"))
         for follower in held:
             followers.end(follower)

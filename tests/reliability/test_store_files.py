@@ -22,7 +22,12 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 import session_sql.jsonl
-from session_sql import StoreError, open_async_store, open_store
+from session_sql import (
+    PermanentStoreError,
+    TransientStoreError,
+    open_async_store,
+    open_store,
+)
 from session_sql.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +98,7 @@ try:
     with open_store(sys.argv[1], create=False) as store:
         print(json.dumps({"ids": [i.id for i in store.list_sessions()]}))
 except StoreError as exc:
-    print(json.dumps({"error": str(exc)}))
+    print(json.dumps({"error": str(exc), "kind": type(exc).__name__}))
 """
 
 
@@ -102,6 +107,7 @@ def test_a_wal_store_on_a_read_only_medium_names_the_cause_and_the_remedy(read_o
     done = _as_reader("-c", _OPEN, f"sqlite:///{read_only_store}{query}")
     assert done.returncode == 0, done.stderr
     error = json.loads(done.stdout)["error"]
+    assert json.loads(done.stdout)["kind"] == "PermanentStoreError"
     assert "WAL" in error and "not writable" in error and "-shm" in error
     assert f"sqlite:///{read_only_store}?immutable=1" in error
     assert "only safe while nobody writes it" in error
@@ -136,7 +142,7 @@ def test_sqlite_uri_parameters_apply_to_a_plain_url(tmp_path):
         _say(store, "s")
     with open_store(f"sqlite:///{path}?mode=ro", create=False) as store:
         assert [i.id for i in store.list_sessions()] == ["s"]
-        with pytest.raises(StoreError, match="read-only"):
+        with pytest.raises(PermanentStoreError, match="read-only"):
             _say(store, "t")
 
 
@@ -156,13 +162,13 @@ def test_an_export_onto_a_full_disk_is_a_store_error_and_leaves_no_file(
         target = tmp_path / "out" / "s.jsonl"
         target.parent.mkdir()
         monkeypatch.setattr(session_sql.jsonl.os, "fsync", _full_disk)
-        with pytest.raises(StoreError) as raised:
+        with pytest.raises(PermanentStoreError) as raised:
             store.export_jsonl("s", target)
         assert str(target) in str(raised.value) and "ENOSPC" in str(raised.value)
         assert list(target.parent.iterdir()) == []  # no target, no temporary file
         monkeypatch.undo()
         if Path("/dev/full").exists():
-            with pytest.raises(StoreError, match="ENOSPC"):
+            with pytest.raises(PermanentStoreError, match="ENOSPC"):
                 store.export_jsonl("s", "/dev/full")  # a real full device, written in place
 
 
@@ -238,7 +244,7 @@ def server_url(postgres_admin: Any) -> Any:
 def test_a_missing_postgresql_database_is_named_as_missing(server_url):
     name = f"missing_{uuid.uuid4().hex}"
     url = server_url.set(database=name).render_as_string(hide_password=False)
-    with pytest.raises(StoreError) as raised:
+    with pytest.raises(PermanentStoreError) as raised:
         open_store(url, create=False)
     message = str(raised.value)
     assert f"database {name!r} does not exist" in message
@@ -255,7 +261,7 @@ def test_the_async_store_names_a_missing_postgresql_database(server_url):
     async def opening() -> None:
         await open_async_store(url.render_as_string(hide_password=False), create=False)
 
-    with pytest.raises(StoreError, match="does not exist"):
+    with pytest.raises(PermanentStoreError, match="does not exist"):
         asyncio.run(opening())
 
 
@@ -263,7 +269,7 @@ def test_the_async_store_names_a_missing_postgresql_database(server_url):
 def test_a_missing_postgresql_role_is_not_an_unreachable_server(server_url):
     role = f"missing_{uuid.uuid4().hex}"
     url = server_url.set(username=role, password=None).render_as_string(hide_password=False)
-    with pytest.raises(StoreError) as raised:
+    with pytest.raises(PermanentStoreError) as raised:
         open_store(url, create=False)
     message = str(raised.value)
     assert "cannot reach" not in message and "refused the connection" in message
@@ -275,5 +281,5 @@ def test_a_missing_postgresql_role_is_not_an_unreachable_server(server_url):
 @pytest.mark.postgresql
 def test_a_postgresql_server_that_is_not_there_is_still_unreachable(server_url):
     url = server_url.set(host="127.0.0.1", port=1).render_as_string(hide_password=False)
-    with pytest.raises(StoreError, match="cannot reach"):
+    with pytest.raises(TransientStoreError, match="cannot reach"):
         open_store(url, create=False)

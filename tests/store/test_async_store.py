@@ -25,11 +25,11 @@ from session_sql import (
     AsyncStoredSession,
     ConcurrencyError,
     InvalidArgumentError,
+    PermanentStoreError,
     ReentrantAppendError,
     SessionNotFoundError,
     SessionStore,
     StoredSession,
-    StoreError,
     loopsafe,
     open_async_store,
 )
@@ -175,9 +175,9 @@ def test_a_closed_async_store_refuses_calls(backend) -> None:
     async def body(store: AsyncSessionStore) -> None:
         handle = await store.create_session("s1")
         await store.close()
-        with pytest.raises(StoreError, match="closed"):
+        with pytest.raises(PermanentStoreError, match="closed"):
             await store.messages("s1")
-        with pytest.raises(StoreError, match="closed"):
+        with pytest.raises(PermanentStoreError, match="closed"):
             await say(handle)
         assert handle.seq == 0
 

@@ -17,7 +17,11 @@ from sqlalchemy.schema import DropSchema
 from session_sql._store.engine import make_engine, read_tx, target_schema, write_tx
 from session_sql._store.gate import ensure_schema
 from session_sql._store.schema import SCHEMA_VERSION, render_ddl, tables_for
-from session_sql.errors import SchemaMismatchError, SchemaVersionError, StoreError
+from session_sql.errors import (
+    PermanentStoreError,
+    SchemaMismatchError,
+    SchemaVersionError,
+)
 
 from ..legacy_schema import create_legacy_store
 
@@ -130,7 +134,10 @@ def test_another_applications_database_is_refused_and_unchanged(
 
 
 def test_an_empty_database_is_not_created_for_reading(backend, engine: Engine):
-    with recorded_writes(engine) as writes, pytest.raises(StoreError, match=r"^no store at "):
+    with (
+        recorded_writes(engine) as writes,
+        pytest.raises(PermanentStoreError, match=r"^no store at "),
+    ):
         ensure_schema(engine, backend.schema, create=False)
     assert writes == []
     assert _live_objects(engine, backend) == set()
@@ -538,7 +545,7 @@ def test_text_file_is_not_a_database(tmp_path: Path):
     path.write_text("these are my notes, not a database\n" * 100, encoding="utf-8")
     engine = make_engine(f"sqlite:///{path}")
     try:
-        with pytest.raises(StoreError, match="not a session_sql database") as info:
+        with pytest.raises(PermanentStoreError, match="not a session_sql database") as info:
             ensure_schema(engine, None)
     finally:
         engine.dispose()
@@ -550,7 +557,7 @@ def test_text_file_is_not_a_database(tmp_path: Path):
 def test_missing_directory_is_store_error(tmp_path: Path):
     engine = make_engine(f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}")
     try:
-        with pytest.raises(StoreError, match="cannot open"):
+        with pytest.raises(PermanentStoreError, match="cannot open"):
             ensure_schema(engine, None)
     finally:
         engine.dispose()

@@ -27,6 +27,7 @@ import session_sql
 from session_sql import (
     ConfigurationError,
     MigrationProgress,
+    PermanentStoreError,
     SchemaMismatchError,
     SchemaVersionError,
     Session,
@@ -543,7 +544,7 @@ def test_bad_urls_are_refused_and_create_nothing(place, tmp_path):
     source, destination = place("sqlite"), place("sqlite")
     fill(source)
     target = Path(destination.url.removeprefix("sqlite:///"))
-    with pytest.raises(StoreError, match="nothing to migrate"):
+    with pytest.raises(PermanentStoreError, match="nothing to migrate"):
         migrate(f"sqlite:///{tmp_path / 'missing.db'}", destination.url)
     assert not (tmp_path / "missing.db").exists()
     with pytest.raises(ConfigurationError):

@@ -36,11 +36,13 @@ from session_sql._store.schema import (
 )
 from session_sql.errors import (
     ConcurrencyError,
+    PermanentStoreError,
     SessionExistsError,
     SessionSQLError,
     StoreError,
+    TransientStoreError,
 )
-from session_sql.jsonvalue import _dumps_iterative
+from session_sql.jsoncodec import _dumps_iterative
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -464,7 +466,7 @@ def test_sqlite_write_tx_takes_the_write_lock_at_begin(tmp_path: Path):
         holder.execute("BEGIN IMMEDIATE")
         try:
             with (
-                pytest.raises(StoreError, match="locked") as err,
+                pytest.raises(TransientStoreError, match="locked") as err,
                 translate_errors(),
                 write_tx(engine),
             ):
@@ -537,7 +539,7 @@ def test_unreachable_postgres_is_store_error():
     engine = make_engine("postgresql://nobody@127.0.0.1:1/none")
     try:
         with (
-            pytest.raises(StoreError, match="cannot reach") as info,
+            pytest.raises(TransientStoreError, match="cannot reach") as info,
             translate_errors(),
             read_tx(engine) as conn,
         ):
@@ -554,10 +556,57 @@ def test_read_only_sqlite_is_store_error(tmp_path: Path):
     engine.dispose()
     ro = make_engine(f"sqlite:///file:{path}?mode=ro&uri=true")
     try:
-        with pytest.raises(StoreError, match="read-only"), translate_errors(), write_tx(ro) as conn:
+        with (
+            pytest.raises(PermanentStoreError, match="read-only"),
+            translate_errors(),
+            write_tx(ro) as conn,
+        ):
             conn.exec_driver_sql("DELETE FROM session_sql_meta")
     finally:
         ro.dispose()
+
+
+@pytest.mark.postgresql
+def test_a_statement_timeout_is_transient(postgres_admin: Engine):
+    engine = make_engine(postgres_admin.url.render_as_string(hide_password=False))
+    try:
+        with (
+            pytest.raises(TransientStoreError, match="57014") as info,
+            translate_errors(),
+            read_tx(engine) as conn,
+        ):
+            conn.execute(text("SET LOCAL statement_timeout = '20ms'"))
+            conn.execute(text("SELECT pg_sleep(5)"))
+        assert info.value.__cause__ is not None
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgresql
+@pytest.mark.parametrize(
+    ("sqlstate", "branch"),
+    [
+        ("40001", TransientStoreError),  # serialization_failure
+        ("40P01", TransientStoreError),  # deadlock_detected
+        ("53300", TransientStoreError),  # too_many_connections
+        ("53100", PermanentStoreError),  # disk_full
+        ("42501", PermanentStoreError),  # insufficient_privilege
+        ("XX000", StoreError),  # internal_error: no branch says what to do
+    ],
+)
+def test_postgres_errors_take_the_branch_of_their_sqlstate(
+    postgres_admin: Engine, sqlstate: str, branch: type[StoreError]
+):
+    """The server raises each SQLSTATE for real; the branch follows from the SQLSTATE alone."""
+    engine = make_engine(postgres_admin.url.render_as_string(hide_password=False))
+    raise_it = f"DO $$ BEGIN RAISE EXCEPTION 'raised' USING ERRCODE = '{sqlstate}'; END $$"
+    try:
+        with pytest.raises(StoreError) as info, translate_errors(), read_tx(engine) as conn:
+            conn.execute(text(raise_it))
+        assert type(info.value) is branch
+        assert f"SQLSTATE {sqlstate}" in str(info.value)
+    finally:
+        engine.dispose()
 
 
 def test_own_errors_and_programming_errors_pass_through():

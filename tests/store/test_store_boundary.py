@@ -19,6 +19,7 @@ from sqlalchemy.schema import DropSchema
 from session_sql import (
     ConfigurationError,
     InvalidArgumentError,
+    PermanentStoreError,
     SessionInfo,
     SessionNotFoundError,
     SessionSQLError,
@@ -276,7 +277,7 @@ def test_a_closed_store_refuses_every_call_with_a_store_error(backend, call):
     store.create_session("s0", seed=tool_turn_log())
     store.create_session("s1")
     store.close()
-    with pytest.raises(StoreError, match="closed") as info:
+    with pytest.raises(PermanentStoreError, match="closed") as info:
         call(store)
     assert _is_ours(info.value)
     store.close()  # twice is harmless
@@ -289,13 +290,13 @@ def test_handles_and_iterators_of_a_closed_store_fail_the_same_way(backend, tmp_
     events = store.events("s0")
     follow = store.follow("s0", timeout=0)
     store.close()
-    with pytest.raises(StoreError, match="closed"):
+    with pytest.raises(PermanentStoreError, match="closed"):
         say(handle)
-    with pytest.raises(StoreError, match="closed"):
+    with pytest.raises(PermanentStoreError, match="closed"):
         handle.refresh()
-    with pytest.raises(StoreError, match="closed"):
+    with pytest.raises(PermanentStoreError, match="closed"):
         next(events)
-    with pytest.raises(StoreError, match="closed"):
+    with pytest.raises(PermanentStoreError, match="closed"):
         next(follow)
     with open_store(backend.url, schema=backend.schema) as reopened:
         assert reopened.head_seq("s0") == 0  # the refused append wrote nothing

@@ -11,11 +11,11 @@ from sqlalchemy import text
 
 from session_sql import (
     ConcurrencyError,
+    PermanentStoreError,
     SchemaVersionError,
     Session,
     SessionNotFoundError,
     SessionStore,
-    StoreError,
     fold_surface,
     interrupted_turn_closers,
     open_store,
@@ -350,7 +350,7 @@ def test_open_store_refuses_a_schema_name_that_is_not_an_identifier(backend):
 
 
 def test_create_false_opens_an_existing_store_and_creates_nothing_otherwise(backend, tmp_path):
-    with pytest.raises(StoreError, match=r"^no store at .*session-sql init"):
+    with pytest.raises(PermanentStoreError, match=r"^no store at .*session-sql init"):
         open_store(backend.url, schema=backend.schema, create=False)
     if backend.table_schema is None:
         assert list(tmp_path.iterdir()) == []  # not even the SQLite file
@@ -384,6 +384,6 @@ def test_create_false_accepts_an_sqlite_uri_filename(tmp_path):
     open_store(f"sqlite:///{path}").close()
     with open_store(f"sqlite:///file:{path}?mode=ro&uri=true", create=False) as store:
         assert store.list_sessions() == []
-    with pytest.raises(StoreError, match="no store at"):
+    with pytest.raises(PermanentStoreError, match="no store at"):
         open_store(f"sqlite:///file:{tmp_path / 'nope.db'}?mode=ro&uri=true", create=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db", "s.db-shm", "s.db-wal"]
