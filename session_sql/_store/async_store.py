@@ -26,7 +26,6 @@ import itertools
 import os
 import queue
 import threading
-import time
 from collections.abc import (
     AsyncIterator,
     Callable,
@@ -39,12 +38,12 @@ from collections.abc import (
 )
 from typing import IO, Any, Literal, TypeVar, cast
 
-from psycopg import sql
 from sqlalchemy.util import await_, greenlet_spawn
 
 from session_sql import loopsafe
 from session_sql._store import fastpath, reader
 from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
+from session_sql._store.following import Follower, Read, Sleep, Wait, listen_statement
 from session_sql._store.metadata import UNSET, _Unset
 from session_sql._store.opening import StoredLog
 from session_sql._store.schema import DEFAULT_SCHEMA
@@ -78,9 +77,6 @@ from session_sql.messages import SurfaceMessage
 from session_sql.session import Session
 
 T = TypeVar("T")
-
-_POLL_START = 0.002
-_POLL_MAX = 0.05
 
 
 class _Pinned(asyncio.Future[T]):
@@ -852,30 +848,31 @@ class AsyncSessionStore:
         a new event (``None``: never).
         """
         ctx = self._store._ctx
-        last = _seq_bound("after_seq", after_seq)
+        after = _seq_bound("after_seq", after_seq)
         timeout = _timeout_arg(timeout)
         await self._runner.call(reader.check_session, ctx, session_id)
         listener = None if ctx.channel is None else await _AsyncListener.open(self, ctx, session_id)
         try:
-            idle_since = time.monotonic()
-            backoff = _POLL_START
+            machine = Follower(
+                session_id, ctx.tenant, after, timeout, listening=listener is not None
+            )
+            action = machine.start()
             while True:
-                events = await self._runner.call(reader.events_after, ctx, session_id, last)
-                if events:
+                if isinstance(action, Read):
+                    read = reader.events_after
+                    events = await self._runner.call(read, ctx, session_id, action.after_seq)
                     for event in events:
-                        last = event.seq
                         yield event
-                    idle_since = time.monotonic()
-                    backoff = _POLL_START
-                    continue
-                remaining = None if timeout is None else timeout - (time.monotonic() - idle_since)
-                if remaining is not None and remaining <= 0:
-                    return
-                if listener is not None:
-                    await listener.wait(1.0 if remaining is None else min(remaining, 1.0))
+                    action = machine.read(events[-1].seq if events else None)
+                elif isinstance(action, Wait):
+                    assert listener is not None
+                    await listener.wait(action.seconds, machine.wakes)
+                    action = machine.waited()
+                elif isinstance(action, Sleep):
+                    await asyncio.sleep(action.seconds)
+                    action = machine.waited()
                 else:
-                    await asyncio.sleep(backoff if remaining is None else min(backoff, remaining))
-                    backoff = min(backoff * 2, _POLL_MAX)
+                    return
         finally:
             if listener is not None:
                 await listener.close()
@@ -907,8 +904,7 @@ class _AsyncListener:
                 with translate_errors():
                     await conn.rollback()  # out of whatever the pool's ping began
                     await conn.set_autocommit(True)
-                    listen = sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel)))
-                    await conn.execute(listen)
+                    await conn.execute(listen_statement(str(ctx.channel)))
             except BaseException:
                 await conn.close()
                 raise
@@ -917,13 +913,13 @@ class _AsyncListener:
             raise
         return cls(conn, ctx, session_id)
 
-    async def wait(self, seconds: float) -> None:
-        """Return on the first commit to the followed session, or after ``seconds``."""
+    async def wait(self, seconds: float, wakes: Callable[[str], bool]) -> None:
+        """Return on the first notification ``wakes`` accepts, or after ``seconds``."""
         with translate_errors():
             notes = self._conn.notifies(timeout=seconds)
             try:
                 async for note in notes:
-                    if self._ctx.wakes(note.payload, self._session_id):
+                    if wakes(note.payload):
                         break
             finally:
                 await notes.aclose()

@@ -8,7 +8,6 @@ first use, for the store's dialect), so no cache outlives the store or is keyed 
 from __future__ import annotations
 
 import functools
-import json
 import re
 import threading
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
+from session_sql._store import following
 from session_sql._store.engine import IdleConnection, is_sqlite
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import (
@@ -515,7 +515,7 @@ class StoreContext:
 
     def payload(self, session_id: str, head: int) -> str:
         """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON."""
-        return json.dumps([self.tenant, session_id, head], separators=(",", ":"))
+        return following.payload(self.tenant, session_id, head)
 
     def wakes(self, payload: str, session_id: str) -> bool:
         """Whether a NOTIFY ``payload`` is a commit to ``session_id`` of this store's tenant.
@@ -523,11 +523,8 @@ class StoreContext:
         Followers ignore every other notification on the channel, so a follower of one
         tenant's session never wakes for another's (nor for another session).
         """
-        try:
-            tenant, sid, _head = json.loads(payload)
-        except (ValueError, TypeError):
-            return False
-        return bool(tenant == self.tenant and sid == session_id)
+        parsed = following.parse_payload(payload)
+        return parsed is not None and parsed[:2] == (self.tenant, session_id)
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import time as _time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from sqlalchemy import Connection
 
 from session_sql._store import fastpath
 from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
 from session_sql._store.fastpath import fetch_rows
+from session_sql._store.following import Follower, Read, Sleep, Wait, listen_statement
 from session_sql._store.rows import event_from_row
 from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
@@ -296,32 +297,31 @@ def follow(
 ) -> Iterator[SessionEvent]:
     """Yield events committed after ``after_seq`` as they arrive, in order, each once.
 
-    PostgreSQL wakes the follower with LISTEN/NOTIFY; SQLite polls with a short backoff. Returns
-    after ``timeout`` seconds without a new event (``None``: never). Takes no write lock.
+    The sync driver of ``following.Follower``: PostgreSQL wakes the follower with
+    LISTEN/NOTIFY; SQLite polls with a short backoff. Returns after ``timeout`` seconds without
+    a new event (``None``: never). Takes no write lock.
     """
     check_session(ctx, session_id)
     listener = _Listener(ctx, session_id) if ctx.channel is not None else None
     try:
-        last = after_seq
-        idle_since = _time.monotonic()
-        backoff = 0.002
+        machine = Follower(
+            session_id, ctx.tenant, after_seq, timeout, listening=listener is not None
+        )
+        action = machine.start()
         while True:
-            events = events_after(ctx, session_id, last)
-            if events:
-                for event in events:
-                    last = event.seq
-                    yield event
-                idle_since = _time.monotonic()
-                backoff = 0.002
-                continue
-            remaining = None if timeout is None else timeout - (_time.monotonic() - idle_since)
-            if remaining is not None and remaining <= 0:
-                return
-            if listener is not None:
-                listener.wait(1.0 if remaining is None else min(remaining, 1.0))
+            if isinstance(action, Read):
+                events = events_after(ctx, session_id, action.after_seq)
+                yield from events
+                action = machine.read(events[-1].seq if events else None)
+            elif isinstance(action, Wait):
+                assert listener is not None
+                listener.wait(action.seconds, machine.wakes)
+                action = machine.waited()
+            elif isinstance(action, Sleep):
+                _time.sleep(action.seconds)
+                action = machine.waited()
             else:
-                _time.sleep(backoff if remaining is None else min(backoff, remaining))
-                backoff = min(backoff * 2, 0.05)
+                return
     finally:
         if listener is not None:
             listener.close()
@@ -349,7 +349,7 @@ class _Listener:
                     self._raw.detach()
                     conn.rollback()  # end any transaction the pool's ping began
                     conn.autocommit = True
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(str(ctx.channel))))
+                    conn.execute(listen_statement(str(ctx.channel)))
                 except BaseException:
                     self._raw.close()
                     raise
@@ -358,13 +358,16 @@ class _Listener:
             ctx.followers.give_back()
             raise
 
-    def wait(self, seconds: float) -> None:
-        """Return on the first commit to the followed session, or after ``seconds``."""
+    def wait(self, seconds: float, wakes: Callable[[str], bool] | None = None) -> None:
+        """Return on the first notification ``wakes`` accepts (default: any commit to the
+        followed session), or after ``seconds``."""
+        if wakes is None:
+            wakes = functools.partial(self._ctx.wakes, session_id=self._session_id)
         with translate_errors():
             notes = self._conn.notifies(timeout=seconds)
             try:
                 for note in notes:
-                    if self._ctx.wakes(note.payload, self._session_id):
+                    if wakes(note.payload):
                         break
             finally:
                 notes.close()
