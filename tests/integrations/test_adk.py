@@ -6,7 +6,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -28,6 +27,8 @@ from session_sql import ConfigurationError, jsonl_file_name, open_async_store, o
 from session_sql.catalog import DEFAULT_CATALOG
 from session_sql.integrations import ADK_EVENT, ADK_STATE
 from session_sql.integrations.adk import SQLSessionService, store_id
+
+from .loops import on_own_loops
 
 T = TypeVar("T")
 
@@ -854,8 +855,6 @@ def test_threads_each_on_a_loop_of_their_own_share_one_service(backend) -> None:
     lands exactly once, shared state is whole, and no loop hangs."""
     service = SQLSessionService.from_url(backend.url, schema=backend.schema)
     asyncio.run(service.create_session(app_name="app", user_id="u", session_id="shared"))
-    errors: list[BaseException] = []
-    start = threading.Barrier(5)
 
     async def work(i: int) -> None:
         own = await service.create_session(
@@ -872,23 +871,7 @@ def test_threads_each_on_a_loop_of_their_own_share_one_service(backend) -> None:
                 except StaleSessionError:  # another thread appended between the two calls
                     continue
 
-    def thread_body(i: int) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            start.wait(60)
-            loop.run_until_complete(work(i))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            loop.close()
-
-    threads = [threading.Thread(target=thread_body, args=(i,), daemon=True) for i in range(5)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads), "an event loop hangs"
-    assert errors == []
+    on_own_loops(work)
 
     async def after() -> None:
         try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
@@ -29,6 +28,7 @@ from session_sql import (
 )
 from session_sql.integrations.openai_agents import ITEM_TYPE, SessionSQLSession
 
+from .loops import on_own_loops
 from .oa_workers import add_batches, read_items
 
 T = TypeVar("T")
@@ -378,29 +378,12 @@ def test_threads_each_on_a_loop_of_their_own_share_one_session(backend) -> None:
     """Five threads, each with a new event loop, add items to one session at once (the first
     of them opening its store): every item lands exactly once, and no loop hangs."""
     session = SessionSQLSession.from_url("s1", backend.url, schema=backend.schema)
-    errors: list[BaseException] = []
-    start = threading.Barrier(5)
 
-    def work(i: int) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            start.wait(60)
-            for j in range(3):
-                loop.run_until_complete(
-                    session.add_items([{"role": "user", "content": f"{i}.{j}"}, OUTPUT])
-                )
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            loop.close()
+    async def work(i: int) -> None:
+        for j in range(3):
+            await session.add_items([{"role": "user", "content": f"{i}.{j}"}, OUTPUT])
 
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(5)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not any(thread.is_alive() for thread in threads), "an event loop hangs"
-    assert errors == []
+    on_own_loops(work)
 
     async def after() -> list[Any]:
         async with session:
