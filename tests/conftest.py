@@ -14,7 +14,7 @@ import os
 import sqlite3
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,30 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         # Never wait forever on a connection a failed test left open.
         conn.execute(text("SET LOCAL lock_timeout = '10s'"))
         conn.execute(DropSchema(schema, cascade=True, if_exists=True))
+
+
+@pytest.fixture
+def place(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Backend]]:
+    """Makes fresh, empty store locations: a new SQLite file, or a new PostgreSQL schema
+    (dropped after the test)."""
+    schemas: list[str] = []
+    admin: Engine | None = None
+
+    def make(kind: str) -> Backend:
+        nonlocal admin
+        if kind == "sqlite":
+            path = tmp_path / f"store-{uuid.uuid4().hex[:8]}.db"
+            return Backend("sqlite", f"sqlite:///{path}", "session_sql")
+        admin = request.getfixturevalue("postgres_admin")
+        schemas.append(f"t_{uuid.uuid4().hex}")
+        return Backend("postgresql", admin.url.render_as_string(hide_password=False), schemas[-1])
+
+    yield make
+    if admin is not None:
+        with admin.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '10s'"))
+            for schema in schemas:
+                conn.execute(DropSchema(schema, cascade=True, if_exists=True))
 
 
 @pytest.fixture

@@ -15,13 +15,12 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, delete, event, func, select, text, update
-from sqlalchemy.schema import DropSchema
 
 import session_sql
 from session_sql import (
@@ -62,30 +61,6 @@ BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgresql", id="postgresql", marks=PG),
 ]
-
-
-@pytest.fixture
-def place(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Backend]]:
-    """Makes fresh, empty store locations: a new SQLite file, or a new PostgreSQL schema
-    (dropped after the test)."""
-    schemas: list[str] = []
-    admin: Engine | None = None
-
-    def make(kind: str) -> Backend:
-        nonlocal admin
-        if kind == "sqlite":
-            path = tmp_path / f"store-{uuid.uuid4().hex[:8]}.db"
-            return Backend("sqlite", f"sqlite:///{path}", "session_sql")
-        admin = request.getfixturevalue("postgres_admin")
-        schemas.append(f"t_{uuid.uuid4().hex}")
-        return Backend("postgresql", admin.url.render_as_string(hide_password=False), schemas[-1])
-
-    yield make
-    if admin is not None:
-        with admin.begin() as conn:
-            conn.execute(text("SET LOCAL lock_timeout = '10s'"))
-            for schema in schemas:
-                conn.execute(DropSchema(schema, cascade=True, if_exists=True))
 
 
 def _open(where: Backend, tenant: str = "", **options: Any) -> SessionStore:

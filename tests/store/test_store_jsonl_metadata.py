@@ -10,14 +10,11 @@ store's tenant, never the file's, decides where a session goes.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, select, text
-from sqlalchemy.schema import DropSchema
+from sqlalchemy import select
 
 from session_sql import InvalidHeaderError, SessionStore, open_store
 from session_sql._store.schema import tables_for
@@ -37,30 +34,6 @@ NEW_AT_CREATION = {"incarnation"}
 """The columns an import sets afresh by design: ``incarnation`` is a uuid4 per creation, so
 that a handle on the exported session never writes to the restored one as if it were its own.
 Every other column (tenant, id, times, header, counters, digest, metadata) comes back."""
-
-
-@pytest.fixture
-def place(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[str], Backend]]:
-    """Makes fresh store locations: a new SQLite file, or a new PostgreSQL schema (dropped
-    after the test)."""
-    schemas: list[str] = []
-    admin: Engine | None = None
-
-    def make(kind: str) -> Backend:
-        nonlocal admin
-        if kind == "sqlite":
-            path = tmp_path / f"store-{uuid.uuid4().hex[:8]}.db"
-            return Backend("sqlite", f"sqlite:///{path}", "session_sql")
-        admin = request.getfixturevalue("postgres_admin")
-        schemas.append(f"t_{uuid.uuid4().hex}")
-        return Backend("postgresql", admin.url.render_as_string(hide_password=False), schemas[-1])
-
-    yield make
-    if admin is not None:
-        with admin.begin() as conn:
-            conn.execute(text("SET LOCAL lock_timeout = '10s'"))
-            for schema in schemas:
-                conn.execute(DropSchema(schema, cascade=True, if_exists=True))
 
 
 def _open(where: Backend, tenant: str, **options: Any) -> SessionStore:
