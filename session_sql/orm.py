@@ -21,8 +21,9 @@ Read-only by construction: the store is the only writer (it keeps the surface, t
 and the log consistent in one transaction). A flush that would insert, update or delete any of
 these objects, an ORM ``insert``/``update``/``delete`` statement on them, the legacy bulk
 methods (``bulk_save_objects``, ``bulk_insert_mappings``, ``bulk_update_mappings``) and a Core
-``insert``/``update``/``delete`` of their tables run through an ORM ``Session`` raise
-``ReadOnlyError`` before the statement is sent. Importing this module installs the listeners on
+``insert``/``update``/``delete`` of their tables run through an ORM ``Session`` (a dialect's
+``insert``, an alias of a table, a CTE of a ``SELECT`` included) raise ``ReadOnlyError``
+before the statement is sent. Importing this module installs the listeners on
 SQLAlchemy's ``Session`` class; they act only on these classes and their tables.
 """
 
@@ -32,7 +33,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
-from sqlalchemy import Connection, Delete, Insert, Update, and_, event, inspect
+from sqlalchemy import ClauseElement, Connection, Insert, Update, and_, event, inspect
 from sqlalchemy.orm import (
     Mapped,
     Mapper,
@@ -42,6 +43,8 @@ from sqlalchemy.orm import (
     registry,
     relationship,
 )
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.dml import UpdateBase
 
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
 from session_sql.errors import ReadOnlyError
@@ -140,14 +143,18 @@ def orm_models(schema: str | None = DEFAULT_SCHEMA) -> OrmModels:
 
 _build_lock = threading.Lock()
 _read_tables: dict[Any, str] = {}
-"""Every table a read model maps, with the model's name: what an ORM Session may not write."""
+"""Every table a read model maps, with the model's name: what an ORM Session may not write.
+
+Replaced, never changed in place, so a guard can iterate it while another thread maps a
+schema."""
 
 
 @functools.cache
 def _build(schema: str | None) -> OrmModels:
     tables = tables_for(schema)
     sessions, events, surface = tables.sessions, tables.events, tables.surface
-    _read_tables.update({sessions: "SessionRow", events: "Event", surface: "SurfaceNode"})
+    global _read_tables
+    _read_tables = {**_read_tables, sessions: "SessionRow", events: "Event", surface: "SurfaceNode"}
     row = cast("type[_SessionRow]", _model_class(_SessionRow, "SessionRow", sessions))
     ev = cast("type[_Event]", _model_class(_Event, "Event", events))
     node = cast("type[_SurfaceNode]", _model_class(_SurfaceNode, "SurfaceNode", surface))
@@ -264,9 +271,8 @@ for _operation, _hook in (
 
 # The legacy bulk methods fire none of the events above: they hand statements straight to the
 # Session's connection. So every connection an ORM Session begins on also refuses, before it is
-# sent, a DML statement on a read model's table (whatever built it: the bulk methods, or a Core
-# statement run through the Session). The store never writes through an ORM Session.
-_DML: dict[type[Any], str] = {Insert: "insert", Update: "update", Delete: "delete"}
+# sent, a statement that writes a read model's table (whatever built it: the bulk methods, or a
+# Core statement run through the Session). The store never writes through an ORM Session.
 
 
 @event.listens_for(Session, "after_begin")
@@ -278,11 +284,9 @@ def _guard_connection(session: Session, transaction: object, connection: Connect
 def _refuse_table_dml(
     conn: Connection, statement: object, multiparams: object, params: object, options: object
 ) -> None:
-    operation = _DML.get(type(statement))
-    if operation is None:
-        return
-    name = _read_tables.get(getattr(statement, "table", None))
-    if name is not None:
+    written = _written_read_table(statement)
+    if written is not None:
+        operation, name = written
         raise ReadOnlyError(
             f"session_sql ORM models are read-only: refusing to {operation} {name} rows "
             "through an ORM Session; write through the store (StoredSession.append, "
@@ -290,3 +294,35 @@ def _refuse_table_dml(
             operation=operation,
             entity=name,
         )
+
+
+def _written_read_table(statement: object) -> tuple[str, str] | None:
+    """The operation and model of the first INSERT, UPDATE or DELETE in ``statement`` whose
+    target is a read model's table, or ``None``.
+
+    The whole statement is walked: a write can hide in a CTE (``WITH u AS (UPDATE events ...)
+    SELECT ...``), its class can be a dialect's (``postgresql.insert``), and its target an
+    alias or an ORM-annotated copy of the table.
+    """
+    if not isinstance(statement, ClauseElement):
+        return None
+    for element in visitors.iterate(statement):
+        if isinstance(element, UpdateBase):
+            name = _read_model_of(element.table)
+            if name is not None:
+                operation = (
+                    "insert"
+                    if isinstance(element, Insert)
+                    else "update"
+                    if isinstance(element, Update)
+                    else "delete"
+                )
+                return operation, name
+    return None
+
+
+def _read_model_of(target: Any) -> str | None:
+    for table, name in _read_tables.items():
+        if target.is_derived_from(table):
+            return name
+    return None

@@ -26,10 +26,13 @@ from sqlalchemy import (
     func,
     insert,
     inspect,
+    lambda_stmt,
     select,
     text,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import PendingRollbackError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, aliased, mapped_column
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import DropSchema
@@ -394,6 +397,11 @@ CHANGES: dict[str, tuple[str, str, Change]] = {
         lambda db, m: db.add(m.SessionRow(id="new", format_version=0, created_at=0, header={})),
     ),
     "merge a new event": ("insert", "Event", lambda db, m: db.merge(_new_event(m))),
+    "merge a changed event": (
+        "update",
+        "Event",
+        lambda db, m: db.merge(m.Event(tenant="", session_id="parent", seq=0, data={"turn": 7})),
+    ),
     "edit event data": (
         "update",
         "Event",
@@ -454,6 +462,7 @@ def test_flushing_a_change_is_refused_before_any_sql(store, user_engine, change,
     assert isinstance(info.value, SessionSQLError) and isinstance(info.value, TypeError)
     assert "read-only" in str(info.value)
     assert dump_tables(store) == before
+    assert store.verify("parent").ok and store.verify("child").ok
 
 
 def test_orm_insert_update_delete_statements_are_refused(store, user_engine) -> None:
@@ -479,6 +488,7 @@ def test_orm_insert_update_delete_statements_are_refused(store, user_engine) -> 
         assert rec.writes == []
         db.rollback()
     assert dump_tables(store) == before
+    assert store.verify("parent").ok and store.verify("child").ok
 
 
 def _loaded_event(db: Session, m: OrmModels) -> Any:
@@ -558,7 +568,101 @@ BULK_WRITES: dict[str, tuple[str, str, Change]] = {
             update(m.Event).values(type="x").execution_options(synchronize_session="fetch")
         ),
     ),
+    "ORM update with synchronize_session=evaluate": (
+        "update",
+        "SessionRow",
+        lambda db, m: db.execute(
+            update(m.SessionRow)
+            .values(head_seq=41)
+            .execution_options(synchronize_session="evaluate")
+        ),
+    ),
+    "ORM delete with synchronize_session=False": (
+        "delete",
+        "Event",
+        lambda db, m: db.execute(
+            delete(m.Event).where(m.Event.seq > 0).execution_options(synchronize_session=False)
+        ),
+    ),
+    "ORM update of the session row": (
+        "update",
+        "SessionRow",
+        lambda db, m: db.execute(update(m.SessionRow).values(head_seq=41)),
+    ),
+    "ORM bulk update by primary key": (
+        "update",
+        "Event",
+        lambda db, m: db.execute(
+            update(m.Event), [{"tenant": "", "session_id": "parent", "seq": 0, "data": {}}]
+        ),
+    ),
+    "a dialect insert into the events table, on conflict update": (
+        "insert",
+        "Event",
+        lambda db, m: db.execute(
+            _dialect_insert(db, m.Event.__table__)
+            .values(tenant="", session_id="parent", seq=0, type="x", time=0, data={})
+            .on_conflict_do_update(
+                index_elements=["tenant", "session_id", "seq"], set_={"type": "x"}
+            )
+        ),
+    ),
+    "a dialect insert of an Event, on conflict do nothing": (
+        "insert",
+        "Event",
+        lambda db, m: db.execute(
+            _dialect_insert(db, m.Event)
+            .values(tenant="", session_id="parent", seq=99, type="x", time=0, data={})
+            .on_conflict_do_nothing()
+        ),
+    ),
+    "a Core update of an alias of the events table": (
+        "update",
+        "Event",
+        lambda db, m: db.execute(update(m.Event.__table__.alias("e")).values(type="x")),
+    ),
+    "an UPDATE ... RETURNING in a CTE of a SELECT": (
+        "update",
+        "Event",
+        lambda db, m: db.execute(select(_updating_cte(m.Event.__table__.c).c.seq)).all(),
+    ),
+    "an ORM update in a CTE of a SELECT": (
+        "update",
+        "SessionRow",
+        lambda db, m: db.execute(
+            select(m.Event).where(
+                m.Event.seq.in_(
+                    select(
+                        update(m.SessionRow)
+                        .values(head_seq=41)
+                        .returning(m.SessionRow.head_seq)
+                        .cte("u")
+                        .c.head_seq
+                    )
+                )
+            )
+        ).all(),
+    ),
+    "a lambda statement deleting the surface": (
+        "delete",
+        "SurfaceNode",
+        lambda db, m: db.execute(_lambda_delete(m.SurfaceNode.__table__)),
+    ),
 }
+
+
+def _dialect_insert(db: Session, target: Any) -> Any:
+    """``postgresql.insert`` or ``sqlite.insert``: a subclass of Core's ``Insert``."""
+    dialect = postgresql if db.get_bind().dialect.name == "postgresql" else sqlite
+    return dialect.insert(target)
+
+
+def _updating_cte(columns: Any) -> Any:
+    return update(columns.seq.table).values(type="x").returning(columns.seq).cte("u")
+
+
+def _lambda_delete(table: Table) -> Any:
+    return lambda_stmt(lambda: delete(table))
 
 
 @pytest.mark.parametrize("write", BULK_WRITES)
@@ -583,6 +687,60 @@ def test_every_other_orm_write_path_is_refused_before_it_is_sent(store, user_eng
         )
     assert (info.value.operation, info.value.entity) == (operation, entity)
     assert dump_tables(store) == before
+    assert store.verify("parent").ok and store.verify("child").ok
+
+
+def _app_table(store: SessionStore, user_engine: Engine) -> Table:
+    """A table of the application's own, next to the store's, with no rows."""
+    notes = Table(
+        "app_notes", MetaData(schema=store.schema), Column("id", Integer, primary_key=True)
+    )
+    notes.create(user_engine)
+    return notes
+
+
+@pytest.mark.parametrize("write", BULK_WRITES)
+def test_a_refused_statement_keeps_the_apps_transaction(store, user_engine, write) -> None:
+    """The app's own uncommitted writes survive a refused statement; only a refused bulk
+    method rolls them back (SQLAlchemy runs it in an inner transaction and rolls the whole
+    Session back on any error in it), and then the Session goes on after ``rollback()``."""
+    build(store)
+    m = models(store)
+    notes = _app_table(store, user_engine)
+    with Session(user_engine) as db:
+        db.execute(insert(notes).values(id=1))
+        with pytest.raises(ReadOnlyError):
+            BULK_WRITES[write][2](db, m)
+        if write.startswith("bulk_"):
+            with pytest.raises(PendingRollbackError):
+                db.execute(select(notes.c.id))
+            db.rollback()
+            kept = []
+        else:
+            kept = [1]
+        assert db.scalars(select(notes.c.id)).all() == kept
+        db.execute(insert(notes).values(id=2))
+        db.commit()
+    with user_engine.connect() as conn:
+        assert conn.scalars(select(notes.c.id).order_by(notes.c.id)).all() == [*kept, 2]
+    assert store.verify("parent").ok and store.verify("child").ok
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_refused_flush_keeps_the_apps_transaction(store, user_engine, change) -> None:
+    build(store)
+    m = models(store)
+    notes = _app_table(store, user_engine)
+    with Session(user_engine) as db:
+        db.execute(insert(notes).values(id=1))
+        CHANGES[change][2](db, m)
+        with pytest.raises(ReadOnlyError):
+            db.flush()
+        db.expunge_all()  # drop the refused change; the transaction goes on
+        db.execute(insert(notes).values(id=2))
+        db.commit()
+    with user_engine.connect() as conn:
+        assert conn.scalars(select(notes.c.id).order_by(notes.c.id)).all() == [1, 2]
     assert store.verify("parent").ok and store.verify("child").ok
 
 
@@ -611,6 +769,7 @@ def test_changing_a_relationship_collection_writes_nothing(store, user_engine) -
         db.commit()
         assert rec.writes == []
     assert dump_tables(store) == before
+    assert store.verify("parent").ok
     with Session(user_engine) as db:
         row = db.get_one(m.SessionRow, ("", "parent"))
         assert len(row.events) == store.open_session("parent").seq
