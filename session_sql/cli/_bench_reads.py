@@ -3,12 +3,13 @@ events), W9 (tail reads) and W10 (open_session + append), on one shared setup.""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from session_sql import SessionStore, open_store
+from session_sql import SessionStore, StoredSession, open_store
 from session_sql.cli._bench_events import Item, _user, chunk_events
 from session_sql.cli._bench_harness import Target, Workload, _closing, _timed, _workload
 from session_sql.cli._bench_raw import Raw
@@ -38,29 +39,28 @@ TAIL = 20
 TAIL_CALLS = 20
 """W9 times this many tail reads per sample: one is well under a millisecond."""
 
+
+def _new_tail(handle: StoredSession, count: itertools.count[int]) -> None:
+    """Append ``TAIL`` user messages no other session holds (ids below zero): a tail whose rows
+    this store has never read."""
+    items = [
+        {"type": "user/message", "data": _user(-1 - next(count)), "surface_op": "append"}
+        for _ in range(TAIL)
+    ]
+    handle.append_many(items)
+
+
 WARM_RUNS = 6
-"""How often a fresh store runs each read before a cold figure is taken: psycopg prepares a
-statement once it has run five times."""
-
-
-def _warm_session(store: SessionStore) -> str:
-    """A session to warm fresh stores on: its messages' texts are in no session a cold figure
-    reads (ids below zero), so warming it parses and checks none of their rows."""
-    handle = store.create_session()
-    handle.append_many(
-        [
-            {"type": "user/message", "data": _user(-1 - k), "surface_op": "append"}
-            for k in range(TAIL)
-        ]
-    )
-    return handle.id
+"""How often a fresh store opens and appends to a session of its own before a cold figure is
+taken: psycopg prepares a statement once it has run five times."""
 
 
 @contextmanager
-def _fresh_store(store: SessionStore, warm_id: str) -> Iterator[SessionStore]:
-    """Another store on ``store``'s database, tenant and durability, its connection and
-    statements warmed on ``warm_id``: as ``store`` is, but without the rows it parsed and the
-    surface events it checked, as in a new process (what the cold figures measure)."""
+def _fresh_store(store: SessionStore, session_id: str, warm_id: str) -> Iterator[SessionStore]:
+    """Another store on ``store``'s database, tenant and durability, warmed as ``store`` is but
+    for the surface events of ``session_id`` it checked on open: its connection, its
+    statements (open and append, on ``warm_id``) and the messages of ``session_id`` (read;
+    that read checks nothing an open keeps)."""
     options: dict[str, Any] = {}
     if store.backend == "sqlite":
         with store.engine.connect() as conn:
@@ -70,8 +70,8 @@ def _fresh_store(store: SessionStore, warm_id: str) -> Iterator[SessionStore]:
     with open_store(store.engine.url, schema=schema, tenant=store.tenant, **options) as fresh:
         chunk = chunk_events(1)[0]
         for _ in range(WARM_RUNS):
-            fresh.messages(warm_id, last=TAIL)
             fresh.open_session(warm_id).append(chunk["type"], chunk["data"])
+        fresh.messages(session_id)
         yield fresh
 
 
@@ -118,19 +118,28 @@ def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[
             for _ in range(TAIL_CALLS):
                 read()
 
-        warm_id = _warm_session(store)
+        # Cold: every row new, as when an agent's last messages were all written since its
+        # previous read. Each read follows an (untimed) append of TAIL new messages.
+        cold = store.create_session()
+        fresh = itertools.count()
+
+        def cold_reads() -> float:
+            seconds = 0.0
+            for _ in range(TAIL_CALLS):
+                _new_tail(cold, fresh)
+                seconds += _timed(lambda: store.messages(cold.id, last=TAIL))
+            return seconds
+
         t_tail, t_raw_tail, t_cold = [], [], []
         for _ in range(max(reps, 7)):
             t_tail.append(_timed(lambda: tail_reads(lambda: store.messages(big_id, last=TAIL))))
             t_raw_tail.append(_timed(lambda: tail_reads(lambda: raw.fetch_tail(big_id, TAIL))))
-            # One read per fresh store: every row parsed and checked again, as when all are new.
-            with _fresh_store(store, warm_id) as fresh:
-                t_cold.append(_timed(lambda: fresh.messages(big_id, last=TAIL)) * TAIL_CALLS)
+            t_cold.append(cold_reads())
         w9 = _workload(f"W9 messages(last={TAIL})", TAIL * TAIL_CALLS, t_tail, t_raw_tail, {})
-        cold = statistics.median(t_cold) / statistics.median(t_raw_tail)
+        cold_ratio = statistics.median(t_cold) / statistics.median(t_raw_tail)
         w9.extra = {
             "tail_over_raw_time": round(1 / w9.ratio, 3) if w9.ratio else None,
-            "cold_tail_over_raw_time": round(cold, 3),
+            "cold_tail_over_raw_time": round(cold_ratio, 3),
             "log": big,
             "surface_nodes": nodes,
             "last": TAIL,
@@ -181,12 +190,12 @@ def w_open(
         raw_head = raw.write(raw_sid, raw_head, [chunk])
 
     def cold_open_and_append() -> float:
-        """Seconds of one open-and-append by a fresh store: every surface event checked again,
-        as in a new process."""
-        with _fresh_store(store, warm_id) as fresh:
+        """Seconds of a first open-and-append of the big session by a fresh store, as in a new
+        process: every surface event checked."""
+        with _fresh_store(store, big_id, warm_id) as fresh:
             return _timed(lambda: fresh.open_session(big_id).append(chunk["type"], chunk["data"]))
 
-    warm_id = _warm_session(store)
+    warm_id = store.create_session().id
     open_and_append(big_id)  # warm both sides
     raw_open_and_append()
     t_big, t_small, t_raw, t_open_big, t_open_small, t_cold = [], [], [], [], [], []

@@ -15,8 +15,8 @@ W11 (PostgreSQL) compares the async API with the sync one, both session_sql.
 This module holds the writes (W1-W3), the multi-process workloads (W6, W7), W8, W11 and
 ``run``; the event mix is in ``_bench_events``, the harness (``Target``, timing, the temporary
 databases) in ``_bench_harness``, the reads (W4, W5, W9, W10) in ``_bench_reads`` and the
-baseline in ``_bench_raw``. Every workload uses the public API only: the cold figures of W9
-and W10 come from a fresh store on the same database.
+baseline in ``_bench_raw``. Every workload uses the public API only: W9 and W10's cold
+figures read rows the store has not read before (new rows, a session it never opened).
 """
 
 from __future__ import annotations
