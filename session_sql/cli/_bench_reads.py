@@ -3,13 +3,14 @@ events), W9 (tail reads) and W10 (open_session + append), on one shared setup.""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import statistics
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from session_sql import SessionStore, StoredSession, open_store
+from session_sql import SessionStore, open_store
 from session_sql.cli._bench_events import Item, _user, chunk_events
 from session_sql.cli._bench_harness import Target, Workload, _closing, _timed, _workload
 from session_sql.cli._bench_raw import Raw
@@ -40,14 +41,20 @@ TAIL_CALLS = 20
 """W9 times this many tail reads per sample: one is well under a millisecond."""
 
 
-def _new_tail(handle: StoredSession, count: itertools.count[int]) -> None:
-    """Append ``TAIL`` user messages no other session holds (ids below zero): a tail whose rows
-    this store has never read."""
-    items = [
-        {"type": "user/message", "data": _user(-1 - next(count)), "surface_op": "append"}
-        for _ in range(TAIL)
-    ]
-    handle.append_many(items)
+def _new_tails(store: SessionStore, count: itertools.count[int]) -> list[str]:
+    """``TAIL_CALLS`` sessions of ``TAIL`` user messages that no other session holds (ids below
+    zero): tails whose rows this store has never read."""
+    ids = []
+    for _ in range(TAIL_CALLS):
+        handle = store.create_session()
+        handle.append_many(
+            [
+                {"type": "user/message", "data": _user(-1 - next(count)), "surface_op": "append"}
+                for _ in range(TAIL)
+            ]
+        )
+        ids.append(handle.id)
+    return ids
 
 
 WARM_RUNS = 6
@@ -118,23 +125,18 @@ def w_read(target: Target, big: int, small: int, nodes: int, reps: int) -> list[
             for _ in range(TAIL_CALLS):
                 read()
 
-        # Cold: every row new, as when an agent's last messages were all written since its
-        # previous read. Each read follows an (untimed) append of TAIL new messages.
-        cold = store.create_session()
+        def cold_reads(ids: list[str]) -> None:
+            for sid in ids:
+                store.messages(sid, last=TAIL)
+
+        # Cold: every row new, as when all of an agent's last messages were written since its
+        # previous read; each sample reads the tails of sessions written (untimed) for it.
         fresh = itertools.count()
-
-        def cold_reads() -> float:
-            seconds = 0.0
-            for _ in range(TAIL_CALLS):
-                _new_tail(cold, fresh)
-                seconds += _timed(lambda: store.messages(cold.id, last=TAIL))
-            return seconds
-
         t_tail, t_raw_tail, t_cold = [], [], []
         for _ in range(max(reps, 7)):
             t_tail.append(_timed(lambda: tail_reads(lambda: store.messages(big_id, last=TAIL))))
             t_raw_tail.append(_timed(lambda: tail_reads(lambda: raw.fetch_tail(big_id, TAIL))))
-            t_cold.append(cold_reads())
+            t_cold.append(_timed(functools.partial(cold_reads, _new_tails(store, fresh))))
         w9 = _workload(f"W9 messages(last={TAIL})", TAIL * TAIL_CALLS, t_tail, t_raw_tail, {})
         cold_ratio = statistics.median(t_cold) / statistics.median(t_raw_tail)
         w9.extra = {
