@@ -34,11 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sqlalchemy import Engine  # noqa: E402
+from sqlalchemy import Engine, create_engine  # noqa: E402
 
 from session_sql import SessionNotFoundError, SessionStore, open_store  # noqa: E402
-from session_sql._store.engine import make_engine, read_tx, write_tx  # noqa: E402
-from session_sql._store.views import views_for  # noqa: E402
+from session_sql.schema import views_for  # noqa: E402
 from tests.docs.test_docs_sql import recipes  # noqa: E402
 from tests.store.analytics_data import TURN, write_jsonl  # noqa: E402
 
@@ -58,7 +57,7 @@ def _median(run: Callable[[], object], repeat: int) -> tuple[float, float]:
 
 
 def _query(engine: Engine, schema: str | None, sql: str, params: dict[str, str]) -> None:
-    with read_tx(engine) as conn:
+    with engine.begin() as conn:
         if schema is not None:
             conn.exec_driver_sql(f'SET LOCAL search_path TO "{schema}"')
         if not params:
@@ -94,7 +93,7 @@ def main() -> None:
     schema = None if sqlite else args.schema
     events = args.events - args.events % TURN
     store = open_store(url, schema=args.schema, create=True)
-    engine = make_engine(url)
+    engine = store.engine  # the store's own: the queries run on its connections' settings
     dialect = engine.dialect.name
     try:
         try:
@@ -140,16 +139,16 @@ def main() -> None:
     finally:
         store.close()
         if args.keep:
-            engine.dispose()
+            pass
         elif sqlite:
-            engine.dispose()
             path = Path(url.removeprefix("sqlite:///"))
             for suffix in ("", "-wal", "-shm"):
                 Path(str(path) + suffix).unlink(missing_ok=True)
         else:
-            with write_tx(engine) as conn:
+            admin = create_engine(url)
+            with admin.begin() as conn:
                 conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-            engine.dispose()
+            admin.dispose()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from session_sql import SessionStore, open_store  # noqa: E402
-from session_sql._store.engine import analyze, write_tx  # noqa: E402
+from session_sql.schema import tables_for  # noqa: E402
 
 USERS = 1_000
 TEMPLATE_ID = "template"
@@ -34,9 +34,9 @@ TEMPLATE_ID = "template"
 
 def _fill(store: SessionStore, sessions: int, schema: str | None) -> None:
     """Copy the template session row ``sessions`` times, in the database, in chunks."""
-    ctx = store._ctx  # the bench reaches under the API, as the analytics bench does
     postgres = schema is not None
-    names = [c.name for c in ctx.tables.sessions.columns]
+    tables = tables_for(schema)
+    names = [c.name for c in tables.sessions.columns]
     varied = {
         "tenant": "CASE WHEN n % 10 = 0 THEN 'other' ELSE '' END",
         "id": "'s' || CAST(n AS TEXT)",
@@ -68,7 +68,7 @@ def _fill(store: SessionStore, sessions: int, schema: str | None) -> None:
             f"INSERT INTO sessions ({columns}) SELECT {values} FROM ({numbers}) AS g, "
             "sessions AS t WHERE t.tenant = '' AND t.id = :template"
         )
-        with write_tx(ctx.engine) as conn:
+        with store.engine.begin() as conn:
             if postgres:
                 conn.execute(text("SELECT set_config('session_sql.tenant', '', true)"))
                 conn.exec_driver_sql(f'SET LOCAL search_path TO "{schema}"')
@@ -76,8 +76,17 @@ def _fill(store: SessionStore, sessions: int, schema: str | None) -> None:
                 text(sql),
                 {"start": start, "stop": stop, "users": USERS, "template": TEMPLATE_ID},
             )
-    t = ctx.tables
-    analyze(ctx.engine, [t.sessions, t.events, t.surface])
+    with store.engine.begin() as conn:  # ANALYZE, as docs/sql.md says after a bulk load
+        preparer = conn.dialect.identifier_preparer
+        analyzed = [
+            preparer.format_table(t) for t in (tables.sessions, tables.events, tables.surface)
+        ]
+        if postgres:
+            conn.exec_driver_sql("ANALYZE " + ", ".join(analyzed))
+        else:
+            conn.exec_driver_sql("PRAGMA analysis_limit = 1000")
+            for name in analyzed:
+                conn.exec_driver_sql("ANALYZE " + name)
 
 
 def _median_ms(call: Callable[[], Any], repeat: int) -> tuple[float, int]:

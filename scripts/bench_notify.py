@@ -2,13 +2,15 @@
 
     python scripts/bench_notify.py [events per writer, default 400] [rounds, default 2]
 
-Runs ``session-sql bench``'s W7 (one writer; 4 writer processes on 4 sessions; 4 on one
-session with refresh-and-retry) twice per round: as the store writes, and with the store's
-NOTIFY channel switched off in every writer (a private switch, for this measurement only:
-SPEC §8.3 requires the NOTIFY). PostgreSQL takes a database-wide lock at the commit of a
-transaction that sent NOTIFY and holds it until the commit is flushed, so notifying commits
-are serialised; the scaling of 4 writers on 4 sessions shows it. Prints medians per mode.
-Uses a throwaway schema, dropped after; ``SESSION_SQL_BENCH_URL`` overrides the server.
+Runs ``session-sql bench``'s W7 shape (one writer; 4 writer processes on 4 sessions; 4 on one
+session, re-reading the head and retrying on conflict) twice per round, with the writes of
+``session-sql bench``'s raw-driver baseline (the store's own statements on a bare psycopg
+connection): once with the ``pg_notify`` the store sends in each append's transaction, once
+without (SPEC §8.3 requires the NOTIFY, so the store itself has no switch for it). PostgreSQL
+takes a database-wide lock at the commit of a transaction that sent NOTIFY and holds it until
+the commit is flushed, so notifying commits are serialised; the scaling of 4 writers on 4
+sessions shows it. Prints medians per mode. Uses a throwaway schema, dropped after;
+``SESSION_SQL_BENCH_URL`` overrides the server.
 """
 
 from __future__ import annotations
@@ -21,29 +23,54 @@ import time
 import uuid
 from typing import Any
 
+import psycopg
+from psycopg import sql
+
 from session_sql import open_store
 from session_sql.cli import bench
-from session_sql.errors import ConcurrencyError
 
 URL = os.environ.get("SESSION_SQL_BENCH_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+def _noop(_: int) -> None:
+    return None
+
+
 def contender(args: tuple[str, str, str, int, bool]) -> tuple[int, int]:
-    """Append ``count`` chunks to a session, refreshing and retrying on conflict."""
+    """Append ``count`` chunks to a session, one transaction each (with the store's NOTIFY, or
+    without), re-reading the head and retrying when another writer took the next seq."""
     url, schema, session_id, count, notify = args
+    raw = bench.Target("postgresql", url, schema, "").raw()
+    assert isinstance(raw, bench.RawPostgres)
+    head_of = sql.SQL("SELECT head_seq FROM {}.sessions WHERE tenant = '' AND id = %s").format(
+        sql.Identifier(schema)
+    )
+
+    def read_head() -> int:
+        row = raw.conn.execute(head_of, (session_id,)).fetchone()
+        raw.conn.commit()
+        assert row is not None
+        return int(row[0])
+
     conflicts = 0
-    with open_store(url, schema=schema) as store:
-        if not notify:
-            store._ctx.channel = None  # no NOTIFY at commit
-        handle = store.open_session(session_id)
+    try:
+        head = read_head()
+        chunks = bench.chunk_events(count)
         done = 0
         while done < count:
             try:
-                handle.append("assistant/chunk", bench._chunk(1, 1, done))
+                with raw.conn.transaction():  # raw.write's own transaction nests as a savepoint
+                    if notify:
+                        raw.conn.execute(
+                            "SELECT pg_notify(%s, %s)", (schema, f"{session_id}:{head + 1}")
+                        )
+                    head = raw.write(session_id, head, [chunks[done]])
                 done += 1
-            except ConcurrencyError:
+            except psycopg.errors.UniqueViolation:
                 conflicts += 1
-                handle.refresh()
+                head = read_head()
+    finally:
+        raw.close()
     return done, conflicts
 
 
@@ -74,7 +101,7 @@ def main() -> None:
     out: dict[bool, list[tuple[Any, ...]]] = {True: [], False: []}
     try:
         with mp.get_context("spawn").Pool(4) as pool:
-            pool.map(bench._noop, range(4))  # start the workers before timing
+            pool.map(_noop, range(4))  # start the workers before timing
             for _ in range(rounds):
                 for notify in (True, False):
                     out[notify].append(run(URL, schema, per, notify, pool))

@@ -23,9 +23,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Dialect
 
-from session_sql._store.engine import sqlite_pragmas
-from session_sql._store.schema import tables_for
 from session_sql.jsoncodec import dumps_compact
+from session_sql.schema import sqlite_pragmas, tables_for
 from session_sql.session import Session
 
 __all__ = ["Raw", "RawPostgres", "RawSQLite", "RawStatements", "raw_statements"]

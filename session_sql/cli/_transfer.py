@@ -21,7 +21,6 @@ from session_sql import (
     SessionStore,
 )
 from session_sql import migrate as migrate_store
-from session_sql._store.metadata import split_export_header
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
     DEFAULT_URL,
@@ -48,6 +47,7 @@ from session_sql.cli._support import (
     warn,
 )
 from session_sql.jsonl import JsonlReader, jsonl_file_name, published_file
+from session_sql.metadata import split_export_header
 
 
 @app.command(

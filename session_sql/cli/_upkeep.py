@@ -17,7 +17,6 @@ from session_sql import (
     VerifyReport,
     check_invariants,
 )
-from session_sql._store.schema import render_ddl
 from session_sql.cli import bench as workloads
 from session_sql.cli._render import (
     event_line,
@@ -46,6 +45,7 @@ from session_sql.cli._support import (
     progress_bar,
     resolve_id,
 )
+from session_sql.schema import render_ddl
 
 
 @app.command(epilog=example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))

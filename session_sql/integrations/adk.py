@@ -51,8 +51,7 @@ from google.adk.sessions.session import Session as AdkSession
 from google.adk.sessions.state import State
 from pydantic_core import to_jsonable_python
 
-from session_sql import loopsafe, open_async_store, thaw
-from session_sql._store.async_store import AsyncSessionStore, AsyncStoredSession
+from session_sql import AsyncSessionStore, AsyncStoredSession, loopsafe, open_async_store, thaw
 from session_sql.catalog import default_catalog
 from session_sql.errors import ConcurrencyError, ConfigurationError, SessionExistsError
 from session_sql.errors import SessionNotFoundError as StoreNotFoundError
