@@ -87,7 +87,7 @@ def insert_legacy_session(
             zip(EVENT_VALUE_COLUMNS, event_values("", session_id, event, None), strict=True)
         )
         del values["tenant"]
-        values["data"] = dumps_compact(values["data"])
+        values["data"] = dumps_compact(event.data)  # that release's spelling
         event_rows.append(values)
     surface_rows = [
         {"session_id": session_id, "pos": pos, "event_seq": seq} for pos, seq in state.rows()
