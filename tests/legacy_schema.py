@@ -19,7 +19,7 @@ from sqlalchemy import Engine, column, insert, table
 
 from session_sql import DEFAULT_CATALOG, SessionEvent, thaw
 from session_sql._store.engine import write_tx
-from session_sql._store.rows import event_row
+from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql.jsoncodec import dumps_compact
 from session_sql.surface import Replay
 
@@ -83,9 +83,11 @@ def insert_legacy_session(
         row["incarnation"] = uuid.uuid4().hex
     event_rows = []
     for event in events:
-        values = event_row("", session_id, event)
+        values = dict(
+            zip(EVENT_VALUE_COLUMNS, event_values("", session_id, event, None), strict=True)
+        )
         del values["tenant"]
-        values["data"] = dumps_compact(values["data"])
+        values["data"] = dumps_compact(event.data)  # that release's spelling
         event_rows.append(values)
     surface_rows = [
         {"session_id": session_id, "pos": pos, "event_seq": seq} for pos, seq in state.rows()

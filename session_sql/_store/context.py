@@ -127,13 +127,14 @@ class Statements:
                 true(),
             ),
         )
-        self.session_row = select(
-            s.c.head_seq,
-            s.c.surface_next_pos,
-            s.c.replace_generation,
-            s.c.surface_digest,
-            s.c.incarnation,
-        ).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
+        # The session row, and its header alone, the header as JSON text (parsed by
+        # ``rows.frozen_header``): built once, as every load, open and ``events()`` reads one.
+        header = cast(s.c.header, Text).label("header")
+        own_session = (s.c.tenant == tn, s.c.id == bindparam("b_id"))
+        self.session_row = select(*[c for c in s.c if c.name != "header"], header).where(
+            *own_session
+        )
+        self.session_header = select(header).where(*own_session)
         self.events_from = (
             select(*event_columns(tables.events))
             .where(
@@ -144,10 +145,18 @@ class Statements:
             )
             .order_by(e.c.seq)
         )
-        # The async store's refresh on PostgreSQL (``fastpath.read_new_async``): the row and
-        # the events past a seq up to its head, as one statement, so from one snapshot.
+        # The async store's refresh on PostgreSQL (``fastpath.read_new_async``): the row's
+        # head columns (``fastpath.StoredHead``) and the events past a seq up to its head, as
+        # one statement, so from one snapshot.
+        head = (
+            s.c.head_seq,
+            s.c.surface_next_pos,
+            s.c.replace_generation,
+            s.c.surface_digest,
+            s.c.incarnation,
+        )
         self.refresh_rows = (
-            select(*self.session_row.selected_columns, *event_columns(e))
+            select(*head, *event_columns(e))
             .select_from(
                 s.outerjoin(
                     e,
@@ -159,14 +168,12 @@ class Statements:
                     ),
                 )
             )
-            .where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
+            .where(*own_session)
             .order_by(e.c.seq)
         )
 
-        # -- open_session: the row, and the surface with its whole events (see opening.py)
-        self.open_row = select(
-            *(c for c in s.c if c.name != "header"), cast(s.c.header, Text).label("header")
-        ).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
+        # -- open_session: the row (``session_row``), and the surface with its whole events
+        # (see opening.py)
         self.surface_events = _surface_events(tables, sqlite, tn)
 
         # -- reads
@@ -219,14 +226,6 @@ class Statements:
             .order_by(sf.c.pos.desc())
             .limit(bindparam("b_limit"))
         )
-        # The session row, and its header alone, the header as JSON text (parsed by
-        # ``rows.frozen_header``): built once, as every load, open and ``events()`` reads one.
-        header = cast(s.c.header, Text).label("header")
-        own_session = (s.c.tenant == tn, s.c.id == bindparam("b_id"))
-        self.session_row = select(*[c for c in s.c if c.name != "header"], header).where(
-            *own_session
-        )
-        self.session_header = select(header).where(*own_session)
         self.surface_rows = (
             select(sf.c.pos, sf.c.event_seq)
             .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
@@ -365,16 +364,19 @@ class CompiledStatements:
     def __init__(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> None:
         self.advance = Compiled(st.advance, dialect)
         # Generated columns (events.call_id) are computed by the database, never written.
-        self.insert_event = Compiled(
-            st.insert_event,
-            dialect,
-            [c.name for c in tables.events.c if c.computed is None],
+        written = [c.name for c in tables.events.c if c.computed is None]
+        self.insert_event = Compiled(st.insert_event, dialect, written)
+        self.insert_event_values = (
+            self.insert_event.sql
+            if dialect.paramstyle == "qmark"
+            else self.insert_event.positional[0]
         )
+        """``insert_event`` with positional parameters: it binds a ``rows.event_values`` tuple
+        (the compiled statements bind ``EVENT_VALUE_COLUMNS`` in that order; a test holds it)."""
         self.insert_node = Compiled(st.insert_node, dialect, [c.name for c in tables.surface.c])
         self.drop_node = Compiled(st.drop_node, dialect)
         self.retarget_node = Compiled(st.retarget_node, dialect)
         self.notify = Compiled(st.notify, dialect)
-        written = [c.name for c in tables.events.c if c.computed is None]
         self.guarded_advance = Compiled(st.guarded_advance, dialect)
         self.insert_event_strict = Compiled(st.insert_event_strict, dialect, written)
         self.insert_node_strict = Compiled(
@@ -385,7 +387,6 @@ class CompiledStatements:
         self.insert_events_unnest = (
             None if st.insert_events_unnest is None else Compiled(st.insert_events_unnest, dialect)
         )
-        self.event_columns = [c.name for c in tables.events.c if c.computed is None]
         self.events_page = Compiled(st.events_page, dialect)
         self.refresh_rows = Compiled(st.refresh_rows, dialect)
         self.surface_events = Compiled(st.surface_events, dialect)

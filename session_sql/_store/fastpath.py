@@ -14,7 +14,6 @@ it; a tail read runs on the store's idle connection when it is free.
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, Final, NamedTuple
@@ -26,7 +25,7 @@ from sqlalchemy.util import await_
 
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.engine import PG_IDLE, begin_raw_write, pipeline, write_tx
-from session_sql._store.rows import check_stored_text, event_row_json
+from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql.errors import (
     CorruptSessionError,
     SessionExistsError,
@@ -34,7 +33,6 @@ from session_sql.errors import (
     StoreError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsoncodec import dumps_frozen
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
 
 INSERT_CHUNK = 1000
@@ -87,11 +85,6 @@ def _surface_ops(
     return ops
 
 
-def unnest_params(columns: list[str], rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """``Statements.insert_events_unnest``'s parameters: one array per column of ``rows``."""
-    return {f"u_{name}": [row[name] for row in rows] for name in columns}
-
-
 class AppendPart(NamedTuple):
     """One session's share of an append transaction (see :func:`append_parts`)."""
 
@@ -141,22 +134,12 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     planned = []
     for p in parts:
         count = len(p.events)
-        if ctx.sqlite or bulk:
-            # Row tuples: SQLite's insert takes its parameters in EVENT_VALUE_COLUMNS order;
-            # a big PostgreSQL batch copies them (see _append_bulk).
-            values = [
-                event_values(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events
-            ]
-            insert: tuple[str, list[Any]] = (c.insert_event.sql, values)
-        else:
-            rows = [
-                event_row_json(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events
-            ]
-            if count > 1 and c.insert_events_unnest is not None:
-                # PostgreSQL: the whole batch as one statement over column arrays.
-                insert = (c.insert_events_unnest.sql, [unnest_params(c.event_columns, rows)])
-            else:
-                insert = (c.insert_event.sql, [c.insert_event.bind(row) for row in rows])
+        values = [event_values(ctx.tenant, p.session_id, e, ctx.max_event_bytes) for e in p.events]
+        insert: tuple[str, list[Any]] = (c.insert_event_values, values)
+        if count > 1 and not bulk and c.insert_events_unnest is not None:
+            # PostgreSQL: the whole batch as one statement over column arrays (a big batch
+            # copies the tuples instead, see _append_bulk).
+            insert = (c.insert_events_unnest.sql, [_unnest_values(values)])
         ops = _surface_ops(ctx, p.session_id, p.transitions, p.next_pos)
         planned.append((p, insert, count, ops))
     if bulk:
@@ -345,7 +328,7 @@ def _append_bulk(ctx: StoreContext, planned: list[Any]) -> int | None:
 def _insert_values(
     cur: Any, ctx: StoreContext, session_id: str, values: list[Any], *, copying: bool
 ) -> None:
-    """Insert :func:`event_values` rows of one session past its (locked) head; the caller
+    """Insert ``rows.event_values`` rows of one session past its (locked) head; the caller
     checks ``cur.rowcount``. A taken key is a row already past the head."""
     if not copying:
         unnest = ctx.compiled.insert_events_unnest
@@ -381,7 +364,7 @@ def _copy_nodes(
 
 
 def _unnest_values(values: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
-    """``Statements.insert_events_unnest``'s parameters from :func:`event_values` rows."""
+    """``Statements.insert_events_unnest``'s parameters from ``rows.event_values`` rows."""
     columns = zip(*values, strict=True)
     return {f"u_{name}": list(col) for name, col in zip(EVENT_VALUE_COLUMNS, columns, strict=True)}
 
@@ -404,14 +387,12 @@ def _one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[
     transaction rolls back, so it can be sent with its commit.
     """
     c = ctx.compiled
-    rows = [
-        event_row_json(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
-    ]
+    rows = [event_values(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events]
     out: list[tuple[Compiled, list[Any]]] = [
         (c.set_tenant, [_tenant_params(ctx)]),
         (c.guarded_advance, [c.guarded_advance.bind(part.advance)]),
     ]
-    out.append((c.insert_event_strict, [c.insert_event_strict.bind(r) for r in rows]))
+    out.append((c.insert_event_strict, rows))  # tuples, in the statement's order
     for op, params in _surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
         if op is SurfaceOp.INSERT_NODES:
             out.append((c.insert_node_strict, params))
@@ -491,7 +472,7 @@ def _one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendP
         else:
             statements.extend([sql] * len(params))
         for one in params:
-            values.extend([one[name] for name in names])
+            values.extend(one if type(one) is tuple else [one[name] for name in names])
     return bind(";".join(statements), values)
 
 
@@ -529,14 +510,14 @@ class _LostRaceError(Exception):
 def insert_session(
     ctx: StoreContext,
     row: Mapping[str, Any],
-    event_rows: Sequence[dict[str, Any]],
+    event_rows: Sequence[tuple[Any, ...]],
     surface_rows: Sequence[tuple[int, int]],
     parts: Sequence[AppendPart] = (),
 ) -> int | None:
     """Write a whole new session (its ``sessions`` row, events, surface rows) in one transaction,
     with the appends ``parts`` to other sessions in it (as :func:`append_parts` does them).
 
-    ``event_rows`` are ``rows.event_row_json`` rows (the JSON text already serialised and
+    ``event_rows`` are ``rows.event_values`` rows (the JSON text already serialised and
     checked); raises ``SessionExistsError`` when the id is taken. Returns ``None`` once
     committed, or the index of the first part whose head update matched no row (nothing
     written).
@@ -551,7 +532,7 @@ def insert_session(
 def _insert_session(
     ctx: StoreContext,
     row: Mapping[str, Any],
-    event_rows: Sequence[dict[str, Any]],
+    event_rows: Sequence[tuple[Any, ...]],
     surface_rows: Sequence[tuple[int, int]],
     parts: Sequence[AppendPart],
 ) -> None:
@@ -595,12 +576,9 @@ def _append_in(conn: Connection, ctx: StoreContext, part: AppendPart) -> bool:
         if cur.rowcount != 1:
             return False
         rows = [
-            event_row_json(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
+            event_values(ctx.tenant, part.session_id, e, ctx.max_event_bytes) for e in part.events
         ]
-        if c.insert_events_unnest is not None:
-            cur.execute(c.insert_events_unnest.sql, unnest_params(c.event_columns, rows))
-        else:
-            cur.executemany(c.insert_event.sql, [c.insert_event.bind(r) for r in rows])
+        _insert_rows(cur, ctx, rows)
         if cur.rowcount != len(rows):  # the row is ours now: a taken seq sits past the head
             raise _rows_past_head(part.session_id)
         ops = _surface_ops(ctx, part.session_id, part.transitions, part.next_pos)
@@ -614,67 +592,28 @@ def _append_in(conn: Connection, ctx: StoreContext, part: AppendPart) -> bool:
     return True
 
 
-def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[dict[str, Any]]) -> None:
-    """Insert ``rows.event_row_json`` rows of a new session in ``conn``'s transaction, on its
-    DBAPI connection: one statement over column arrays on PostgreSQL, ``executemany`` of the
-    prepared insert on SQLite. Raises ``StoreError`` unless every row went in."""
+def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert ``rows.event_values`` rows of a new session in ``conn``'s transaction, on its
+    DBAPI connection. Raises ``StoreError`` unless every row went in."""
     if not rows:
         return
-    c = ctx.compiled
     cursor = conn.connection.cursor()
     try:
-        if c.insert_events_unnest is not None:
-            cursor.execute(c.insert_events_unnest.sql, unnest_params(c.event_columns, rows))
-        else:
-            cursor.executemany(c.insert_event.sql, [c.insert_event.bind(r) for r in rows])
+        _insert_rows(cursor, ctx, rows)
         if cursor.rowcount != len(rows):  # a new session's seqs cannot be taken
             raise StoreError(f"inserted {cursor.rowcount} of {len(rows)} event rows")
     finally:
         cursor.close()
 
 
-EVENT_VALUE_COLUMNS: Final = (
-    "tenant",
-    "session_id",
-    "seq",
-    "type",
-    "time",
-    "data",
-    "source_event_seqs",
-    "surface_op",
-    "ignorable",
-)
-"""The order of :func:`event_values` (``CompiledStatements.event_columns``; a test keeps
-them equal)."""
-
-_APPEND_TEXT: Final = json.dumps("append")
-
-
-def event_values(
-    tenant: str, session_id: str, event: SessionEvent, max_event_bytes: int | None
-) -> tuple[Any, ...]:
-    """The values of ``rows.event_row_json`` as a tuple in ``EVENT_VALUE_COLUMNS`` order.
-
-    The same texts (``json.dumps``'s spelling of the seq list and the surface op) and the same
-    limits, without a dict per row: the bulk writers bind tuples (SQLite's ``executemany``,
-    PostgreSQL's ``COPY``). Raises ``InvalidEventError`` as ``event_row_json`` does.
-    """
-    text = dumps_frozen(event.data)  # event data is validated and frozen
-    check_stored_text(text, event, max_event_bytes)
-    op = event.surface_op
-    seqs = event.source_event_seqs
-    return (
-        tenant,
-        session_id,
-        event.seq,
-        event.type,
-        event.time,
-        text,
-        # Checked ints (never bools): what json.dumps writes for the list.
-        None if seqs is None else "[" + ", ".join(map(str, seqs)) + "]",
-        None if op is None else _APPEND_TEXT if isinstance(op, str) else json.dumps(op.to_json()),
-        True if event.ignorable else None,
-    )
+def _insert_rows(cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Insert ``rows.event_values`` rows on ``cur``: one statement over column arrays on
+    PostgreSQL, ``executemany`` of the prepared insert on SQLite; the caller checks the count."""
+    c = ctx.compiled
+    if c.insert_events_unnest is not None:
+        cur.execute(c.insert_events_unnest.sql, _unnest_values(rows))
+    else:
+        cur.executemany(c.insert_event_values, rows)
 
 
 class BulkWriter:
@@ -702,17 +641,13 @@ class BulkWriter:
         self.cursor.close()
 
     def events(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert :func:`event_values` rows."""
+        """Insert ``rows.event_values`` rows."""
         if not rows:
             return
-        c = self.ctx.compiled
         if self.copy:
             self._copy(self.ctx.tables.events, EVENT_VALUE_COLUMNS, rows)
             return
-        if c.insert_events_unnest is not None:
-            self.cursor.execute(c.insert_events_unnest.sql, _unnest_values(rows))
-        else:
-            self.cursor.executemany(c.insert_event.sql, rows)
+        _insert_rows(self.cursor, self.ctx, rows)
         self._check(len(rows), "event")
 
     def surface(self, session_id: str, rows: Sequence[tuple[int, int]]) -> None:
@@ -818,7 +753,7 @@ async def append_async(
 
 
 class StoredHead(NamedTuple):
-    """The session row's columns that ``refresh`` checks (``Statements.session_row``)."""
+    """The session row's columns that ``refresh`` checks (``Statements.refresh_rows``' first)."""
 
     head_seq: int
     surface_next_pos: int

@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 from session_sql._store import fastpath
 from session_sql._store.context import StoreContext
-from session_sql._store.rows import event_from_row
+from session_sql._store.rows import event_from_row, event_values
 from session_sql.errors import InvalidEventError, NotJSONError
 from session_sql.events import SessionEvent
 from session_sql.rules import check_inherited_marker, is_inherited_marker
@@ -45,7 +45,7 @@ class ImportFold:
         self.state = Replay()
         self.inherited = 0
         self.batch: list[SessionEvent] = []
-        self.rows: list[tuple[Any, ...]] = []  # fastpath.event_values: the JSON text checked
+        self.rows: list[tuple[Any, ...]] = []  # rows.event_values: the JSON text checked
         self.writer = fastpath.BulkWriter(conn, ctx)
 
     def add(self, raw: Any, position: int, source: ImportSource) -> None:
@@ -60,9 +60,7 @@ class ImportFold:
             state.fold(event, ctx.catalog, self._lookup)
         except (InvalidEventError, NotJSONError) as exc:  # SurfaceError included
             raise source.corrupt(position, exc, self.session_id) from exc
-        self.rows.append(
-            fastpath.event_values(ctx.tenant, self.session_id, event, ctx.max_event_bytes)
-        )
+        self.rows.append(event_values(ctx.tenant, self.session_id, event, ctx.max_event_bytes))
         self.batch.append(event)
         if self.seeded and is_inherited_marker(event):
             self.inherited = event.seq

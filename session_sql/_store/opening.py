@@ -55,7 +55,7 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     st = ctx.statements
     params = {"b_id": session_id}
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
-        row = conn.execute(st.open_row, params).first()
+        row = conn.execute(st.session_row, params).first()
         if row is None:
             raise SessionNotFoundError.for_session(session_id)
         page = ctx.compiled.surface_events

@@ -1,13 +1,14 @@
 """The one seam between ``events`` rows and ``SessionEvent``s (and the surface positions).
 
-Rows never leak: a row becomes a wire dict or an event here, and a row that cannot becomes a
-``CorruptSessionError`` naming the session and seq.
+An event becomes its stored row here (``event_values``, the one codec every writer binds) and
+a row an event (``event_from_row``); a row that cannot becomes a ``CorruptSessionError``
+naming the session and seq.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
 from sqlalchemy import Table, Text, cast
 
@@ -20,7 +21,6 @@ from session_sql.errors import (
     SessionFormatUnsupportedError,
 )
 from session_sql.events import (
-    Replace,
     SessionEvent,
     SurfaceOp,
     check_header,
@@ -33,49 +33,59 @@ from session_sql.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, json_depth
 from session_sql.session import check_json_size
 from session_sql.surface import Replay
 
-
-def event_row(tenant: str, session_id: str, event: SessionEvent) -> dict[str, Any]:
-    """The ``events`` row of an event (``data`` is serialised by the column type)."""
-    op = event.surface_op
-    return {
-        "tenant": tenant,
-        "session_id": session_id,
-        "seq": event.seq,
-        "type": event.type,
-        "time": event.time,
-        "data": event.data,
-        "source_event_seqs": (
-            None if event.source_event_seqs is None else json.dumps(list(event.source_event_seqs))
-        ),
-        "surface_op": (
-            None if op is None else json.dumps(op.to_json() if isinstance(op, Replace) else op)
-        ),
-        "ignorable": True if event.ignorable else None,
-    }
-
-
 MAX_STORED_DEPTH = 512
 """Data nested deeper is refused by the store: every backend must be able to read it back."""
 
+EVENT_VALUE_COLUMNS: Final = (
+    "tenant",
+    "session_id",
+    "seq",
+    "type",
+    "time",
+    "data",
+    "source_event_seqs",
+    "surface_op",
+    "ignorable",
+)
+"""The ``events`` columns a writer writes, in the table's order: the order of
+:func:`event_values` (the database computes the others)."""
 
-def event_row_json(
+_APPEND_TEXT: Final = json.dumps("append")
+
+
+def event_values(
     tenant: str, session_id: str, event: SessionEvent, max_event_bytes: int | None
-) -> dict[str, Any]:
-    """``event_row`` with ``data`` serialised and checked against the store's limits.
+) -> tuple[Any, ...]:
+    """The stored ``events`` row of an event, in ``EVENT_VALUE_COLUMNS`` order: the one codec.
 
-    Raises ``InvalidEventError`` for data above ``max_event_bytes`` or nested deeper than
-    ``MAX_STORED_DEPTH``, before any transaction starts.
+    Every writer binds these tuples, as they are or as the column arrays of an ``unnest``
+    (the appends, the bulk writer and ``COPY``, the import, create and fork), so a row is
+    spelled one way whatever wrote it. ``data`` is serialised here and checked against the
+    store's limits: raises ``InvalidEventError`` for data above ``max_event_bytes`` or nested
+    deeper than ``MAX_STORED_DEPTH``, before any transaction starts.
     """
-    row = event_row(tenant, session_id, event)
-    text = row["data"] = dumps_frozen(event.data)  # event data is validated and frozen
+    text = dumps_frozen(event.data)  # event data is validated and frozen
     check_stored_text(text, event, max_event_bytes)
-    return row
+    op = event.surface_op
+    seqs = event.source_event_seqs
+    return (
+        tenant,
+        session_id,
+        event.seq,
+        event.type,
+        event.time,
+        text,
+        # Checked ints (never bools): what json.dumps writes for the list.
+        None if seqs is None else "[" + ", ".join(map(str, seqs)) + "]",
+        None if op is None else _APPEND_TEXT if isinstance(op, str) else json.dumps(op.to_json()),
+        True if event.ignorable else None,
+    )
 
 
 def check_stored_text(text: str, event: SessionEvent, max_event_bytes: int | None) -> None:
     """The store's limits on an event's serialised ``data`` (``text``): size and depth.
 
-    Raises ``InvalidEventError``; shared by ``event_row_json`` and the bulk writers.
+    Raises ``InvalidEventError``; :func:`event_values` checks every event's data with it.
     """
     check_json_size(text, max_event_bytes, event.seq)
     # Brackets bound the depth from above; only a bracket-heavy event pays for the real walk.

@@ -68,7 +68,7 @@ from session_sql._store.metadata import (
 from session_sql._store.rows import (
     check_header_limits,
     event_from_row,
-    event_row_json,
+    event_values,
     frozen_header,
     stored_problems,
 )
@@ -921,7 +921,7 @@ class SessionStore:
         session_id = str(header["id"])
         surface_rows = state.rows()
         check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
-        event_rows = [event_row_json(ctx.tenant, session_id, e, ctx.max_event_bytes) for e in log]
+        event_rows = [event_values(ctx.tenant, session_id, e, ctx.max_event_bytes) for e in log]
         incarnation = uuid.uuid4().hex
         row = _session_row(
             ctx.tenant,

@@ -1,15 +1,19 @@
-"""The bulk writers' row tuples hold exactly what the per-event rows hold (no database)."""
+"""The one row codec: what ``rows.event_values`` stores, and that every insert binds it in its
+order (no database)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from sqlalchemy.dialects import postgresql, sqlite
 
 from session_sql import InvalidEventError, Replace
-from session_sql._store.fastpath import EVENT_VALUE_COLUMNS, event_values
-from session_sql._store.rows import event_row_json
+from session_sql._store.context import CompiledStatements, Statements
+from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql._store.schema import tables_for
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import snapshot_json
+from session_sql.jsonvalue import dumps_frozen, snapshot_json
 
 EVENTS = [
     SessionEvent("assistant/chunk", 0, 5, snapshot_json({"turn": 1, "t": "a\\b\n\u00e9"})),
@@ -20,24 +24,47 @@ EVENTS = [
 
 
 @pytest.mark.parametrize("schema", [None, "session_sql"])
-def test_the_tuple_order_is_the_insert_statements_column_order(schema):
+def test_the_tuple_order_is_the_tables_column_order(schema):
     events = tables_for(schema).events
     assert [c.name for c in events.c if c.computed is None] == list(EVENT_VALUE_COLUMNS)
 
 
+@pytest.mark.parametrize("schema", [None, "session_sql"])
+def test_every_compiled_insert_binds_the_tuple_order(schema):
+    tables = tables_for(schema)
+    values = event_values("acme", "s1", EVENTS[2], None)
+    lite = CompiledStatements(Statements(tables, sqlite=True, tenant=""), tables, sqlite.dialect())
+    assert lite.insert_event.bind(dict(zip(EVENT_VALUE_COLUMNS, values, strict=True))) == values
+    assert lite.insert_event_values == lite.insert_event.sql
+    pg = CompiledStatements(
+        Statements(tables, sqlite=False, tenant=""), tables, postgresql.psycopg.dialect()
+    )
+    for insert in (pg.insert_event, pg.insert_event_strict):
+        assert insert.positional[1] == EVENT_VALUE_COLUMNS
+    assert pg.insert_event_values == pg.insert_event.positional[0]
+
+
 @pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.type)
-def test_event_values_are_the_event_rows_values(event):
-    row = event_row_json("acme", "s1", event, None)
-    assert event_values("acme", "s1", event, None) == tuple(row[c] for c in EVENT_VALUE_COLUMNS)
+def test_event_values_are_the_stored_texts(event):
+    op = event.surface_op
+    seqs = event.source_event_seqs
+    assert event_values("acme", "s1", event, None) == (
+        "acme",
+        "s1",
+        event.seq,
+        event.type,
+        event.time,
+        dumps_frozen(event.data),
+        None if seqs is None else json.dumps(list(seqs)),
+        None if op is None else json.dumps(op.to_json() if isinstance(op, Replace) else op),
+        True if event.ignorable else None,
+    )
 
 
 def test_event_values_apply_the_stores_limits():
     event = EVENTS[0]
-    with pytest.raises(InvalidEventError, match="above the limit of 10 bytes") as a:
+    with pytest.raises(InvalidEventError, match="above the limit of 10 bytes"):
         event_values("", "s1", event, 10)
-    with pytest.raises(InvalidEventError) as b:
-        event_row_json("", "s1", event, 10)
-    assert str(a.value) == str(b.value)
     deep: object = 1
     for _ in range(600):
         deep = [deep]
