@@ -13,7 +13,8 @@ from session_sql._store.context import CompiledStatements, Statements
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql._store.schema import tables_for
 from session_sql.events import SessionEvent
-from session_sql.jsonvalue import dumps_frozen, snapshot_json
+from session_sql.jsoncodec import dumps_frozen
+from session_sql.jsonvalue import snapshot_json
 
 EVENTS = [
     SessionEvent("assistant/chunk", 0, 5, snapshot_json({"turn": 1, "t": "a\\b\n\u00e9"})),
