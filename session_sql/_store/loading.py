@@ -1,11 +1,11 @@
-"""Reading a whole stored session back (``load_session``, ``fork_session``) and writing a
-whole new one (``create_session``, ``fork_session``)."""
+"""Whole sessions: creating one, forking one, reading one back (``load_session``) and
+inserting a new one in one transaction."""
 
 from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
@@ -16,20 +16,31 @@ from session_sql._store import fastpath, reader
 from session_sql._store.context import StoreContext
 from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
 from session_sql._store.listing import labels_value
-from session_sql._store.metadata import Metadata
+from session_sql._store.metadata import (
+    EXPORT_KEY,
+    Metadata,
+    check_labels,
+    check_title,
+    check_user_id,
+)
 from session_sql._store.rows import (
     check_header_limits,
     event_from_row,
     event_row_json,
     frozen_header,
 )
-from session_sql._store.writer import Prepared
+from session_sql._store.writer import Prepared, StoredSession
 from session_sql.arguments import lookup_id
-from session_sql.errors import CorruptSessionError, InvalidSeedError, SessionNotFoundError
+from session_sql.errors import (
+    CorruptSessionError,
+    InvalidHeaderError,
+    InvalidSeedError,
+    SessionNotFoundError,
+)
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
-from session_sql.session import Session, fold_checked
-from session_sql.surface import Replay
+from session_sql.session import Session, fold_checked, fork_seed
+from session_sql.surface import Replay, replay
 
 
 class Loaded(NamedTuple):
@@ -41,6 +52,54 @@ class Loaded(NamedTuple):
     incarnation: str
     state: Replay
     metadata: Metadata
+
+
+def create(
+    ctx: StoreContext,
+    session_id: str | None,
+    *,
+    header: Mapping[str, Any] | None,
+    seed: Sequence[SessionEvent | Mapping[str, Any]] | None,
+    user_id: str | None,
+    title: str | None,
+    labels: Mapping[str, str] | None,
+    prepared: Sequence[Prepared],
+) -> StoredSession:
+    """``SessionStore._create``: the session built in memory, then inserted whole."""
+    if isinstance(header, Mapping) and EXPORT_KEY in header:
+        raise InvalidHeaderError(
+            f"header key {EXPORT_KEY!r} is reserved: an export carries the session's "
+            "tenant and metadata under it (pass user_id, title and labels instead)"
+        )
+    metadata = Metadata(check_user_id(user_id), check_title(title), check_labels(labels, "labels"))
+    session = Session(
+        session_id,
+        seed=seed,
+        header=header,
+        catalog=ctx.catalog,
+        clock=ctx.clock,
+        max_event_bytes=ctx.max_event_bytes,
+    )
+    log = list(session.events)
+    state = session._state  # the seed's replay: the session is not used again
+    incarnation = insert_session(ctx, session.header, log, 0, state, metadata, prepared)
+    handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, state)
+    handle.first_live_seq = session.first_live_seq
+    return handle
+
+
+def fork(
+    ctx: StoreContext, parent_id: str, boundary: int | None, child_id: str | None
+) -> StoredSession:
+    """``SessionStore.fork_session``: the parent loaded, the child inserted whole."""
+    loaded = load(ctx, parent_id)
+    parent = detached(ctx, loaded, seeded=False)
+    log, header, inherited = fork_seed(parent, boundary, child_id, ctx.clock())
+    state = Replay()
+    for _ in replay(log, state, ctx.catalog, log.__getitem__):
+        pass
+    incarnation = insert_session(ctx, header, log, inherited, state, loaded.metadata)
+    return StoredSession._attach(ctx, header, log, inherited, incarnation, state)
 
 
 def session_row(conn: Connection, ctx: StoreContext, session_id: str) -> Any:

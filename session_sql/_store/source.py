@@ -38,6 +38,7 @@ from sqlalchemy import (
     tuple_,
 )
 
+from session_sql._store.connecting import require_sqlite_file
 from session_sql._store.engine import (
     database_label,
     is_sqlite,
@@ -52,7 +53,6 @@ from session_sql._store.listing import labels_value
 from session_sql._store.metadata import Metadata, check_labels, check_title, check_user_id
 from session_sql._store.rows import event_columns, event_from_row, frozen_header
 from session_sql._store.schema import SCHEMA_VERSION, tables_for
-from session_sql._store.store import _require_sqlite_file
 from session_sql.arguments import check_options
 from session_sql.errors import (
     ConfigurationError,
@@ -177,7 +177,7 @@ class Source:
         try:
             target = target_schema(engine, schema)
             try:
-                _require_sqlite_file(engine.url)
+                require_sqlite_file(engine.url)
                 self.version = stored_version(engine, target)
             except StoreError as exc:
                 if exc.path is None:

@@ -4,79 +4,30 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import IO, Any, Literal
 
-from sqlalchemy import delete, event, make_url, select, update
-from sqlalchemy.engine import URL
+from sqlalchemy import delete, make_url, select, update
 
-from session_sql._store import listing, reader, transfer, verifying
-from session_sql._store.context import StoreContext
-from session_sql._store.engine import (
-    DEFAULT_MAX_OVERFLOW,
-    DEFAULT_POOL_SIZE,
-    database_label,
-    enable_wal,
-    explain_open_failure,
-    is_sqlite,
-    make_engine,
-    read_tx,
-    scope_transactions,
-    snapshot_tx,
-    translate_errors,
-    write_tx,
-)
-from session_sql._store.gate import ensure_schema
+from session_sql._store import connecting, listing, loading, reader, transfer, verifying
+from session_sql._store.engine import read_tx, snapshot_tx, translate_errors, write_tx
 from session_sql._store.listing import SessionInfo, own
-from session_sql._store.loading import detached, insert_session, load
-from session_sql._store.metadata import (
-    EXPORT_KEY,
-    UNSET,
-    Metadata,
-    _Unset,
-    check_labels,
-    check_tenant,
-    check_title,
-    check_user_id,
-)
+from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
 from session_sql._store.rows import frozen_header
-from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
+from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats, collect_stats
 from session_sql._store.transfer import NO_METADATA, ImportSource
 from session_sql._store.verifying import VerifyReport
 from session_sql._store.writer import Prepared, StoredSession, append_together
-from session_sql.arguments import (
-    check_options,
-    followers_option,
-    int_arg,
-    last_arg,
-    lookup_id,
-    seq_bound,
-    timeout_arg,
-)
-from session_sql.catalog import Catalog, default_catalog
-from session_sql.errors import (
-    ConfigurationError,
-    InvalidHeaderError,
-    PermanentStoreError,
-    SessionNotFoundError,
-    SessionSQLError,
-    StoreError,
-)
+from session_sql.arguments import int_arg, last_arg, lookup_id, seq_bound, timeout_arg
+from session_sql.catalog import Catalog
+from session_sql.errors import SessionNotFoundError
 from session_sql.events import SessionEvent
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.jsonvalue import FrozenDict
 from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
-from session_sql.session import (
-    DEFAULT_MAX_EVENT_BYTES,
-    END_SEED,
-    Clock,
-    Session,
-    fork_seed,
-    now_ms,
-)
-from session_sql.surface import Replay, replay
+from session_sql.session import DEFAULT_MAX_EVENT_BYTES, END_SEED, Clock, Session
+from session_sql.surface import Replay
 
 __all__ = ["SessionInfo", "SessionStore", "VerifyReport", "open_store"]
 
@@ -97,58 +48,27 @@ class SessionStore:
         max_followers: int | None = None,
         **engine_options: Any,
     ) -> None:
-        check_options(schema, catalog, clock, max_event_bytes)
-        followers = followers_option(
-            max_followers, engine_options, DEFAULT_POOL_SIZE, DEFAULT_MAX_OVERFLOW
+        self._ctx = ctx = connecting.connect(
+            url,
+            schema=schema,
+            catalog=catalog,
+            clock=clock,
+            max_event_bytes=max_event_bytes,
+            create=create,
+            tenant=tenant,
+            max_followers=max_followers,
+            engine_options=engine_options,
         )
-        tenant = check_tenant(tenant)
-        engine = make_engine(url, **engine_options)
-        target = None if is_sqlite(engine) else schema
-        file = engine.url.database if target is None else None
-        try:
-            if not create:
-                _require_sqlite_file(engine.url)
-            ensure_schema(engine, target, create=create)
-            with translate_errors(database=database_label(engine)):
-                enable_wal(engine)
-            scope_transactions(engine, tenant)
-        except (TypeError, ValueError) as exc:
-            engine.dispose()
-            if isinstance(exc, SessionSQLError) or not engine_options:
-                raise
-            # A create_engine keyword of the wrong kind shows up only at the first connect.
-            raise ConfigurationError(
-                f"a store option is invalid ({', '.join(sorted(engine_options))}): {exc}",
-                option="engine_options",
-            ) from exc
-        except StoreError as exc:
-            engine.dispose()
-            clearer = explain_open_failure(engine, exc)
-            if clearer is None:
-                raise
-            raise clearer from exc
-        except BaseException:
-            engine.dispose()
-            raise
+        file = ctx.engine.url.database if ctx.sqlite else None
         self.url = url
         self.display_url: str = make_url(url).render_as_string(hide_password=True)
         """The URL as given, without its password: safe to print."""
         self.database_file: str | None = None if file in (None, "", ":memory:") else file
         """The SQLite database file (``None`` in memory and on PostgreSQL)."""
-        self.backend = engine.dialect.name
-        self.schema = target
-        self.tenant: str = tenant
+        self.backend = ctx.engine.dialect.name
+        self.schema = None if ctx.sqlite else schema
+        self.tenant: str = ctx.tenant
         """The tenant whose sessions this store reads and writes (``""``: the default one)."""
-        self._ctx = StoreContext(
-            engine=engine,
-            tables=tables_for(target),
-            catalog=default_catalog() if catalog is None else catalog,
-            clock=now_ms if clock is None else clock,
-            max_event_bytes=max_event_bytes,
-            channel=None if target is None else target,
-            max_followers=followers,
-            tenant=tenant,
-        )
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -166,12 +86,7 @@ class SessionStore:
         The store's handles and unfinished ``events``/``follow`` iterators fail the same way
         at their next database access. Closing twice is harmless.
         """
-        engine = self._ctx.engine
-        if not event.contains(engine, "do_connect", _refuse_closed):
-            # Without this the engine would quietly open a new pool on its next use.
-            event.listen(engine, "do_connect", _refuse_closed)
-        self._ctx.idle.close()
-        engine.dispose()
+        connecting.close(self._ctx)
 
     def __enter__(self) -> SessionStore:
         return self
@@ -220,29 +135,16 @@ class SessionStore:
         in its transaction: all commit or none does. The handles are not touched: the caller
         commits them. For a session created with changes to state other sessions hold (the
         ADK service's app and user state); a lost race raises as ``append_together`` does."""
-        ctx = self._ctx
-        if isinstance(header, Mapping) and EXPORT_KEY in header:
-            raise InvalidHeaderError(
-                f"header key {EXPORT_KEY!r} is reserved: an export carries the session's "
-                "tenant and metadata under it (pass user_id, title and labels instead)"
-            )
-        metadata = Metadata(
-            check_user_id(user_id), check_title(title), check_labels(labels, "labels")
-        )
-        session = Session(
+        return loading.create(
+            self._ctx,
             session_id,
-            seed=seed,
             header=header,
-            catalog=ctx.catalog,
-            clock=ctx.clock,
-            max_event_bytes=ctx.max_event_bytes,
+            seed=seed,
+            user_id=user_id,
+            title=title,
+            labels=labels,
+            prepared=prepared,
         )
-        log = list(session.events)
-        state = session._state  # the seed's replay: the session is not used again
-        incarnation = insert_session(ctx, session.header, log, 0, state, metadata, prepared)
-        handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, state)
-        handle.first_live_seq = session.first_live_seq
-        return handle
 
     def append_together(
         self, writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]]
@@ -284,15 +186,7 @@ class SessionStore:
         The child, in the same tenant, starts with the parent's ``user_id``, ``title`` and
         ``labels``.
         """
-        ctx = self._ctx
-        loaded = load(ctx, parent_id)
-        parent = detached(ctx, loaded, seeded=False)
-        log, header, inherited = fork_seed(parent, boundary, child_id, ctx.clock())
-        state = Replay()
-        for _ in replay(log, state, ctx.catalog, log.__getitem__):
-            pass
-        incarnation = insert_session(ctx, header, log, inherited, state, loaded.metadata)
-        return StoredSession._attach(ctx, header, log, inherited, incarnation, state)
+        return loading.fork(self._ctx, parent_id, boundary, child_id)
 
     def repair(self, session_id: str) -> list[SessionEvent]:
         """Close a turn left open by a crash (SPEC §7.4); returns the appended closers."""
@@ -377,7 +271,7 @@ class SessionStore:
         Equal to ``Session(seed=<stored log>, header=<stored header>)``, marker included; the
         log is validated once, while it is read.
         """
-        return detached(self._ctx, load(self._ctx, session_id), seeded=True)
+        return loading.detached(self._ctx, loading.load(self._ctx, session_id), seeded=True)
 
     def messages(self, session_id: str, *, last: int | None = None) -> list[Any]:
         """The messages a model sees, from the ``surface`` side table (never replays).
@@ -547,10 +441,6 @@ class SessionStore:
         return frozen_header(session_id, row.header)
 
 
-def _refuse_closed(*_args: Any) -> None:
-    raise PermanentStoreError.closed("open_store")
-
-
 def open_store(
     url: str = "sqlite:///sessions.db",
     *,
@@ -577,14 +467,3 @@ def open_store(
     tenant's sessions; session ids are unique per tenant.
     """
     return SessionStore(url, schema=schema, catalog=catalog, tenant=tenant, **options)
-
-
-def _require_sqlite_file(url: URL) -> None:
-    """With ``create=False``, a missing SQLite file is an error; connecting would create it."""
-    parsed = make_url(url)
-    if not parsed.drivername.startswith("sqlite"):
-        return
-    database = parsed.database or ""
-    path = database.removeprefix("file:") if parsed.query.get("uri") else database
-    if path in ("", ":memory:") or not Path(path).exists():
-        raise PermanentStoreError.no_store(database or ":memory:", "the file does not exist")
