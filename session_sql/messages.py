@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from session_sql.errors import InvalidArgumentError, InvalidEventError
+from session_sql.errors import InvalidEventError
 from session_sql.events import SessionEvent
 
 
@@ -156,19 +156,3 @@ class SurfaceMessage(NamedTuple):
     seq: int
     type: str
     message: Any
-
-
-def check_last(last: object) -> int | None:
-    """``last`` of a tail read: None (everything) or an int >= 0; ``InvalidArgumentError``.
-
-    Worded as the store's argument checks are (``session_sql._store.store._int_arg``).
-    """
-    if last is None:
-        return None
-    if isinstance(last, bool) or not isinstance(last, int):
-        raise InvalidArgumentError(
-            f"last must be an int, not {type(last).__name__} {last!r}", argument="last"
-        )
-    if last < 0:
-        raise InvalidArgumentError(f"last must be >= 0, got {last}", argument="last")
-    return last

@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from typing import Any, Protocol, overload
 
 from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
+from session_sql.arguments import check_last
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
     ForkError,
@@ -35,7 +36,7 @@ from session_sql.events import (
 )
 from session_sql.jsoncodec import dumps_frozen
 from session_sql.jsonvalue import FrozenDict, snapshot_json
-from session_sql.messages import SurfaceMessage, check_last, project
+from session_sql.messages import SurfaceMessage, project
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_data, check_inherited_marker
 from session_sql.surface import Replay, Step, Surface, Transition, is_exempt, plan, replay

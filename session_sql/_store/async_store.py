@@ -52,8 +52,6 @@ from session_sql._store.store import (
     SessionInfo,
     SessionStore,
     VerifyReport,
-    _seq_bound,
-    _timeout_arg,
     open_store,
 )
 from session_sql._store.writer import (
@@ -64,6 +62,7 @@ from session_sql._store.writer import (
     committed_lists,
     persist_together,
 )
+from session_sql.arguments import seq_bound, timeout_arg
 from session_sql.catalog import Catalog
 from session_sql.errors import (
     ConcurrencyError,
@@ -848,8 +847,8 @@ class AsyncSessionStore:
         a new event (``None``: never).
         """
         ctx = self._store._ctx
-        after = _seq_bound("after_seq", after_seq)
-        timeout = _timeout_arg(timeout)
+        after = seq_bound("after_seq", after_seq)
+        timeout = timeout_arg(timeout)
         await self._runner.call(reader.check_session, ctx, session_id)
         listener = None if ctx.channel is None else await _AsyncListener.open(self, ctx, session_id)
         try:

@@ -23,7 +23,7 @@ from session_sql.session import check_logged
 from session_sql.surface import Replay
 
 if TYPE_CHECKING:
-    from session_sql._store.store import ImportSource
+    from session_sql._store.transfer import ImportSource
 
 IMPORT_BATCH = 1000
 """Events held before a batch is written: large enough that the per-statement cost vanishes,

@@ -50,7 +50,8 @@ from session_sql._store.source import (
     refuse_row_security,
     session_keys,
 )
-from session_sql._store.store import SessionStore, _check_options, open_store
+from session_sql._store.store import SessionStore, open_store
+from session_sql.arguments import check_options
 from session_sql.catalog import Catalog
 from session_sql.errors import (
     ConfigurationError,
@@ -436,7 +437,7 @@ def _canonical(value: Any) -> bytes:
 
 
 class _SessionCopy:
-    """A source session as the destination's import reads it (``store.ImportSource``)."""
+    """A source session as the destination's import reads it (``transfer.ImportSource``)."""
 
     def __init__(
         self, session: SourceSession, label: str, on_events: Callable[[int], None]
@@ -477,7 +478,7 @@ class _Destination:
         self, url: str, schema: str, catalog: Catalog | None, options: Mapping[str, Any]
     ) -> None:
         check_url(url, "to_url")
-        _check_options(schema, catalog, None, None)
+        check_options(schema, catalog, None, None)
         self._url = url
         self._schema = schema
         self._catalog = catalog

@@ -38,6 +38,7 @@ from sqlalchemy import (
     tuple_,
 )
 
+from session_sql._store.connecting import require_sqlite_file
 from session_sql._store.engine import (
     database_label,
     is_sqlite,
@@ -48,10 +49,11 @@ from session_sql._store.engine import (
     translate_errors,
 )
 from session_sql._store.gate import ensure_schema, stored_version
+from session_sql._store.listing import labels_value
 from session_sql._store.metadata import Metadata, check_labels, check_title, check_user_id
 from session_sql._store.rows import event_columns, event_from_row, frozen_header
 from session_sql._store.schema import SCHEMA_VERSION, tables_for
-from session_sql._store.store import _check_options, _labels_value, _require_sqlite_file
+from session_sql.arguments import check_options
 from session_sql.errors import (
     ConfigurationError,
     CorruptSessionError,
@@ -170,12 +172,12 @@ class Source:
 
     def __init__(self, url: str, schema: str) -> None:
         check_url(url, "from_url")
-        _check_options(schema, None, None, None)
+        check_options(schema, None, None, None)
         engine = make_engine(url)
         try:
             target = target_schema(engine, schema)
             try:
-                _require_sqlite_file(engine.url)
+                require_sqlite_file(engine.url)
                 self.version = stored_version(engine, target)
             except StoreError as exc:
                 if exc.path is None:
@@ -279,7 +281,7 @@ class Source:
                 metadata = Metadata(
                     check_user_id(row.user_id),
                     check_title(row.title),
-                    check_labels(_labels_value(session_id, row.labels), "labels"),
+                    check_labels(labels_value(session_id, row.labels), "labels"),
                 )
             row_sum = 0
             nodes = select(sf.c.pos, sf.c.event_seq).where(

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine, event, text
 
 from session_sql import open_store
-from session_sql._store import store as store_module
+from session_sql._store import transfer as transfer_module
 from session_sql._store.engine import analyze, read_tx
 from session_sql._store.schema import tables_for
 from session_sql.cli.demo import record_demo
@@ -386,7 +386,7 @@ def test_a_bulk_import_refreshes_the_planner_statistics(
         store.import_jsonl(path)  # far below the threshold: no ANALYZE
         assert not _analyzed(backend, engine)
         store.delete_session(run.session_id)
-        monkeypatch.setattr(store_module, "ANALYZE_AFTER_IMPORTED_EVENTS", 10)
+        monkeypatch.setattr(transfer_module, "ANALYZE_AFTER_IMPORTED_EVENTS", 10)
         store.import_jsonl(path)
     assert _analyzed(backend, engine)
 

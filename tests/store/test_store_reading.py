@@ -23,8 +23,8 @@ from session_sql import (
     open_store,
 )
 from session_sql._gc import PAUSE_MIN_EVENTS
+from session_sql._store import loading as loading_module
 from session_sql._store import reader
-from session_sql._store import store as store_module
 
 from .store_builders import (
     WireLog,
@@ -224,13 +224,13 @@ def test_a_long_log_is_loaded_with_the_collector_paused(store, monkeypatch):
     """Like a big batch (``_gc``), a load of PAUSE_MIN_EVENTS events or more folds them with
     the cyclic collector paused, and restores it, also when a stored event is refused."""
     seen: list[bool] = []
-    fold = store_module.fold_checked
+    fold = loading_module.fold_checked
 
     def watched(*args: Any, **kwargs: Any) -> Any:
         seen.append(gc.isenabled())
         return fold(*args, **kwargs)
 
-    monkeypatch.setattr(store_module, "fold_checked", watched)
+    monkeypatch.setattr(loading_module, "fold_checked", watched)
     assert gc.isenabled()
     turns = -(-PAUSE_MIN_EVENTS // 13)  # tool_turn_log: 13 events a turn, and the marker
     store.create_session("long", seed=tool_turn_log(turns))
