@@ -42,7 +42,6 @@ from session_sql._store.engine import (
     analyze,
     database_label,
     enable_wal,
-    explain_open_failure,
     is_sqlite,
     make_engine,
     read_tx,
@@ -65,6 +64,7 @@ from session_sql._store.metadata import (
     export_header,
     split_export_header,
 )
+from session_sql._store.opening_failures import explain_open_failure
 from session_sql._store.rows import (
     check_header_limits,
     event_from_row,
