@@ -14,7 +14,6 @@ from session_sql._store.engine import (
     DEFAULT_POOL_SIZE,
     database_label,
     enable_wal,
-    explain_open_failure,
     is_sqlite,
     make_engine,
     scope_transactions,
@@ -22,6 +21,7 @@ from session_sql._store.engine import (
 )
 from session_sql._store.gate import ensure_schema
 from session_sql._store.metadata import check_tenant
+from session_sql._store.opening_failures import explain_open_failure
 from session_sql._store.schema import tables_for
 from session_sql.arguments import check_options, followers_option
 from session_sql.catalog import Catalog, default_catalog

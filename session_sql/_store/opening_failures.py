@@ -1,0 +1,139 @@
+"""Why a store cannot be opened: a clearer error than the driver's, for the failures whose
+cause and remedy can be told (a WAL store on a read-only medium, a missing PostgreSQL
+database or role). Only ``SessionStore`` calls it, after the open has failed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sqlite3
+from typing import Any, Final
+
+import psycopg
+from sqlalchemy import Engine, exc
+from sqlalchemy.engine import URL
+from sqlalchemy.util import await_
+from sqlalchemy.util.concurrency import in_greenlet
+
+from session_sql.errors import PermanentStoreError, StoreError
+
+__all__ = ["explain_open_failure", "quote_identifier"]
+
+
+_WAL_READER_FAILURES: Final = frozenset(
+    {
+        "SQLITE_CANTOPEN",
+        "SQLITE_READONLY_CANTINIT",
+        "SQLITE_READONLY_CANTLOCK",
+        "SQLITE_READONLY_DIRECTORY",
+    }
+)
+"""SQLite's answers when a WAL reader cannot create or map the ``-shm`` file."""
+
+_MAINTENANCE_DATABASES: Final = ("postgres", "template1")
+
+
+def explain_open_failure(engine: Engine, error: StoreError) -> StoreError | None:
+    """A clearer error for a store that could not be opened, or None to keep ``error``.
+
+    SQLite: a WAL store in a directory this process cannot write (a read-only medium) cannot
+    be read as it is, since WAL readers create the ``-shm`` file beside it; the error names
+    that and the remedy. PostgreSQL: libpq gives no SQLSTATE for a refused connection, so a
+    second connection to a maintenance database asks the server whether the database exists.
+    """
+    orig = error.__cause__
+    orig = orig.orig if isinstance(orig, exc.DBAPIError) else orig
+    if isinstance(orig, sqlite3.Error):
+        return _explain_sqlite(engine.url, orig)
+    if isinstance(orig, psycopg.OperationalError) and not orig.sqlstate and orig.pgconn:
+        if in_greenlet():  # an async store opening on the event loop: ask off the loop
+            loop = asyncio.get_running_loop()
+            return await_(loop.run_in_executor(None, _explain_refused_connection, orig.pgconn))
+        return _explain_refused_connection(orig.pgconn)
+    return None
+
+
+def _explain_sqlite(url: URL, orig: sqlite3.Error) -> PermanentStoreError | None:
+    name = str(getattr(orig, "sqlite_errorname", ""))
+    path = url.database or ""
+    if name not in _WAL_READER_FAILURES or url.query.get("uri") or path in ("", ":memory:"):
+        return None
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(20)
+    except OSError:
+        return None
+    # Bytes 18 and 19 of the header (write and read format versions) are 2 in WAL mode.
+    if header[18:20] != b"\x02\x02" or os.access(directory, os.W_OK):
+        return None
+    return PermanentStoreError(
+        f"cannot read {path}: it is an SQLite store in WAL mode, and its directory {directory} "
+        f"is not writable here, so SQLite cannot create {os.path.basename(path)}-shm, which "
+        f"every WAL reader needs ({name}). If nothing writes to the file (a read-only medium, "
+        f"a copy, a snapshot), open it as sqlite:///{path}?immutable=1 (SQLite then reads it "
+        "without locks: only safe while nobody writes it); otherwise let this process write "
+        "the directory"
+    )
+
+
+def _explain_refused_connection(pgconn: Any) -> PermanentStoreError | None:
+    """Ask the server (through a maintenance database) whether the database exists."""
+    options = {
+        option.keyword.decode(): option.val.decode()
+        for option in pgconn.info
+        if option.val is not None
+    }
+    database, user = options.get("dbname", ""), options.get("user", "")
+    where = f"{options.get('host', '')}:{options.get('port', '')}"
+    for maintenance in _MAINTENANCE_DATABASES:
+        if maintenance == database:
+            continue
+        try:
+            with psycopg.connect(**{**options, "dbname": maintenance}) as conn:
+                found = conn.execute(
+                    "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
+                ).fetchone()
+        except psycopg.Error:
+            continue
+        if found is not None:
+            return None
+        return PermanentStoreError(
+            f"database {database!r} does not exist on the PostgreSQL server at {where}: "
+            f"create it (CREATE DATABASE {quote_identifier(database)} ENCODING 'UTF8' "
+            f"TEMPLATE template0, or createdb -E UTF8 -T template0 {database}) or fix the "
+            "database name in the URL"
+        )
+    if not _listening(options):
+        return None
+    message = (pgconn.error_message or b"").decode(errors="replace").strip()
+    return PermanentStoreError(
+        f"the PostgreSQL server at {where} refused the connection of role {user!r} to "
+        f"database {database!r} (a role or database that does not exist, or authentication "
+        f"that failed): {message}; check the user and database in the URL "
+        f"(CREATE ROLE {quote_identifier(user)} LOGIN creates a role) and the server's "
+        "authentication rules (pg_hba.conf)"
+    )
+
+
+def _listening(options: dict[str, str]) -> bool:
+    """Whether a server accepts connections where libpq connected (TCP or Unix socket)."""
+    host = options.get("hostaddr") or options.get("host") or "/var/run/postgresql"
+    port = int(options.get("port") or 5432)
+    try:
+        timeout = float(options.get("connect_timeout") or 10)
+        if host.startswith("/"):
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(timeout)
+                sock.connect(os.path.join(host, f".s.PGSQL.{port}"))
+        else:
+            socket.create_connection((host.split(",")[0], port), timeout=timeout).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def quote_identifier(name: str) -> str:
+    """``name`` as a PostgreSQL identifier, for a command the user can paste."""
+    return '"' + name.replace('"', '""') + '"'
