@@ -28,7 +28,7 @@ from session_sql.catalog import DEFAULT_CATALOG
 from session_sql.integrations import ADK_EVENT, ADK_STATE
 from session_sql.integrations.adk import SQLSessionService, store_id
 
-from .loops import on_own_loops
+from ..loops import in_loops
 
 T = TypeVar("T")
 
@@ -871,7 +871,7 @@ def test_threads_each_on_a_loop_of_their_own_share_one_service(backend) -> None:
                 except StaleSessionError:  # another thread appended between the two calls
                     continue
 
-    on_own_loops(work)
+    in_loops(5, work)
 
     async def after() -> None:
         try:

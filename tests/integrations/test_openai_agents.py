@@ -28,7 +28,7 @@ from session_sql import (
 )
 from session_sql.integrations.openai_agents import ITEM_TYPE, SessionSQLSession
 
-from .loops import on_own_loops
+from ..loops import in_loops
 from .oa_workers import add_batches, read_items
 
 T = TypeVar("T")
@@ -383,7 +383,7 @@ def test_threads_each_on_a_loop_of_their_own_share_one_session(backend) -> None:
         for j in range(3):
             await session.add_items([{"role": "user", "content": f"{i}.{j}"}, OUTPUT])
 
-    on_own_loops(work)
+    in_loops(5, work)
 
     async def after() -> list[Any]:
         async with session:

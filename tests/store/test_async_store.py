@@ -36,6 +36,7 @@ from session_sql import (
 from session_sql._store import reader
 from session_sql._store.async_store import _copy_outcome, _Pinned, _Uninterrupted
 
+from ..loops import in_loops
 from .store_builders import user_message
 
 T = TypeVar("T")
@@ -763,32 +764,6 @@ def test_import_and_export_files_are_read_and_written_off_the_loop(
 
 
 # -- several event loops ----------------------------------------------------------------------
-
-
-def in_loops(count: int, body: Callable[[int], Awaitable[Any]], timeout: float = 60) -> None:
-    """``body(i)`` at once in ``count`` threads, each on a new event loop of its own (as
-    ``loop.run_until_complete`` in a thread does); a loop that hangs fails the test."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(count)
-
-    def work(i: int) -> None:
-        loop = asyncio.new_event_loop()
-        try:
-            start.wait(timeout)
-            loop.run_until_complete(body(i))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            loop.close()
-
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout)
-    assert not any(thread.is_alive() for thread in threads), "an event loop hangs"
-    if errors:
-        raise errors[0]
 
 
 def test_a_store_and_a_handle_serve_every_event_loop(backend) -> None:
