@@ -28,14 +28,12 @@ Mapping (see docs/integrations.md):
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from google.adk.errors import StaleSessionError
@@ -48,23 +46,29 @@ from google.adk.sessions.base_session_service import (
     ListSessionsResponse,
 )
 from google.adk.sessions.session import Session as AdkSession
-from google.adk.sessions.state import State
 from pydantic_core import to_jsonable_python
 
 from session_sql import AsyncSessionStore, AsyncStoredSession, loopsafe, open_async_store, thaw
 from session_sql.catalog import default_catalog
 from session_sql.errors import ConcurrencyError, ConfigurationError, SessionExistsError
 from session_sql.errors import SessionNotFoundError as StoreNotFoundError
-from session_sql.events import SessionEvent, make_header
+from session_sql.events import SessionEvent
 from session_sql.integrations import ADK_EVENT, ADK_STATE
-from session_sql.session import now_ms
+from session_sql.integrations._adk_mapping import (
+    APP,
+    KIND,
+    PROVIDER,  # noqa: F401 - importable from here, as it always was
+    SESSION,
+    Tracked,
+    adk_header,
+    merged_state,
+    message_of,
+    split_state,
+    store_id,
+)
 
 __all__ = ["SQLSessionService"]
 
-KIND = "adk_kind"
-APP = "adk_app"
-SESSION = "adk_session"
-PROVIDER = "google-adk"
 STATE_RETRIES = 50
 """How often an append retries when another process changed app or user state first."""
 
@@ -73,170 +77,6 @@ STALE = (
     "Please reload the session before appending more events."
 )
 _LIST_PAGE = 500
-
-
-def store_id(kind: str, *names: str) -> str:
-    """The store id of an ADK session or state session: a digest of its scope."""
-    digest = hashlib.sha256(json.dumps([kind, *names]).encode()).hexdigest()[:32]
-    return f"adk-{kind}-{digest}"
-
-
-def _record_of(event: SessionEvent) -> Any:
-    """The ADK event JSON an event of the log holds, or None for other events."""
-    if event.type == ADK_EVENT:
-        return event.data
-    if event.type == "user/message":
-        return event.data.get("adk")
-    if event.type in ("assistant/message", "tool/result"):
-        return event.data["message"].get("adk")
-    return None
-
-
-def _text_only(parts: list[Any]) -> bool:
-    return all(isinstance(p, dict) and set(p) == {"text"} for p in parts)
-
-
-def _tool_call(part: Any) -> dict[str, Any] | None:
-    """A ``function_call`` part as a tool-call block, when that says all the part says."""
-    if not (isinstance(part, dict) and set(part) == {"function_call"}):
-        return None
-    call = part["function_call"]
-    if not (isinstance(call, dict) and set(call) <= {"id", "name", "args"}):
-        return None
-    if not (call.get("id") and call.get("name")):
-        return None
-    return {
-        "type": "tool-call",
-        "id": call["id"],
-        "name": call["name"],
-        "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False),
-    }
-
-
-def message_of(record: dict[str, Any], turn: int, step: int) -> tuple[str, Any] | None:
-    """The core event (type, data) that holds ``record``, or None when no core message does.
-
-    The message is a faithful rendering of the event's content (text, function calls, one
-    function response) and carries the event itself under ``"adk"``.
-    """
-    content = record.get("content")
-    if not isinstance(content, dict) or set(content) - {"role", "parts"}:
-        return None
-    parts = content.get("parts")
-    if not isinstance(parts, list) or not parts:
-        return None
-    role, event_id, author = content.get("role"), record["id"], record.get("author", "")
-    if role == "user" and _text_only(parts):
-        texts = [{"type": "text", "text": p["text"]} for p in parts]
-        source = {"kind": "adk", "author": author}
-        message = {"id": event_id, "role": "user", "content": texts, "source": source}
-        return "user/message", {**message, "adk": record}
-    if role == "model":
-        blocks: list[Any] = []
-        for p in parts:
-            call = _tool_call(p)
-            if call is None and not _text_only([p]):
-                return None
-            blocks.append(call or {"type": "text", "text": p["text"]})
-        model = record.get("model_version") or "unknown"
-        source = {"kind": "model", "provider": PROVIDER, "model": model, "author": author}
-        message = {"id": event_id, "role": "assistant", "content": blocks, "source": source}
-        data: dict[str, Any] = {"turn": turn, "step": step, "message": {**message, "adk": record}}
-        usage = record.get("usage_metadata") or {}
-        tokens_in, tokens_out = usage.get("prompt_token_count"), usage.get("candidates_token_count")
-        if isinstance(tokens_in, int) and isinstance(tokens_out, int):
-            data["usage"] = {"inputTokens": tokens_in, "outputTokens": tokens_out}
-        return "assistant/message", data
-    if role == "user" and len(parts) == 1 and set(parts[0]) == {"function_response"}:
-        response = parts[0]["function_response"]
-        if not (isinstance(response, dict) and set(response) <= {"id", "name", "response"}):
-            return None
-        call_id = response.get("id")
-        if not call_id:
-            return None
-        text = json.dumps(response.get("response"), ensure_ascii=False)
-        block = {
-            "type": "tool-result",
-            "toolCallId": call_id,
-            "content": [{"type": "text", "text": text}],
-        }
-        source = {"kind": "tool", "callId": call_id, "name": response.get("name", "")}
-        message = {"id": event_id, "role": "user", "content": [block], "source": source}
-        return "tool/result", {"turn": turn, "step": step, "message": {**message, "adk": record}}
-    return None
-
-
-def split_state(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``(app, user, session)`` deltas of an ADK state mapping; ``temp:`` keys are dropped."""
-    app: dict[str, Any] = {}
-    user: dict[str, Any] = {}
-    session: dict[str, Any] = {}
-    for key, value in state.items():
-        if key.startswith(State.APP_PREFIX):
-            app[key.removeprefix(State.APP_PREFIX)] = value
-        elif key.startswith(State.USER_PREFIX):
-            user[key.removeprefix(State.USER_PREFIX)] = value
-        elif not key.startswith(State.TEMP_PREFIX):
-            session[key] = value
-    return app, user, session
-
-
-def _header(key: str, identity: dict[str, Any]) -> dict[str, Any]:
-    """A session header that also names the ADK scope (immutable, like the scope)."""
-    return {**make_header(key, now_ms()), "adk": identity}
-
-
-def _merged(session: Mapping[str, Any], app: Mapping[str, Any], user: Mapping[str, Any]) -> Any:
-    merged = dict(session)
-    merged.update({State.APP_PREFIX + k: v for k, v in app.items()})
-    merged.update({State.USER_PREFIX + k: v for k, v in user.items()})
-    return merged
-
-
-@dataclass
-class _Tracked:
-    """A cached write handle on an ADK session and what its log folds to so far."""
-
-    handle: AsyncStoredSession
-    state: dict[str, Any]
-    records: list[Any] = field(default_factory=list)  # the ADK events' JSON, in log order
-    folded: int = 0  # how many events of the log are folded
-    turn: int = 0  # one per ADK invocation
-    step: int = 0  # one per model message inside the turn
-    invocation: Any = None
-
-    def fold(self) -> None:
-        """Fold the events the handle has and this has not seen yet."""
-        events = self.handle.events
-        for event in events[self.folded :]:
-            record = _record_of(event)
-            if record is not None:
-                self.turn, self.step = self.numbers(record)
-                self.invocation = record.get("invocation_id")
-                self.records.append(record)
-                delta = (record.get("actions") or {}).get("state_delta") or {}
-                self.state.update(split_state(delta)[2])
-        self.folded = len(events)
-
-    def numbers(self, record: Any) -> tuple[int, int]:
-        """The (turn, step) of ``record`` after this log: a turn per ADK invocation, a step
-        per model message in it."""
-        turn, step = self.turn, self.step
-        if turn == 0 or record.get("invocation_id") != self.invocation:
-            turn, step = turn + 1, 0
-        if (record.get("content") or {}).get("role") == "model":
-            step += 1
-        return turn, step
-
-    @property
-    def head(self) -> int:
-        return self.handle.seq - 1
-
-    def updated(self) -> float:
-        """Seconds since the epoch of the last write (the creation for an empty log)."""
-        events = self.handle.events
-        millis = events[len(events) - 1].time if len(events) else self.handle.header["createdAt"]
-        return float(millis) / 1000
 
 
 class SQLSessionService(BaseSessionService):
@@ -254,7 +94,7 @@ class SQLSessionService(BaseSessionService):
             )
         self._store = store
         self._owned = False
-        self._cache: OrderedDict[str, _Tracked | AsyncStoredSession] = OrderedDict()
+        self._cache: OrderedDict[str, Tracked | AsyncStoredSession] = OrderedDict()
         self._cache_size = max(1, int(cache_size))
         # The locks are the store's own kind, which serve tasks of every event loop: one
         # service may be used from threads that each run a loop (as the store may).
@@ -331,24 +171,24 @@ class SQLSessionService(BaseSessionService):
                 if not self._holders[key]:
                     del self._holders[key], self._locks[key]
 
-    def _remember(self, key: str, value: _Tracked | AsyncStoredSession) -> None:
+    def _remember(self, key: str, value: Tracked | AsyncStoredSession) -> None:
         self._cache[key] = value
         self._cache.move_to_end(key)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
 
-    async def _tracked(self, key: str, *, refresh: bool = True) -> _Tracked | None:
+    async def _tracked(self, key: str, *, refresh: bool = True) -> Tracked | None:
         """The ADK session stored as ``key``, brought up to date; None when there is none."""
         store = await self._ready()
         cached = self._cache.get(key)
         try:
-            if isinstance(cached, _Tracked):
+            if isinstance(cached, Tracked):
                 if refresh:
                     await cached.handle.refresh()
                 tracked = cached
             else:
                 handle = await store.open_session(key)  # its whole log: the service folds it
-                tracked = _Tracked(handle, dict(handle.header.get("adk", {}).get("state", {})))
+                tracked = Tracked(handle, dict(handle.header.get("adk", {}).get("state", {})))
         except StoreNotFoundError:
             self._cache.pop(key, None)
             return None
@@ -404,7 +244,7 @@ class SQLSessionService(BaseSessionService):
         identity = {"kind": kind, "app": app_name} | ({} if user_id is None else {"user": user_id})
         try:
             labels = {KIND: kind, APP: app_name}
-            handle = await self._create(key, _header(key, identity), user_id, labels)
+            handle = await self._create(key, adk_header(key, identity), user_id, labels)
         except SessionExistsError:  # another writer created it first
             handle = await store.open_session(key)
         self._remember(key, handle)
@@ -524,21 +364,21 @@ class SQLSessionService(BaseSessionService):
             await self._state_session(store_id("user", app_name, user_id), app_name, user_id)
         identity = {"app": app_name, "user": user_id, "session": session_id, "state": own}
         labels = {KIND: "session", APP: app_name, SESSION: session_id}
-        header = _header(key, identity)
+        header = adk_header(key, identity)
         try:
             handle = await self._create_with_state(
                 key, header, labels, app_name, user_id, app, user, cause
             )
         except SessionExistsError as exc:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.") from exc
-        tracked = _Tracked(handle, dict(handle.header["adk"]["state"]))
+        tracked = Tracked(handle, dict(handle.header["adk"]["state"]))
         self._remember(key, tracked)
         app_state, user_state = await self._scoped_state(app_name, user_id)
         return self._session(tracked, app_name, user_id, session_id, app_state, user_state, [])
 
     def _session(
         self,
-        tracked: _Tracked,
+        tracked: Tracked,
         app_name: str,
         user_id: str,
         session_id: str,
@@ -550,7 +390,7 @@ class SQLSessionService(BaseSessionService):
             id=session_id,
             app_name=app_name,
             user_id=user_id,
-            state=_merged(thaw(tracked.state), app_state, user_state),
+            state=merged_state(thaw(tracked.state), app_state, user_state),
             events=[Event.model_validate(thaw(r)) for r in records],
             last_update_time=tracked.updated(),
         )
@@ -682,7 +522,7 @@ class SQLSessionService(BaseSessionService):
             session.last_update_time = done[0].time / 1000
         return self._commit_event_to_session(session, event)
 
-    async def _check_fresh(self, tracked: _Tracked, session: AdkSession) -> int:
+    async def _check_fresh(self, tracked: Tracked, session: AdkSession) -> int:
         """The log head ``session`` was read at, the one the append must be conditional on;
         ``StaleSessionError`` when the copy is older than the stored log."""
         marker = session._storage_update_marker
