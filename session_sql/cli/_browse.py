@@ -6,25 +6,11 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
-from session_sql import (
-    SCHEMA_VERSION,
-    SessionEvent,
-    SessionStore,
-    fold_surface,
-)
-from session_sql.cli._render import (
-    demo_report,
-    event_line,
-    format_time,
-    message_lines,
-    replacement_lines,
-    surface_lines,
-)
+from session_sql import SessionEvent, fold_surface
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
     DEFAULT_URL,
@@ -41,9 +27,15 @@ from session_sql.cli._support import (
     CliError,
     Out,
     cli_store,
+    format_time,
     resolve_id,
 )
-from session_sql.cli.demo import explore_queries, record_demo
+
+if TYPE_CHECKING:
+    from session_sql import SessionStore
+
+# The renderers (rich), the store and the demo are imported inside the commands that use
+# them: --help and --version load none of them (docs/performance.md, "CLI startup").
 
 
 @app.command(
@@ -65,6 +57,9 @@ def demo(
     each replacement shadows, the verify results, and SQL queries to explore the tables. Run
     it again for a new session.
     """
+    from session_sql.cli._render import demo_report
+    from session_sql.cli.demo import explore_queries, record_demo
+
     with cli_store(url, schema, tenant=tenant, create=True):
         pass  # fail early, before recording, when the URL or schema is unusable
     run = record_demo(url, schema=schema, tenant=tenant)
@@ -109,6 +104,8 @@ def init(
     An empty database (or a missing SQLite file) is initialised; an existing store is checked
     by the schema gate, which refuses a database written by another schema version.
     """
+    from session_sql import SCHEMA_VERSION
+
     with cli_store(url, schema, tenant=tenant, create=True) as store:
         where = store.display_url + (f" (schema {store.schema})" if store.schema else "")
     Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
@@ -254,6 +251,10 @@ def show(
     event, shadowed ones included); --from and --to pick a range of it by seq. --surface: the
     surface nodes replayed from the log, and which events each replacement shadows.
     """
+    from rich.text import Text
+
+    from session_sql.cli._render import message_lines, replacement_lines, surface_lines
+
     ranged = from_seq is not None or to_seq is not None
     if surface and (events or ranged):
         raise CliError("--surface excludes --events, --from and --to", code=2)
@@ -307,6 +308,8 @@ def _show_events(
     as_json: bool,
 ) -> None:
     """``show --events``: the raw log in [from_seq, to_seq), and a note when that is empty."""
+    from session_sql.cli._render import event_line
+
     stream = store.events(session_id, from_seq=from_seq, to_seq=to_seq)
     if as_json:
         out.json_array(e.to_wire() for e in stream)
@@ -358,6 +361,8 @@ def tail(
     With -f, keep printing events as other processes commit them (Ctrl-C to stop). --json
     prints one JSON event per line.
     """
+    from session_sql.cli._render import event_line
+
     out = Out()
 
     def emit(event: SessionEvent) -> None:
