@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from session_sql import SessionEvent, fold_surface
+from session_sql import SessionEvent, SessionNotFoundError, fold_surface
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
     DEFAULT_URL,
@@ -126,10 +126,19 @@ def ls(
     ] = 20,
     after: Annotated[
         str | None,
-        typer.Option("--after", metavar="ID", help="Page on: list sessions after this id."),
+        typer.Option(
+            "--after",
+            metavar="ID",
+            help="Page on: list the sessions after this one (an id or a unique prefix).",
+        ),
     ] = None,
     parent: Annotated[
-        str | None, typer.Option("--parent", metavar="ID", help="Only forks of this session.")
+        str | None,
+        typer.Option(
+            "--parent",
+            metavar="ID",
+            help="Only forks of this session (an id or a unique prefix).",
+        ),
     ] = None,
     user: Annotated[
         str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
@@ -144,12 +153,22 @@ def ls(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, most recently updated first, with their title, user and event count."""
+    """List sessions, most recently updated first, with their title, user and event count.
+
+    On a terminal, a last line counts the sessions listed and, when there are more, names the
+    --after that lists the next page.
+    """
     labels = _label_pairs(label or [])
     with cli_store(url, schema, tenant=tenant) as store:
-        infos = store.list_sessions(
-            limit=limit, after=after, parent=parent, user_id=user, labels=labels or None
+        if after is not None:
+            after = _option_id(store, "--after", after)
+        if parent is not None:
+            parent = _parent_id(store, parent)
+        # One more than shown, in the same query: whether a next page exists.
+        found = store.list_sessions(
+            limit=limit + 1, after=after, parent=parent, user_id=user, labels=labels or None
         )
+    infos, more = found[:limit], len(found) > limit
     out = Out()
     if as_json:
         out.json([{**info.model_dump(), "event_count": info.event_count} for info in infos])
@@ -170,6 +189,28 @@ def ls(
         out.line("no sessions" + (f" forked from {parent}" if parent else ""))
         return
     out.table(["ID", "TITLE", "USER", "EVENTS", "CREATED (UTC)", "UPDATED (UTC)", "PARENT"], rows)
+    if out.tty:  # a pipe gets the bare table, for cut and awk
+        count = f"{len(rows)} session{'s' if len(rows) != 1 else ''}"
+        out.line(f"{count}; the next page: --after {infos[-1].id}" if more else count)
+
+
+def _option_id(store: SessionStore, option: str, given: str) -> str:
+    """The session an id option names, by id or unique prefix as ID arguments are."""
+    try:
+        return resolve_id(store, given)
+    except (CliError, SessionNotFoundError) as exc:
+        raise CliError(f"{option}: {exc}") from exc
+
+
+def _parent_id(store: SessionStore, given: str) -> str:
+    """``--parent``: as ``_option_id``, but a deleted parent's full id still names its forks
+    (they keep it as their parent, and ``ls`` shows it in the PARENT column)."""
+    try:
+        return _option_id(store, "--parent", given)
+    except CliError:
+        if store.list_sessions(parent=given, limit=1):
+            return given
+        raise
 
 
 def _label_pairs(pairs: Sequence[str]) -> dict[str, str]:
