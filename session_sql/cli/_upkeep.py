@@ -267,7 +267,7 @@ def schema_(
     """Print the SQL schema (DDL).
 
     The tables, indexes, the surface_messages view and the meta rows of the schema gate, as
-    this version creates them.
+    this version creates them: the text of session_sql.schema.render_ddl(DIALECT, SCHEMA).
     """
     from session_sql.schema import render_ddl
 

@@ -247,6 +247,23 @@ def test_schema_prints_the_ddl(sqlite_cli, dialect):
     assert sqlite_cli("schema").stdout == render_ddl("sqlite")
 
 
+def test_schema_help_names_the_public_module(sqlite_cli):
+    out = sqlite_cli("schema", "--help")
+    assert "session_sql.schema.render_ddl" in " ".join(out.stdout.split())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the header line is written by render_ddl in the store's schema module, which still "
+    "names session_sql/store/schema.py; when it names session_sql.schema, drop this mark",
+)
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_schema_header_names_the_public_module(sqlite_cli, dialect):
+    header = sqlite_cli("schema", "--dialect", dialect).stdout.splitlines()[:2]
+    assert "session_sql/store/" not in "\n".join(header)  # a path that no longer exists
+    assert "session_sql.schema" in header[1]
+
+
 def test_schema_refuses_an_unknown_dialect(sqlite_cli):
     out = sqlite_cli("schema", "--dialect", "oracle")
     assert out.code == 2
