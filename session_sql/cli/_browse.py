@@ -6,25 +6,11 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
-from session_sql import (
-    SCHEMA_VERSION,
-    SessionEvent,
-    SessionStore,
-    fold_surface,
-)
-from session_sql.cli._render import (
-    demo_report,
-    event_line,
-    format_time,
-    message_lines,
-    replacement_lines,
-    surface_lines,
-)
+from session_sql import SessionEvent, SessionNotFoundError, fold_surface
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
     DEFAULT_URL,
@@ -41,9 +27,15 @@ from session_sql.cli._support import (
     CliError,
     Out,
     cli_store,
+    format_time,
     resolve_id,
 )
-from session_sql.cli.demo import explore_queries, record_demo
+
+if TYPE_CHECKING:
+    from session_sql import SessionStore
+
+# The renderers (rich), the store and the demo are imported inside the commands that use
+# them: --help and --version load none of them (docs/performance.md, "CLI startup").
 
 
 @app.command(
@@ -65,6 +57,9 @@ def demo(
     each replacement shadows, the verify results, and SQL queries to explore the tables. Run
     it again for a new session.
     """
+    from session_sql.cli._render import demo_report
+    from session_sql.cli.demo import explore_queries, record_demo
+
     with cli_store(url, schema, tenant=tenant, create=True):
         pass  # fail early, before recording, when the URL or schema is unusable
     run = record_demo(url, schema=schema, tenant=tenant)
@@ -109,6 +104,8 @@ def init(
     An empty database (or a missing SQLite file) is initialised; an existing store is checked
     by the schema gate, which refuses a database written by another schema version.
     """
+    from session_sql import SCHEMA_VERSION
+
     with cli_store(url, schema, tenant=tenant, create=True) as store:
         where = store.display_url + (f" (schema {store.schema})" if store.schema else "")
     Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
@@ -129,10 +126,19 @@ def ls(
     ] = 20,
     after: Annotated[
         str | None,
-        typer.Option("--after", metavar="ID", help="Page on: list sessions after this id."),
+        typer.Option(
+            "--after",
+            metavar="ID",
+            help="Page on: list the sessions after this one (an id or a unique prefix).",
+        ),
     ] = None,
     parent: Annotated[
-        str | None, typer.Option("--parent", metavar="ID", help="Only forks of this session.")
+        str | None,
+        typer.Option(
+            "--parent",
+            metavar="ID",
+            help="Only forks of this session (an id or a unique prefix).",
+        ),
     ] = None,
     user: Annotated[
         str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
@@ -147,12 +153,22 @@ def ls(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, most recently updated first, with their title, user and event count."""
+    """List sessions, most recently updated first, with their title, user and event count.
+
+    On a terminal, a last line counts the sessions listed and, when there are more, names the
+    --after that lists the next page.
+    """
     labels = _label_pairs(label or [])
     with cli_store(url, schema, tenant=tenant) as store:
-        infos = store.list_sessions(
-            limit=limit, after=after, parent=parent, user_id=user, labels=labels or None
+        if after is not None:
+            after = _option_id(store, "--after", after)
+        if parent is not None:
+            parent = _parent_id(store, parent)
+        # One more than shown, in the same query: whether a next page exists.
+        found = store.list_sessions(
+            limit=limit + 1, after=after, parent=parent, user_id=user, labels=labels or None
         )
+    infos, more = found[:limit], len(found) > limit
     out = Out()
     if as_json:
         out.json([{**info.model_dump(), "event_count": info.event_count} for info in infos])
@@ -173,6 +189,28 @@ def ls(
         out.line("no sessions" + (f" forked from {parent}" if parent else ""))
         return
     out.table(["ID", "TITLE", "USER", "EVENTS", "CREATED (UTC)", "UPDATED (UTC)", "PARENT"], rows)
+    if out.tty:  # a pipe gets the bare table, for cut and awk
+        count = f"{len(rows)} session{'s' if len(rows) != 1 else ''}"
+        out.line(f"{count}; the next page: --after {infos[-1].id}" if more else count)
+
+
+def _option_id(store: SessionStore, option: str, given: str) -> str:
+    """The session an id option names, by id or unique prefix as ID arguments are."""
+    try:
+        return resolve_id(store, given)
+    except (CliError, SessionNotFoundError) as exc:
+        raise CliError(f"{option}: {exc}") from exc
+
+
+def _parent_id(store: SessionStore, given: str) -> str:
+    """``--parent``: as ``_option_id``, but a deleted parent's full id still names its forks
+    (they keep it as their parent, and ``ls`` shows it in the PARENT column)."""
+    try:
+        return _option_id(store, "--parent", given)
+    except CliError:
+        if store.list_sessions(parent=given, limit=1):
+            return given
+        raise
 
 
 def _label_pairs(pairs: Sequence[str]) -> dict[str, str]:
@@ -254,6 +292,10 @@ def show(
     event, shadowed ones included); --from and --to pick a range of it by seq. --surface: the
     surface nodes replayed from the log, and which events each replacement shadows.
     """
+    from rich.text import Text
+
+    from session_sql.cli._render import message_lines, replacement_lines, surface_lines
+
     ranged = from_seq is not None or to_seq is not None
     if surface and (events or ranged):
         raise CliError("--surface excludes --events, --from and --to", code=2)
@@ -307,6 +349,8 @@ def _show_events(
     as_json: bool,
 ) -> None:
     """``show --events``: the raw log in [from_seq, to_seq), and a note when that is empty."""
+    from session_sql.cli._render import event_line
+
     stream = store.events(session_id, from_seq=from_seq, to_seq=to_seq)
     if as_json:
         out.json_array(e.to_wire() for e in stream)
@@ -358,6 +402,8 @@ def tail(
     With -f, keep printing events as other processes commit them (Ctrl-C to stop). --json
     prints one JSON event per line.
     """
+    from session_sql.cli._render import event_line
+
     out = Out()
 
     def emit(event: SessionEvent) -> None:

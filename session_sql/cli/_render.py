@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
-from session_sql import Replace, SessionEvent, SurfaceFold, VerifyReport
-from session_sql.cli.demo import DemoRun
+from session_sql import Replace, SessionEvent, SurfaceFold
+from session_sql.cli._support import format_time
+
+if TYPE_CHECKING:  # types only: importing them would load the store
+    from session_sql import VerifyReport
+    from session_sql.cli.demo import DemoRun
 
 __all__ = [
     "brief_log",
@@ -40,11 +43,6 @@ def one_line(text: str, width: int | None = 72) -> str:
     if width is not None and len(flat) > width:
         return flat[: max(width - 1, 0)] + "…"
     return flat
-
-
-def format_time(ms: int) -> str:
-    """Epoch milliseconds as an ISO-8601 UTC timestamp with seconds."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _compact_json(value: Any) -> str:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from session_sql import StoreStats
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a type only: importing it would load the store
+    from session_sql import StoreStats
 
 __all__ = ["headline", "tables"]
 

@@ -7,6 +7,9 @@
 * **Session ids** may be given by a unique prefix, as in git (:func:`resolve_id`).
 * **Output** (:class:`Out`): styled text and tables only when stdout is a terminal, plain text
   when it is piped, plain JSON with ``--json``. Progress bars go to stderr, only on a terminal.
+* **Imports**: rich, the store (SQLAlchemy, psycopg) and the bench and demo modules are
+  imported by the code that uses them, not at start-up, so that ``--help``, ``--version`` and
+  the reading commands start quickly (docs/performance.md, "CLI startup").
 """
 
 from __future__ import annotations
@@ -19,32 +22,26 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from datetime import UTC, datetime
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
-from rich.text import Text
 from typer.core import TyperGroup
 
 from session_sql import (
     ConfigurationError,
     SessionNotFoundError,
     SessionSQLError,
-    SessionStore,
     StoreError,
-    open_store,
     thaw,
 )
+
+if TYPE_CHECKING:  # rich and the store load when a command uses them (startup time)
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.text import Text
+
+    from session_sql import SessionStore
 
 __all__ = [
     "PROG",
@@ -56,6 +53,7 @@ __all__ = [
     "State",
     "cli_store",
     "error_line",
+    "format_time",
     "isatty",
     "one_line",
     "progress_bar",
@@ -99,6 +97,11 @@ def error_line(message: str) -> None:
 def warn(message: str) -> None:
     """One warning line on stderr."""
     sys.stderr.write(f"{PROG}: warning: {one_line(message)}\n")
+
+
+def format_time(ms: int) -> str:
+    """Epoch milliseconds as an ISO-8601 UTC timestamp with seconds."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def isatty(stream: Any) -> bool:
@@ -202,31 +205,43 @@ class Out:
 
     def __init__(self) -> None:
         self.tty = isatty(sys.stdout)
-        self.console = (
-            Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
-            if self.tty
-            else None
-        )
+        self.console: Console | None = None
+        if self.tty:
+            from rich.console import Console
+
+            self.console = Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
 
     def line(self, text: Text | str = "") -> None:
         if self.console is not None:
             self.console.print(text)
         else:
-            sys.stdout.write((text.plain if isinstance(text, Text) else text) + "\n")
+            sys.stdout.write((text if isinstance(text, str) else text.plain) + "\n")
 
     def lines(self, texts: Sequence[Text | str], indent: str = "") -> None:
         for text in texts:
-            self.line(Text(indent) + text if isinstance(text, Text) else indent + text)
+            if isinstance(text, str):
+                self.line(indent + text)
+            else:  # a rich Text: rich is loaded already
+                from rich.text import Text
+
+                self.line(Text(indent) + text)
 
     def heading(self, text: str) -> None:
         self.line("")
-        self.line(Text(text, style="bold underline"))
+        if self.console is None:
+            self.line(text)
+        else:
+            from rich.text import Text
+
+            self.line(Text(text, style="bold underline"))
 
     def table(
         self, headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None
     ) -> None:
         """A rich table on a terminal; aligned plain columns otherwise."""
         if self.console is not None:
+            from rich.table import Table
+
             table = Table(title=title, title_justify="left", header_style="bold")
             for i, header in enumerate(headers):
                 # The first column holds ids (or names) that must stay whole to be copied.
@@ -267,6 +282,17 @@ class Out:
 
 def progress_bar(*, in_bytes: bool = False) -> Progress:
     """A transient progress bar on stderr, disabled unless stderr is a terminal."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
     terminal = isatty(sys.stderr)
     return Progress(
         SpinnerColumn(),
@@ -345,6 +371,8 @@ def cli_store(
 
     A URL, schema or tenant name the library refuses is a usage error (exit code 2).
     """
+    from session_sql import open_store
+
     try:
         store = open_store(url, schema=schema, tenant=tenant, create=create)
     except ConfigurationError as exc:

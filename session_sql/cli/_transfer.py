@@ -8,19 +8,16 @@ import warnings
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Annotated, Any, cast
+from typing import IO, TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
 from session_sql import (
     ConfigurationError,
-    MigrationProgress,
     SessionExistsError,
     SessionNotFoundError,
     SessionSQLError,
-    SessionStore,
 )
-from session_sql import migrate as migrate_store
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
     DEFAULT_URL,
@@ -47,7 +44,12 @@ from session_sql.cli._support import (
     warn,
 )
 from session_sql.jsonl import JsonlReader, jsonl_file_name, published_file
-from session_sql.metadata import split_export_header
+
+if TYPE_CHECKING:
+    from session_sql import MigrationProgress, SessionStore
+
+# The store's names (and session_sql.metadata, which loads the store) are imported inside
+# the commands that use them (docs/performance.md, "CLI startup").
 
 
 @app.command(
@@ -173,6 +175,8 @@ def import_(
 
 def _exported_tenant(path: Path) -> str:
     """The tenant a JSONL file's header records (``""`` when it records none)."""
+    from session_sql.metadata import split_export_header
+
     with JsonlReader(path) as reader:
         _, exported = split_export_header(reader.header)
     return "" if exported is None else exported.tenant
@@ -403,6 +407,8 @@ def migrate(
     that cannot be copied is an error line, and the exit code is then 1. Stop the writers of
     the source first: a session written after it was copied makes a rerun refuse it.
     """
+    from session_sql import migrate as migrate_store
+
     with progress_bar() as bar:
         sessions = bar.add_task("sessions", total=None, visible=not quiet)
         events = bar.add_task("events", total=None, visible=not quiet)

@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.text import Text
 
-from session_sql import (
-    SessionNotFoundError,
-    SessionSQLError,
-    SessionStore,
-    VerifyReport,
-    check_invariants,
-)
-from session_sql.cli import bench as workloads
-from session_sql.cli._render import (
-    event_line,
-    verify_line,
-)
+from session_sql import SessionNotFoundError, SessionSQLError, check_invariants
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
     DEFAULT_URL,
@@ -45,7 +33,12 @@ from session_sql.cli._support import (
     progress_bar,
     resolve_id,
 )
-from session_sql.schema import render_ddl
+
+if TYPE_CHECKING:
+    from session_sql import SessionStore, VerifyReport
+
+# rich, the renderers, the store's names, session_sql.schema and the benchmark are imported
+# inside the commands that use them (docs/performance.md, "CLI startup").
 
 
 @app.command(epilog=example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))
@@ -68,8 +61,12 @@ def verify(
     Replays each log and compares the fold with the surface table and the session row. Exits
     with 1 when any session fails.
     """
-    if (session_id is None) == (not all_sessions):
-        raise CliError("give a session id or --all (not both)", code=2)
+    if session_id is None and not all_sessions:
+        raise CliError("give a session id, or --all to verify every session", code=2)
+    if session_id is not None and all_sessions:
+        raise CliError("give a session id or --all, not both", code=2)
+    from session_sql.cli._render import verify_line
+
     out = Out()
     reports: list[VerifyReport] = []
     with cli_store(url, schema, tenant=tenant) as store:
@@ -97,6 +94,8 @@ def verify(
 def _verify_one(
     store: SessionStore, session_id: str, invariants: bool, *, strict: bool
 ) -> VerifyReport:
+    from session_sql import VerifyReport
+
     try:
         report = store.verify(session_id)
     except SessionNotFoundError:
@@ -128,6 +127,8 @@ def repair(
     Appends an error result for each unanswered tool call, then step/end and turn/end with
     reason "interrupted". Does nothing when no turn is open.
     """
+    from session_sql.cli._render import event_line
+
     with cli_store(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session_id)
         appended = store.repair(session_id)
@@ -231,6 +232,8 @@ def stats(
     Events by type, tool calls and errors by tool, tokens by model, and replacements, computed
     by SQL over the tables. A fork's inherited events count once, in its parent.
     """
+    from rich.text import Text
+
     with cli_store(url, schema, tenant=tenant) as store:
         if session_id is not None:
             session_id = resolve_id(store, session_id)
@@ -264,8 +267,10 @@ def schema_(
     """Print the SQL schema (DDL).
 
     The tables, indexes, the surface_messages view and the meta rows of the schema gate, as
-    this version creates them.
+    this version creates them: the text of session_sql.schema.render_ddl(DIALECT, SCHEMA).
     """
+    from session_sql.schema import render_ddl
+
     if dialect is Dialect.sqlite:
         sys.stdout.write(render_ddl("sqlite", schema))
     else:
@@ -327,6 +332,10 @@ def bench(
         if unknown or not selected:
             named = ", ".join(unknown) or "(none given)"
             raise CliError(f"--only: unknown workloads {named}; give W1 to W11", code=2)
+    from rich.text import Text
+
+    from session_sql.cli import bench as workloads
+
     report = workloads.run(url, quick=quick, progress=progress, only=selected)
     out = Out()
     if as_json:

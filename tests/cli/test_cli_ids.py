@@ -1,4 +1,5 @@
-"""Session ids by unique prefix (as in git), and shell completion, on both backends."""
+"""Session ids by unique prefix (as in git) in arguments and options, and shell completion,
+on both backends."""
 
 from __future__ import annotations
 
@@ -76,6 +77,66 @@ def test_many_candidates_are_cut_short(cli, store):
     assert f"more than {AMBIGUOUS_SHOWN} session ids start with it" in line
     assert line.count("run-") == AMBIGUOUS_SHOWN + 1  # the prefix, then the ids shown
     assert ", ...); give more of the id" in line
+
+
+@pytest.fixture
+def forked(named, store):
+    """``named``, and a fork of ``xyz-session`` (whose id does not start with ``xyz``)."""
+    store.fork_session("xyz-session", child_id="fork-of-xyz")
+    return named
+
+
+@pytest.mark.parametrize("option", ["--parent", "--after"])
+def test_the_id_options_of_ls_take_a_unique_prefix(forked, store, option):
+    full = forked("ls", "--json", option, "xyz-session")
+    short = forked("ls", "--json", option, "xyz")
+    assert full.code == 0, full.stderr
+    assert (short.code, short.stdout, short.stderr) == (0, full.stdout, full.stderr)
+    listed = [row["id"] for row in json.loads(short.stdout)]
+    if option == "--parent":
+        assert listed == ["fork-of-xyz"]
+    else:
+        assert listed == [info.id for info in store.list_sessions(after="xyz-session")]
+    plain = forked("ls", option, "xyz")  # the table names what was resolved
+    assert plain.code == 0 and plain.stdout == forked("ls", option, "xyz-session").stdout
+
+
+@pytest.mark.parametrize("option", ["--parent", "--after"])
+def test_the_id_options_of_ls_refuse_an_ambiguous_or_unknown_prefix(forked, option):
+    ambiguous = forked("ls", option, "abc")
+    assert (ambiguous.code, ambiguous.stdout) == (1, "")
+    assert ambiguous.error_lines == [
+        ERROR + f"{option}: session id prefix 'abc' is ambiguous: 2 session ids start with it "
+        "(abc-1, abc-2); give more of the id"
+    ]
+    unknown = forked("ls", option, "nope", "--json")
+    assert (unknown.code, unknown.stdout) == (1, "")
+    assert unknown.error_lines == [
+        ERROR + f"{option}: session 'nope' not found: no session id is or starts with it "
+        "(see 'session-sql ls')"
+    ]
+
+
+def test_an_exact_id_wins_in_the_options_of_ls_too(forked, store):
+    out = forked("ls", "--json", "--after", "ab")  # "abc-1" and "abc-2" start with "ab" too
+    assert out.code == 0, out.stderr
+    assert [r["id"] for r in json.loads(out.stdout)] == [
+        info.id for info in store.list_sessions(after="ab")
+    ]
+
+
+def test_ls_parent_names_the_forks_of_a_deleted_session_by_its_full_id(forked, store):
+    # Forks keep their parent's id (the PARENT column shows it) after the parent is deleted.
+    store.delete_session("xyz-session")
+    out = forked("ls", "--json", "--parent", "xyz-session")
+    assert out.code == 0, out.stderr
+    assert [row["id"] for row in json.loads(out.stdout)] == ["fork-of-xyz"]
+    prefix = forked("ls", "--parent", "xyz")  # no live session: a prefix names nothing
+    assert prefix.code == 1
+    assert prefix.error_lines == [
+        ERROR + "--parent: session 'xyz' not found: no session id is or starts with it "
+        "(see 'session-sql ls')"
+    ]
 
 
 def test_an_empty_id_is_not_a_prefix_of_everything(named):

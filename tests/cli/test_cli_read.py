@@ -71,6 +71,24 @@ def test_ls_draws_a_table_only_on_a_terminal(shared, monkeypatch):
     assert demo.session_id in out.stdout
 
 
+def test_ls_counts_the_sessions_on_a_terminal(shared, monkeypatch):
+    cli, store = shared.cli, shared.store
+    infos = store.list_sessions()
+    assert len(infos) == 2  # the demo: a session and its fork
+    piped = cli("ls").stdout.splitlines()  # a pipe gets the bare table: a row per session
+    assert len(piped) == 1 + len(infos) and piped[-1].split()[0] == infos[-1].id
+    monkeypatch.setattr("session_sql.cli._support.isatty", lambda stream: True)
+    out = cli("ls")
+    assert out.code == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "2 sessions"
+    first = cli("ls", "-n", "1").stdout.splitlines()[-1]
+    assert first == f"1 session; the next page: --after {infos[0].id}"
+    last = cli("ls", "--after", infos[0].id).stdout.splitlines()[-1]
+    assert last == "1 session"
+    listed = json.loads(cli("ls", "--json", "-n", "1").stdout)  # JSON: no count, one session
+    assert [row["id"] for row in listed] == [infos[0].id]
+
+
 def test_show_prints_the_messages_a_model_sees(shared):
     cli, demo, store = shared.cli, shared.demo, shared.store
     out = cli("show", demo.session_id)
@@ -227,6 +245,23 @@ def test_schema_prints_the_ddl(sqlite_cli, dialect):
     assert out.code == 0
     assert out.stdout == render_ddl(dialect, "agents")
     assert sqlite_cli("schema").stdout == render_ddl("sqlite")
+
+
+def test_schema_help_names_the_public_module(sqlite_cli):
+    out = sqlite_cli("schema", "--help")
+    assert "session_sql.schema.render_ddl" in " ".join(out.stdout.split())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the header line is written by render_ddl in the store's schema module, which still "
+    "names session_sql/store/schema.py; when it names session_sql.schema, drop this mark",
+)
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_schema_header_names_the_public_module(sqlite_cli, dialect):
+    header = sqlite_cli("schema", "--dialect", dialect).stdout.splitlines()[:2]
+    assert "session_sql/store/" not in "\n".join(header)  # a path that no longer exists
+    assert "session_sql.schema" in header[1]
 
 
 def test_schema_refuses_an_unknown_dialect(sqlite_cli):

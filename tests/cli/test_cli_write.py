@@ -281,11 +281,18 @@ def test_verify_invariants_flag(cli, store):
     assert "invariant turn-not-open at seq 8" in out.stdout
 
 
-@pytest.mark.parametrize("args", [[], ["some-id", "--all"]])
-def test_verify_needs_exactly_one_target(cli, args):
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # Neither: say what to give, not "(not both)", which reads as if both were given.
+        ([], "give a session id, or --all to verify every session"),
+        (["some-id", "--all"], "give a session id or --all, not both"),
+    ],
+)
+def test_verify_needs_exactly_one_target(cli, args, message):
     out = cli("verify", *args)
-    assert out.code == 2
-    assert out.error_lines == ["session-sql: error: give a session id or --all (not both)"]
+    assert (out.code, out.stdout) == (2, "")
+    assert out.error_lines == ["session-sql: error: " + message]
 
 
 def test_verify_a_missing_session(cli, store):

@@ -1,0 +1,63 @@
+"""What each command imports: --help and --version start without the store, SQLAlchemy or
+rich, and the reading commands without the demo or the benchmark (docs/performance.md, "CLI
+startup"). The modules loaded are checked, not the time, which depends on the machine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+# Runs the command line as the console script does, then prints the modules it loaded.
+RUNNER = """
+import contextlib, io, sys
+from session_sql.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+print(code, *sorted(sys.modules))
+"""
+
+HEAVY = ("sqlalchemy", "psycopg", "pydantic", "rich", "session_sql._store", "session_sql.schema")
+CLI_EXTRAS = ("session_sql.cli.bench", "session_sql.cli.demo", "session_sql.cli._bench_raw")
+
+
+def loaded(cli, *args: str) -> set[str]:
+    """The modules ``session-sql ARGS`` loaded, run in a fresh interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUNNER, *args],
+        capture_output=True,
+        text=True,
+        cwd=cli.cwd,
+        env={**os.environ, **cli.env},
+        timeout=120,
+        check=False,
+    )
+    code, *modules = done.stdout.split()
+    assert code == "0", done.stderr
+    return set(modules)
+
+
+def among(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    """The ``modules`` that are one of ``names`` or inside one of them."""
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in names))
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_help_and_version_load_neither_the_store_nor_rich(sqlite_cli, args):
+    assert among(loaded(sqlite_cli, *args), HEAVY + CLI_EXTRAS) == []
+
+
+def test_reading_commands_load_neither_the_demo_nor_the_benchmark(sqlite_cli):
+    store = sqlite_cli.store()
+    try:
+        session = store.create_session("startup-1")
+        session.append("todo/write", {"items": [{"text": "one"}]})
+    finally:
+        store.close()
+    listing = loaded(sqlite_cli, "ls")
+    assert among(listing, (*CLI_EXTRAS, "rich", "session_sql.cli._render")) == []  # a pipe
+    assert "session_sql._store" in listing  # (the check sees what the command needs)
+    for args in (["show", "startup"], ["tail", "startup"], ["show", "startup", "--events"]):
+        assert among(loaded(sqlite_cli, *args), CLI_EXTRAS) == [], args
