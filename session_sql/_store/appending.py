@@ -217,7 +217,7 @@ def abandon(
     heads: list[Any],
     exc: BaseException,
     at: int | None = None,
-) -> int | None:
+) -> int:
     """After a statement of an append transaction raised ``exc``: a lost connection is
     discarded (not returned to the pool, where its reset would fail, or, without pre-ping, the
     next append would get it; the server has rolled back already), else the transaction is
