@@ -1,0 +1,355 @@
+"""PostgreSQL's append transactions, on a pooled connection of the store's engine.
+
+One session's append is one query in autocommit (:func:`one_query`: one round trip that also
+commits); several sessions' go through one pipeline, every insert counted; a big batch
+(``COPY_MIN_ROWS`` events or more) copies its rows. Each reads its outcome with
+``appending.classify``; the one query, which cannot count rows, makes the server fail it
+instead (a lost race is a division by zero, a row past the head a unique violation), and
+maps those errors onto the same rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql as pgsql
+from sqlalchemy import Table
+from sqlalchemy.util import await_
+
+from session_sql._store.appending import (
+    AppendPart,
+    Check,
+    Planned,
+    SurfaceOp,
+    abandon,
+    classify,
+    event_rows,
+    queue_head,
+    queue_rows,
+    refuse,
+    surface_ops,
+    surface_upkeep,
+    whole,
+)
+from session_sql._store.backends import append_postgresql_async as pg_async
+from session_sql._store.context import Compiled, StoreContext
+from session_sql._store.engine import PG_IDLE, begin_raw_write, pipeline
+from session_sql._store.rows import EVENT_VALUE_COLUMNS
+
+COPY_MIN_ROWS: Final = 32
+"""From this many events in one append transaction, PostgreSQL's events go in by ``COPY``."""
+
+ROW_SECURITY_ACTIVE: Final = "SELECT row_security_active(CAST(%s AS regclass))"
+SURFACE_COLUMNS: Final = ("tenant", "session_id", "pos", "event_seq")
+
+
+def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
+    """Append ``parts`` in one transaction (``appending.AppendDialect.append_parts``): one
+    session's as one query, a big batch by ``COPY``, else in one pipeline."""
+    bulk = sum(len(p.events) for p in parts) >= COPY_MIN_ROWS
+    if len(parts) == 1 and not bulk:
+        return None if _append_one_trip(ctx, parts[0]) else 0
+    c = ctx.compiled
+    unnest = c.insert_events_unnest
+    assert unnest is not None
+    planned = []
+    for p in parts:
+        values = event_rows(ctx, p)
+        count = len(values)
+        ops = surface_ops(ctx, p.session_id, p.transitions, p.next_pos)
+        if count > 1 and not bulk:
+            # The whole batch as one statement over column arrays (a big batch copies the
+            # tuples instead, see _append_bulk).
+            planned.append(Planned(p, unnest.sql, [unnest_values(values)], count, ops))
+        else:
+            planned.append(Planned(p, c.insert_event_values, values, count, ops))
+    if bulk:
+        return _append_bulk(ctx, parts, planned)
+    raw = ctx.engine.raw_connection()
+    try:
+        # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);
+        # the driver's own connection only for the pipeline.
+        dbapi = raw.dbapi_connection
+        assert dbapi is not None
+        return _append_pipelined(ctx, raw, dbapi, parts, planned)
+    finally:
+        raw.close()  # back to the pool, which resets it (or drops it when invalidated)
+
+
+def tenant_params(ctx: StoreContext) -> Any:
+    """The parameters of ``set_tenant``: this store's tenant."""
+    c = ctx.compiled.set_tenant
+    return c.bind({**c.defaults, "b_tenant": ctx.tenant})
+
+
+def _append_pipelined(
+    ctx: StoreContext, raw: Any, dbapi: Any, parts: Sequence[AppendPart], planned: list[Planned]
+) -> int | None:
+    """Several sessions' append in one pipeline: the tenant's ``SET LOCAL`` (row security)
+    first, then each part's head update, inserts and upkeep. The counts are known once the
+    pipeline has synced; the inserts run even when a head update matched no row (their
+    ``ON CONFLICT DO NOTHING`` keeps a taken key from aborting the pipeline), and
+    ``appending.classify`` reads that as the lost race it is."""
+    cur = raw.cursor()
+    heads: list[Any] = []
+    checks: list[Check] = []
+    begin_raw_write(ctx.engine, cur)
+    try:
+        with pipeline(raw.driver_connection):
+            cur.execute(ctx.compiled.set_tenant.sql, tenant_params(ctx))
+            for i, p in enumerate(planned):
+                queue_head(ctx, raw, p.part, heads)
+                queue_rows(ctx, raw, cur, p, i, checks)
+        if whole(parts, heads, checks):
+            dbapi.commit()
+            return None
+    except BaseException as exc:
+        return abandon(raw, dbapi, parts, heads, exc)
+    return refuse(dbapi, parts, heads, checks)
+
+
+def _append_bulk(
+    ctx: StoreContext, parts: Sequence[AppendPart], planned: list[Planned]
+) -> int | None:
+    """:func:`append_parts` for a big batch: the events by ``COPY``.
+
+    ``COPY`` cannot run in a pipeline, nor skip a taken key, so the order differs: one
+    pipeline with the tenant setting, whether row security applies (``COPY FROM`` refuses
+    such a table) and every conditional head update, whose counts decide before anything is
+    inserted (the session rows are then locked, so a taken key can only be a row already past
+    the head); then each session's events by ``COPY`` (or, under row security or on the async
+    driver, one counted ``INSERT … unnest``); then, when copying, each session's first batch of
+    ``COPY_MIN_ROWS`` surface rows or more by ``COPY`` (the server checks a surface row's two
+    foreign keys either way, but a statement per row costs it more than the row); then one
+    pipeline with the rest of the surface upkeep and ``NOTIFY``. The same transaction, checks
+    and outcomes (``appending.classify``) as the pipeline's.
+    """
+    c = ctx.compiled
+    raw = ctx.engine.raw_connection()
+    try:
+        dbapi = raw.dbapi_connection
+        assert dbapi is not None
+        cur = raw.cursor()
+        heads: list[Any] = []
+        checks: list[Check] = []
+        running: list[int] = []  # the part whose inserts run, while they do
+        try:
+            with pipeline(raw.driver_connection):
+                cur.execute(c.set_tenant.sql, tenant_params(ctx))
+                security = raw.cursor()
+                table = ctx.engine.dialect.identifier_preparer.format_table(ctx.tables.events)
+                security.execute(ROW_SECURITY_ACTIVE, (table,))
+                for p in planned:
+                    queue_head(ctx, raw, p.part, heads)
+            if whole(parts, heads, checks):
+                row = security.fetchone()
+                # The async adapter's cursor has no COPY.
+                copying = row is not None and not row[0] and hasattr(cur, "copy")
+                checks = _bulk_rows(ctx, raw, cur, planned, copying, running)
+                if whole(parts, heads, checks):
+                    dbapi.commit()
+                    return None
+        except BaseException as exc:
+            return abandon(raw, dbapi, parts, heads, exc, running[-1] if running else None)
+        return refuse(dbapi, parts, heads, checks)
+    finally:
+        raw.close()
+
+
+def _bulk_rows(
+    ctx: StoreContext,
+    raw: Any,
+    cur: Any,
+    planned: list[Planned],
+    copying: bool,
+    running: list[int],
+) -> list[Check]:
+    """:func:`_append_bulk`'s writes once every head update has matched: the counted inserts,
+    up to the first that wrote fewer rows than it was given (then nothing more runs)."""
+    upkeep = []
+    for i, p in enumerate(planned):
+        running.append(i)
+        _insert_values(cur, ctx, p.args, copying=copying)
+        if cur.rowcount != p.expected:
+            return [(cur, p.expected, i)]
+    for i, p in enumerate(planned):
+        running.append(i)
+        ops = p.ops
+        if copying and ops and ops[0][0] is SurfaceOp.INSERT_NODES:
+            rows = ops[0][1]
+            if len(rows) >= COPY_MIN_ROWS:
+                # The first batch of surface rows, when big, by COPY (it precedes the part's
+                # other surface statements).
+                with cur.copy(copy_statement(ctx.tables.surface, SURFACE_COLUMNS)) as copy:
+                    for r in rows:
+                        copy.write_row((r["tenant"], r["session_id"], r["pos"], r["event_seq"]))
+                if cur.rowcount != len(rows):
+                    return [(cur, len(rows), i)]
+                ops = ops[1:]
+        upkeep.append(ops)
+    running.clear()
+    checks: list[Check] = []
+    with pipeline(raw.driver_connection):
+        for i, (p, ops) in enumerate(zip(planned, upkeep, strict=True)):
+            surface_upkeep(ctx, raw, cur, p.part, ops, i, checks)
+    return checks
+
+
+def _insert_values(cur: Any, ctx: StoreContext, values: list[Any], *, copying: bool) -> None:
+    """Insert ``rows.event_values`` rows of one session past its (locked) head; the caller
+    checks ``cur.rowcount`` (a ``COPY`` raises on a taken key instead)."""
+    if not copying:
+        insert_rows(cur, ctx, values)
+        return
+    with cur.copy(copy_statement(ctx.tables.events, EVENT_VALUE_COLUMNS)) as copy:
+        for row in values:
+            copy.write_row(row)
+
+
+def unnest_values(values: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """``Statements.insert_events_unnest``'s parameters from ``rows.event_values`` rows."""
+    columns = zip(*values, strict=True)
+    return {f"u_{name}": list(col) for name, col in zip(EVENT_VALUE_COLUMNS, columns, strict=True)}
+
+
+def copy_statement(table: Table, columns: Sequence[str]) -> pgsql.Composed:
+    """``COPY table (columns) FROM STDIN``, identifiers quoted by psycopg."""
+    return pgsql.SQL("COPY {} ({}) FROM STDIN").format(
+        pgsql.Identifier(str(table.schema), table.name),
+        pgsql.SQL(", ").join(map(pgsql.Identifier, columns)),
+    )
+
+
+def one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[Any]]]:
+    """The statements of one session's append in PostgreSQL's one-round-trip form, each with
+    the parameters it runs with (one execution per entry): the tenant setting, the guarded
+    head update, the event rows, the surface upkeep and ``NOTIFY``, in that order.
+
+    Nothing in it depends on a row count read by the client (see ``Statements``): a lost
+    race fails the guard, a row past the head fails an insert, either way the whole
+    transaction rolls back, so it can be sent with its commit.
+    """
+    c = ctx.compiled
+    out: list[tuple[Compiled, list[Any]]] = [
+        (c.set_tenant, [tenant_params(ctx)]),
+        (c.guarded_advance, [c.guarded_advance.bind(part.advance)]),
+    ]
+    out.append((c.insert_event_strict, event_rows(ctx, part)))  # in the statement's order
+    for op, params in surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
+        if op is SurfaceOp.INSERT_NODES:
+            out.append((c.insert_node_strict, params))
+        elif op is SurfaceOp.DROP_NODES:
+            out.append((c.drop_node, params))
+        else:
+            out.append((c.retarget_node, [params]))
+    if ctx.channel is not None:
+        payload = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
+        out.append((c.notify, [c.notify.bind(payload)]))
+    return out
+
+
+def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPart) -> str:
+    """:func:`one_trip`'s statements joined into one query and bound by one call of ``bind``
+    (a client cursor's ``mogrify``), in their positional form: a call per statement cost
+    the driver's fixed work (a transformer, the query's lookup) seven times over. An insert
+    of several rows is one multi-row ``VALUES`` statement: one statement for the server to
+    parse, and no arrays for the client to adapt (binding ``unnest`` arrays cost more than
+    the rows' own values)."""
+    statements: list[str] = []
+    values: list[Any] = []
+    for stmt, params in one_trip(ctx, part):
+        sql, names = stmt.positional
+        if len(params) > 1 and sql.startswith("INSERT "):
+            head, sep, row = sql.partition(" VALUES ")
+            statements.append(head + sep + ", ".join([row] * len(params)))
+        else:
+            statements.extend([sql] * len(params))
+        for one in params:
+            values.extend(one if type(one) is tuple else [one[name] for name in names])
+    return bind(";".join(statements), values)
+
+
+def one_trip_outcome(exc: psycopg.Error, part: AppendPart) -> bool:
+    """What a failed one query means (nothing was written), by ``appending.classify``: its
+    statements run in order, so the guard's division by zero is the head update matching no
+    row, and any later error ran under the matched head. False for a lost race;
+    ``CorruptSessionError`` raised for a taken key; anything else re-raised."""
+    matched = 0 if isinstance(exc, psycopg.errors.DivisionByZero) else 1
+    classify([part], [matched], at=0, error=exc)
+    return False
+
+
+def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
+    """One session's append as one round trip that also commits: False (nothing written)
+    when its head update matched no row.
+
+    The statements of :func:`one_trip`, bound on the client, go as one query on a pooled
+    connection put in autocommit: several statements in one query are one implicit
+    transaction, committed when the query returns or rolled back whole by the first error.
+    One query is one send and one wait, where a pipeline flushes and polls once per
+    statement. The connection goes back to the pool as it came (autocommit off, idle).
+    """
+    raw = ctx.engine.raw_connection()
+    try:
+        dbapi: Any = raw.dbapi_connection  # the async engine's adapts an AsyncConnection
+        driver: Any = raw.driver_connection
+        dbapi.autocommit = True
+        try:
+            if isinstance(driver, psycopg.AsyncConnection):  # inside greenlet_spawn
+                cursor = psycopg.AsyncClientCursor(driver)
+                return bool(await_(pg_async.append_async(ctx, cursor, part)))
+            cur = psycopg.ClientCursor(driver)
+            try:
+                cur.execute(one_query(cur.mogrify, ctx, part))  # compiled statements
+            except psycopg.Error as exc:
+                if driver.broken:
+                    raise
+                return one_trip_outcome(exc, part)
+            return True
+        except BaseException:
+            # Lost, or interrupted inside the query (its transaction then runs or rolls back
+            # on the server alone): the pool drops the connection (see appending.abandon).
+            if driver.broken or driver.info.transaction_status != PG_IDLE:
+                raw.invalidate()
+            raise
+        finally:
+            if not driver.closed and driver.info.transaction_status == PG_IDLE:
+                dbapi.autocommit = False
+    finally:
+        raw.close()
+
+
+def insert_rows(cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
+    """One statement over column arrays (``Statements.insert_events_unnest``); the caller
+    checks the count."""
+    unnest = ctx.compiled.insert_events_unnest
+    assert unnest is not None
+    cur.execute(unnest.sql, unnest_values(rows))
+
+
+def insert_nodes(cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
+    """``executemany`` of the surface insert, each tuple named for its pyformat parameters."""
+    named = [dict(zip(SURFACE_COLUMNS, row, strict=True)) for row in rows]
+    cur.executemany(ctx.compiled.insert_node.sql, named)
+
+
+def copy_allowed(cur: Any, ctx: StoreContext) -> bool:
+    """``COPY`` needs the sync driver's cursor (the async engine's adapted one has none), and
+    no row-level security on ``events`` for this role (``COPY FROM`` refuses such a table)."""
+    if not hasattr(cur, "copy"):
+        return False
+    cur.execute(
+        ROW_SECURITY_ACTIVE,
+        (ctx.engine.dialect.identifier_preparer.format_table(ctx.tables.events),),
+    )
+    row = cur.fetchone()
+    return row is not None and not row[0]
+
+
+def begin_read(ctx: StoreContext, raw: Any) -> None:
+    """The tenant setting first, in one pipeline with psycopg's ``BEGIN`` (the read's rows
+    are then fetched outside the pipeline, as the async adapter needs)."""
+    with pipeline(raw.driver_connection):
+        raw.cursor().execute(ctx.compiled.set_tenant.sql, tenant_params(ctx))

@@ -1,0 +1,76 @@
+"""The async store's appends and refresh reads on PostgreSQL, on a psycopg
+``AsyncConnection``: the sync store's one query (``append_postgresql.one_query``), natively
+awaited, with the same outcome rule (``append_postgresql.one_trip_outcome``).
+
+The two modules import each other as modules (each uses the other's functions only when
+called), so either may be imported first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import psycopg
+
+from session_sql._store.appending import AppendPart
+from session_sql._store.backends import append_postgresql as pg
+from session_sql._store.context import StoreContext
+
+
+async def append_async(
+    ctx: StoreContext, cur: psycopg.AsyncClientCursor[Any], part: AppendPart
+) -> bool:
+    """``fastpath.append`` on a psycopg ``AsyncConnection`` (PostgreSQL, the async store): the
+    same statements, checks and outcome as the sync store's one round trip, natively awaited.
+
+    ``cur`` is a client-binding cursor on a connection that is idle, in autocommit, and the
+    caller's alone. Each await on the asyncio driver costs a trip through the event loop, so
+    the statements of ``append_postgresql.one_trip`` are bound on the client and sent as one
+    query: one await, one round trip, and (several statements in one query being one implicit
+    transaction) committed when it returns, or rolled back whole by the first error.
+    Afterwards the connection is idle again, unless it broke.
+    """
+    query = pg.one_query(cur.mogrify, ctx, part)
+    try:
+        await cur.execute(query)  # compiled statements, bound by the driver
+    except psycopg.Error as exc:
+        if cur.connection.broken:
+            raise
+        return pg.one_trip_outcome(exc, part)
+    return True
+
+
+class StoredHead(NamedTuple):
+    """The session row's columns that ``refresh`` checks (``Statements.refresh_rows``' first)."""
+
+    head_seq: int
+    surface_next_pos: int
+    replace_generation: int
+    surface_digest: int
+    incarnation: str
+
+
+async def read_new_async(
+    ctx: StoreContext, cur: Any, session_id: str, from_seq: int
+) -> tuple[StoredHead, list[Any]] | None:
+    """``refresh``'s reads on a kept psycopg ``AsyncClientCursor`` (PostgreSQL, the async
+    store): the session row and its event rows from ``from_seq`` up to its head (``None``
+    when there is no such session).
+
+    The tenant setting and one statement that outer-joins the row to those events (one
+    snapshot, as the sync read's head-bounded pair gives), bound on the client and sent as
+    one query: one await and one round trip, where the pooled path pays a checkout,
+    ``BEGIN``, two reads and the end of its transaction.
+    """
+    c = ctx.compiled.refresh_rows
+    params = c.bind({**c.defaults, "b_tenant": ctx.tenant, "b_id": session_id, "b_from": from_seq})
+    tenant = ctx.compiled.set_tenant
+    await cur.execute(
+        ";".join([cur.mogrify(tenant.sql, pg.tenant_params(ctx)), cur.mogrify(c.sql, params)])
+    )
+    cur.nextset()  # past the tenant setting's result
+    rows = await cur.fetchall()
+    if not rows:
+        return None
+    columns = len(StoredHead._fields)
+    return StoredHead(*rows[0][:columns]), [r[columns:] for r in rows if r[columns] is not None]

@@ -1,0 +1,198 @@
+"""Writing a new session's rows: a whole session in one transaction (:func:`insert_session`,
+with appends to other sessions in it), and an import's batches (:class:`BulkWriter`).
+
+The dialect's inserts come from its module (``appending.AppendDialect``), which ``fastpath``
+picks; so does the appends' outcome (``appending.classify``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table, insert
+
+from session_sql._store.appending import (
+    AppendDialect,
+    AppendPart,
+    Check,
+    classify,
+    event_rows,
+    first_short,
+    queue_head,
+    surface_ops,
+    surface_upkeep,
+    whole,
+)
+from session_sql._store.backends.append_postgresql import SURFACE_COLUMNS, copy_statement
+from session_sql._store.context import StoreContext
+from session_sql._store.engine import write_tx
+from session_sql._store.rows import EVENT_VALUE_COLUMNS
+from session_sql.errors import SessionExistsError, StoreError
+
+INSERT_CHUNK = 1000
+
+
+class _LostRaceError(Exception):
+    """Inside :func:`insert_session`: part ``index``'s head update matched no row."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
+def insert_session(
+    ctx: StoreContext,
+    dialect: AppendDialect,
+    row: Mapping[str, Any],
+    event_rows: Sequence[tuple[Any, ...]],
+    surface_rows: Sequence[tuple[int, int]],
+    parts: Sequence[AppendPart] = (),
+) -> int | None:
+    """Write a whole new session (its ``sessions`` row, events, surface rows) in one transaction,
+    with the appends ``parts`` to other sessions in it (as ``fastpath.append_parts`` does them).
+
+    ``event_rows`` are ``rows.event_values`` rows (the JSON text already serialised and
+    checked); raises ``SessionExistsError`` when the id is taken. Returns ``None`` once
+    committed, or the index of the first part whose head update matched no row (nothing
+    written).
+    """
+    try:
+        _insert_session(ctx, dialect, row, event_rows, surface_rows, parts)
+    except _LostRaceError as lost:
+        return lost.index
+    return None
+
+
+def _insert_session(
+    ctx: StoreContext,
+    dialect: AppendDialect,
+    row: Mapping[str, Any],
+    event_rows: Sequence[tuple[Any, ...]],
+    surface_rows: Sequence[tuple[int, int]],
+    parts: Sequence[AppendPart],
+) -> None:
+    t = ctx.tables
+    session_id = str(row["id"])
+    with write_tx(ctx.engine) as conn:
+        taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
+        if taken.first() is not None:
+            raise SessionExistsError.for_session(session_id)
+        conn.execute(insert(t.sessions), dict(row))
+        for i in range(0, len(event_rows), INSERT_CHUNK):
+            insert_events(conn, ctx, dialect, event_rows[i : i + INSERT_CHUNK])
+        for i in range(0, len(surface_rows), INSERT_CHUNK):
+            conn.execute(
+                insert(t.surface),
+                [
+                    {"tenant": ctx.tenant, "session_id": session_id, "pos": pos, "event_seq": seq}
+                    for pos, seq in surface_rows[i : i + INSERT_CHUNK]
+                ],
+            )
+        if event_rows and ctx.channel is not None:
+            # Wakes followers; delivered at commit, dropped on rollback.
+            payload = {
+                "b_channel": ctx.channel,
+                "b_payload": ctx.payload(session_id, int(row["head_seq"])),
+            }
+            conn.execute(ctx.statements.notify, payload)
+        for i, part in enumerate(parts):
+            heads, checks = _append_in(conn, ctx, dialect, part)
+            if not whole([part], heads, checks):
+                # Raises CorruptSessionError for rows past the head; either way the whole
+                # transaction rolls back.
+                classify([part], [h.rowcount for h in heads], at=first_short(checks))
+                raise _LostRaceError(i)
+
+
+def _append_in(
+    conn: Connection, ctx: StoreContext, dialect: AppendDialect, part: AppendPart
+) -> tuple[list[Any], list[Check]]:
+    """One append part in ``conn``'s transaction, statement by statement, up to the first
+    that says it cannot be written: its head update cursor and counted inserts, for
+    ``appending.whole`` and ``appending.classify``."""
+    raw = conn.connection
+    heads: list[Any] = []
+    if queue_head(ctx, raw, part, heads).rowcount != 1:
+        return heads, []
+    rows = event_rows(ctx, part)
+    cur = raw.cursor()
+    try:
+        dialect.insert_rows(cur, ctx, rows)
+        checks: list[Check] = [(cur, len(rows), 0)]
+        if cur.rowcount != len(rows):
+            return heads, checks
+        ops = surface_ops(ctx, part.session_id, part.transitions, part.next_pos)
+        surface_upkeep(ctx, raw, cur, part, ops, 0, checks)
+        checks = checks[1:]  # cur's count is the upkeep's now
+    finally:
+        cur.close()
+    return heads, checks
+
+
+def insert_events(
+    conn: Connection, ctx: StoreContext, dialect: AppendDialect, rows: Sequence[tuple[Any, ...]]
+) -> None:
+    """Insert ``rows.event_values`` rows of a new session in ``conn``'s transaction, on its
+    DBAPI connection. Raises ``StoreError`` unless every row went in."""
+    if not rows:
+        return
+    cursor = conn.connection.cursor()
+    try:
+        dialect.insert_rows(cursor, ctx, rows)
+        if cursor.rowcount != len(rows):  # a new session's seqs cannot be taken
+            raise StoreError(f"inserted {cursor.rowcount} of {len(rows)} event rows")
+    finally:
+        cursor.close()
+
+
+class BulkWriter:
+    """Rows of a new session, written in its transaction on ``conn`` (an import's).
+
+    SQLite: ``executemany`` of the prepared inserts. PostgreSQL: ``COPY`` when row-level
+    security does not apply to this role (an owner's: COPY FROM refuses a table under row
+    security) and the driver is the sync one; otherwise one ``INSERT … unnest`` statement
+    per batch of events and ``executemany`` of the surface insert. Every batch must go in
+    whole (``StoreError``).
+    """
+
+    def __init__(self, conn: Connection, ctx: StoreContext, dialect: AppendDialect) -> None:
+        self.ctx = ctx
+        self.dialect = dialect
+        self.cursor = conn.connection.cursor()
+        self.copy = dialect.copy_allowed(self.cursor, ctx)
+
+    def close(self) -> None:
+        self.cursor.close()
+
+    def events(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert ``rows.event_values`` rows."""
+        if not rows:
+            return
+        if self.copy:
+            self._copy(self.ctx.tables.events, EVENT_VALUE_COLUMNS, rows)
+            return
+        self.dialect.insert_rows(self.cursor, self.ctx, rows)
+        self._check(len(rows), "event")
+
+    def surface(self, session_id: str, rows: Sequence[tuple[int, int]]) -> None:
+        """Insert the surface rows ``(pos, event_seq)`` of ``session_id``."""
+        if not rows:
+            return
+        tenant = self.ctx.tenant
+        values = [(tenant, session_id, pos, seq) for pos, seq in rows]
+        if self.copy:
+            self._copy(self.ctx.tables.surface, SURFACE_COLUMNS, values)
+            return
+        self.dialect.insert_nodes(self.cursor, self.ctx, values)
+        self._check(len(rows), "surface")
+
+    def _copy(self, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+        with self.cursor.copy(copy_statement(table, columns)) as copy:
+            for row in rows:
+                copy.write_row(row)
+        self._check(len(rows), table.name)
+
+    def _check(self, count: int, what: str) -> None:
+        if self.cursor.rowcount != count:  # a new session's keys cannot be taken
+            raise StoreError(f"inserted {self.cursor.rowcount} of {count} {what} rows")
