@@ -10,8 +10,9 @@ and each call runs the sync store's very code off the event loop's I/O:
   This is ``AsyncConnection.run_sync`` at the grain of a whole public method, so each method
   keeps its one transaction, and no method had to be split for the async API.
 
-The append pipeline is ``Session``'s: ``_begin_append`` (reentrancy flag, snapshot, rules,
-plan, validators) on the loop, the persist step awaited, then ``_commit`` and ``_notify``.
+An ``AsyncStoredSession`` wraps the sync store's handle. Its append is that handle's
+``PendingAppend`` (reentrancy flag, snapshot, rules, plan, validators) on the loop, the persist
+step awaited, then the commit into memory and the observers.
 Every call runs to completion even when its task is cancelled: the cancellation is raised
 after the call has finished, so a cancelled append either committed (and the handle shows
 it) or wrote nothing, never half, and the handle stays usable.
@@ -24,28 +25,26 @@ import contextlib
 import functools
 import itertools
 import os
-import queue
-import threading
 from collections.abc import (
     AsyncIterator,
     Callable,
-    Coroutine,
     Generator,
     Iterable,
     Iterator,
     Mapping,
     Sequence,
 )
-from typing import IO, Any, Literal, TypeVar, cast
+from typing import IO, Any, Literal, TypeVar
 
-from sqlalchemy.util import await_, greenlet_spawn
+from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
-from session_sql._store import fastpath, reader
+from session_sql._store import fastpath, forwarding, reader
 from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait, listen_statement
 from session_sql._store.metadata import UNSET, _Unset
 from session_sql._store.opening import StoredLog
+from session_sql._store.running import _OffloadedFile, _Runner, _settle, _Uninterrupted
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats
 from session_sql._store.store import (
@@ -67,232 +66,26 @@ from session_sql.catalog import Catalog
 from session_sql.errors import (
     ConcurrencyError,
     InvalidArgumentError,
-    PermanentStoreError,
     StoreError,
 )
 from session_sql.events import SessionEvent, SurfaceOp
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.messages import SurfaceMessage
+from session_sql.pending import Item, abandon_all, batch_items, commit_all
 from session_sql.session import Session
 
 T = TypeVar("T")
 
 
-class _Pinned(asyncio.Future[T]):
-    """A future that refuses ``cancel()``: the calls of ``_Runner`` run to their end.
-
-    A task cancelled while it awaits one is not woken: asyncio notes the cancellation and
-    raises it in the task once the future is done, so the caller sees the outcome first
-    (``future.done()`` holds wherever that ``CancelledError`` is caught).
-    """
-
-    def cancel(self, msg: Any = None) -> bool:
-        return False
-
-
-async def _settle(future: _Pinned[Any]) -> bool:
-    """Wait until ``future`` is done, whatever happens to the waiting task.
-
-    Returns whether the waiting task was cancelled meanwhile; the caller re-raises the
-    cancellation once it has applied the outcome (``future.result()``).
-    """
-    try:
-        await future
-    except asyncio.CancelledError:
-        if not future.done():  # pragma: no cover - a pinned future is never cancelled
-            raise
-        return True
-    except BaseException:
-        pass  # the call's own error: the caller reads it from the future
-    return False
-
-
-class _Uninterrupted:
-    """Awaiting it runs ``coro`` to its end in the awaiting task; a cancellation of that task
-    meanwhile is held back and noted in ``cancelled`` (the caller raises it afterwards).
-
-    What ``_settle`` gives a call run as a future of its own, without the task: a task, and
-    the loop iterations that start it and report its end, cost an async append more client
-    CPU than its whole wait for the server. The task waits on a future of this object's
-    instead of the one ``coro`` waits on, so the cancellation, which cancels the future its
-    task waits on, never reaches ``coro``: its future (a socket wait, a lock) is left alone
-    and the wait goes on with a new future of ours.
-    """
-
-    __slots__ = ("_coro", "cancelled")
-
-    def __init__(self, coro: Coroutine[Any, Any, None]) -> None:
-        self._coro = coro
-        self.cancelled = False
-
-    def __await__(self) -> Generator[Any, None, None]:
-        coro = self._coro
-        try:
-            while True:
-                try:
-                    awaited = coro.send(None)
-                except StopIteration:
-                    return
-                if awaited is None:  # a bare yield (asyncio.sleep(0)): the loop's next turn
-                    try:
-                        yield None
-                    except asyncio.CancelledError:
-                        self.cancelled = True
-                    continue
-                awaited._asyncio_future_blocking = False  # taken, as a task takes it
-                while not awaited.done():
-                    ours = awaited.get_loop().create_future()
-                    awaited.add_done_callback(functools.partial(_resolve, ours))
-                    ours._asyncio_future_blocking = True
-                    try:
-                        yield ours
-                    except asyncio.CancelledError:  # ours was cancelled, awaited is not
-                        self.cancelled = True
-        finally:
-            coro.close()  # nothing to do once it returned; closed if we are closed early
-
-
-def _resolve(ours: asyncio.Future[Any], _: object) -> None:
-    if not ours.done():
-        ours.set_result(None)
-
-
-def _copy_outcome(pinned: _Pinned[Any], task: asyncio.Future[Any]) -> None:
-    if task.cancelled():  # only by the loop's own shutdown: nobody is left to see it
-        pinned.set_exception(asyncio.CancelledError())
-    elif (exc := task.exception()) is not None:
-        pinned.set_exception(exc)
-    else:
-        pinned.set_result(task.result())
-
-
-def _deliver(future: _Pinned[Any], result: Any, exc: BaseException | None) -> None:
-    if exc is None:
-        future.set_result(result)
-    else:
-        future.set_exception(exc)
-
-
-class _Threads:
-    """SQLite's worker threads: one queue of calls, each outcome handed to its loop.
-
-    What ``loop.run_in_executor`` does with a ``ThreadPoolExecutor``, for less: that pair
-    costs a call about 50 µs more CPU (its Python-level locks, semaphore and future chain),
-    a sixth of a small append's. Daemon threads, so a store left open never holds up the
-    interpreter's exit.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-
-    def submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> _Pinned[T]:
-        loop = asyncio.get_running_loop()
-        future: _Pinned[T] = _Pinned(loop=loop)
-        if not self._threads:
-            self._threads = [
-                threading.Thread(target=self._work, name=f"session_sql_{i}", daemon=True)
-                for i in range(self._size)
-            ]
-            for thread in self._threads:
-                thread.start()
-        self._calls.put((fn, args, future, loop))
-        return future
-
-    def _work(self) -> None:
-        while (call := self._calls.get()) is not None:
-            fn, args, future, loop = call
-            outcome: tuple[Any, BaseException | None]
-            try:
-                outcome = (fn(*args), None)
-            except BaseException as exc:
-                outcome = (None, exc)
-            del fn, args, call
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-                loop.call_soon_threadsafe(_deliver, future, *outcome)
-            del future, outcome
-
-    def shutdown(self) -> None:
-        for _ in self._threads:
-            self._calls.put(None)
-        self._threads = []
-
-
-class _Runner:
-    """Where the sync store's code runs: worker threads (SQLite) or a greenlet (PostgreSQL)."""
-
-    def __init__(self, *, threads: int | None) -> None:
-        self.threaded = threads is not None
-        self.closed = False
-        self.writers: AsyncWriteConnections | None = None
-        """PostgreSQL: the connections appends run on, natively awaited (set once open)."""
-        self._threads = None if threads is None else _Threads(threads)
-
-    def submit(self, fn: Callable[..., T], *args: Any) -> _Pinned[T]:
-        """Start ``fn(*args)``; its future runs on even if the caller is cancelled."""
-        if self.closed:
-            raise PermanentStoreError.closed("open_async_store")
-        if self._threads is not None:
-            return self._threads.submit(fn, args)
-        task = asyncio.ensure_future(greenlet_spawn(fn, *args))
-        pinned: _Pinned[T] = _Pinned(loop=task.get_loop())
-        task.add_done_callback(functools.partial(_copy_outcome, pinned))
-        return pinned
-
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` run to completion; a cancellation is raised after it has finished."""
-        return await self.submit(fn, *args)
-
-    def shutdown(self) -> None:
-        """Stop the worker threads (idle by now: every call ran to completion)."""
-        self.closed = True
-        if self._threads is not None:
-            self._threads.shutdown()
-
-
-class _OffloadedFile:
-    """A file used from a greenlet on the loop (PostgreSQL's import and export) whose reads and
-    writes run in a worker thread, a chunk at a time: the loop never waits on the disk."""
-
-    CHUNK = 1 << 18
-
-    def __init__(self, fh: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._fh = fh
-        self._loop = loop
-        self._pending: list[str] = []
-        self._size = 0
-
-    def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await_(self._loop.run_in_executor(None, fn, *args))
-
-    def write(self, text: str) -> int:
-        self._pending.append(text)
-        self._size += len(text)
-        if self._size >= self.CHUNK:
-            self.flush()
-        return len(text)
-
-    def flush(self) -> None:
-        if self._pending:
-            data = "".join(self._pending)
-            self._pending, self._size = [], 0
-            self._in_thread(self._fh.write, data)
-
-    def __iter__(self) -> Iterator[Any]:
-        while lines := self._in_thread(self._fh.readlines, self.CHUNK):
-            yield from lines
-
-    def close(self) -> None:
-        self._in_thread(self._fh.close)
-
-
-class AsyncStoredSession(StoredSession):
+class AsyncStoredSession:
     """A write handle whose ``append``, ``append_many`` and ``refresh`` are coroutines.
 
-    The readers (``seq``, ``surface``, ``messages()``, ``events``, ``first_live_seq``, ...)
-    and ``add_validator``/``subscribe`` are ``StoredSession``'s, synchronous (no I/O).
-    Appends and refreshes on one handle run one at a time, in call order.
+    It wraps the sync store's handle, a ``StoredSession``, as SQLAlchemy's ``AsyncSession``
+    wraps a ``Session``: the readers (``seq``, ``surface``, ``messages()``, ``events``,
+    ``first_live_seq``, ...) and ``add_validator``/``subscribe`` are that handle's, forwarded,
+    synchronous (no I/O); the coroutines run its very append (``PendingAppend``) with the
+    persist step awaited. Validators and observers are handed this handle. Appends and
+    refreshes on one handle run one at a time, in call order.
 
     A handle from ``open_session(..., read_log=False)`` holds the surface's events and the
     last event; the rest of its log is read by ``await read_log()``. ``events``,
@@ -301,30 +94,43 @@ class AsyncStoredSession(StoredSession):
     through the loop. ``open_session`` reads it by default.
     """
 
-    _runner: _Runner
-    _lock: loopsafe.Semaphore
-    _loop: asyncio.AbstractEventLoop
-    _read_stored: Callable[[int], list[SessionEvent]]
+    # The sync handle's readers, forwarded (see forwarding): typed and documented as its own.
+    id = forwarding.reader(StoredSession.id)
+    header = forwarding.reader(StoredSession.header)
+    catalog = forwarding.reader(StoredSession.catalog)
+    seq = forwarding.reader(StoredSession.seq)
+    events = forwarding.reader(StoredSession.events)
+    surface = forwarding.reader(StoredSession.surface)
+    first_live_seq = forwarding.reader(lambda s: s.first_live_seq)
+    inherited_event_count = forwarding.reader(lambda s: s.inherited_event_count)
+    messages = forwarding.method(StoredSession.messages)
+    surface_messages = forwarding.method(StoredSession.surface_messages)
+    message_for = forwarding.method(StoredSession.message_for)
+    request_header = forwarding.method(StoredSession.request_header)
+    add_validator = forwarding.method(StoredSession.add_validator)
+    subscribe = forwarding.method(StoredSession.subscribe)
+    fork = forwarding.method(StoredSession.fork)
 
-    @classmethod
-    def _adopt_handle(cls, handle: StoredSession, runner: _Runner) -> AsyncStoredSession:
-        """The async face of a handle the sync store just built (which is then discarded)."""
-        session = cls.__new__(cls)
-        session.__dict__.update(handle.__dict__)
-        session._runner = runner
-        session._lock = loopsafe.Semaphore()
-        session._loop = asyncio.get_running_loop()
-        log = session._log
+    def __init__(self, handle: StoredSession, runner: _Runner) -> None:
+        """The async face of a handle the sync store just built (used through this one only:
+        its appends would not go through this handle's lock, nor be awaited)."""
+        self._sync = handle
+        self._runner = runner
+        self._lock = loopsafe.Semaphore()
+        self._loop = asyncio.get_running_loop()
+        log = handle._log
         if isinstance(log, StoredLog) and not log.is_read:
-            session._read_stored = log.fetch  # the sync read, run by the runner from now on
-            log.fetch = session._fetch_through_loop
-        return session
+            self._read_stored = log.fetch  # the sync read, run by the runner from now on
+            log.fetch = self._fetch_through_loop
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r}, seq={self.seq})"
 
     async def read_log(self) -> None:
         """Read the stored events that ``open_session`` left in the store (checked as a load
         checks them), so that ``events``, ``request_header()`` and ``fork()`` need no I/O;
         nothing to do when they are in memory already."""
-        log = self._log
+        log = self._sync._log
         if isinstance(log, StoredLog) and not log.is_read:
             events = await self._runner.call(self._read_stored, log.stored)
             if not log.is_read:
@@ -350,7 +156,7 @@ class AsyncStoredSession(StoredSession):
         )
         return future.result()
 
-    async def append(  # type: ignore[override]
+    async def append(
         self,
         type: str,
         data: Any = None,
@@ -363,78 +169,79 @@ class AsyncStoredSession(StoredSession):
         item = (type, data, surface_op, source_event_seqs, ignorable, None)
         return (await self._append_async([item]))[0]
 
-    async def append_many(  # type: ignore[override]
-        self, items: Iterable[Mapping[str, Any]]
-    ) -> list[SessionEvent]:
+    async def append_many(self, items: Iterable[Mapping[str, Any]]) -> list[SessionEvent]:
         """Append several events atomically: all commit or none does."""
-        return await self._append_async(Session._batch_items(items))
+        return await self._append_async(batch_items(items))
 
-    async def refresh(self) -> list[SessionEvent]:  # type: ignore[override]
+    async def refresh(self) -> list[SessionEvent]:
         """Load (and fully validate) what other writers appended; returns the new events."""
+        sync = self._sync
         async with self._lock:
             writers = self._runner.writers
             if writers is None:
-                row, rows = await self._runner.call(self._read_new)
+                row, rows = await self._runner.call(sync._read_new)
             else:
                 row, rows = await self._read_new_async(writers)
-            return self._fold_new(row, rows)
+            return sync._fold_new(row, rows)
 
     async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, list[Any]]:
         """``_read_new`` on PostgreSQL: one query on a kept connection
         (``fastpath.read_new_async``), with the same checks of the row."""
+        sync = self._sync
         raw = await writers.take()
         try:
-            with translate_errors(self.id):
+            with translate_errors(sync.id):
                 found = await fastpath.read_new_async(
-                    self._ctx, writers.cursor(raw), self.id, self.seq
+                    sync._ctx, writers.cursor(raw), sync.id, sync.seq
                 )
         finally:
             await writers.give(raw)
         row, rows = found if found is not None else (None, [])
-        return self._this_session(row), rows
+        return sync._this_session(row), rows
 
-    async def _append_async(self, batch: list[Any]) -> list[SessionEvent]:
+    async def _append_async(self, batch: list[Item]) -> list[SessionEvent]:
+        """The sync handle's append, its persist step awaited; run to its end even when the
+        task is cancelled meanwhile (the cancellation is raised once the batch is committed
+        or abandoned)."""
         if not batch:
             return []
+        sync = self._sync
         async with self._lock:
-            events, transitions = self._begin_append(batch)
-            try:
+            with sync._begin_append(batch, self) as pending:
                 if self._runner.writers is None:
-                    persisted = self._runner.submit(self._persist, events, transitions)
+                    persisted = self._runner.submit(sync._persist, pending)
                     cancelled = await _settle(persisted)
                     persisted.result()  # the persist step's error, with nothing changed
                 else:
-                    persist = _Uninterrupted(self._persist_async(events, transitions))
+                    persist = _Uninterrupted(self._persist_async(pending))
                     try:
                         await persist  # its error, with nothing changed
                     finally:
                         cancelled = persist.cancelled
-                self._commit(events, transitions)
-            finally:
-                self._busy = False
-            self._notify(events)
         if cancelled:
             raise asyncio.CancelledError
-        return events
+        return pending.events
 
-    async def _persist_async(self, events: list[SessionEvent], transitions: list[Any]) -> None:
+    async def _persist_async(self, pending: Prepared) -> None:
         """``_persist`` on PostgreSQL: the same transaction, on a natively awaited connection
         (``fastpath.append_async``); the lost-race diagnosis is the sync store's own."""
         writers = self._runner.writers
         assert writers is not None
-        part = self._append_part(events, transitions)
-        with translate_errors(self.id):
+        sync = self._sync
+        part = sync._append_part(pending)
+        with translate_errors(sync.id):
             raw = await writers.take()
             try:
-                moved = await fastpath.append_async(self._ctx, writers.cursor(raw), part)
+                moved = await fastpath.append_async(sync._ctx, writers.cursor(raw), part)
             finally:
                 await writers.give(raw)
         if not moved:
             await greenlet_spawn(self._diagnose_lost_race)
 
     def _diagnose_lost_race(self) -> None:
-        with translate_errors(self.id), read_tx(self._ctx.engine) as conn:
-            self._raise_lost_race(conn)
+        sync = self._sync
+        with translate_errors(sync.id), read_tx(sync._ctx.engine) as conn:
+            sync._raise_lost_race(conn)
 
 
 class AsyncSessionStore:
@@ -537,7 +344,7 @@ class AsyncSessionStore:
 
     async def _handle(self, fn: Callable[..., StoredSession], *args: Any) -> AsyncStoredSession:
         handle = await self._runner.call(fn, *args)
-        return AsyncStoredSession._adopt_handle(handle, self._runner)
+        return AsyncStoredSession(handle, self._runner)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -563,14 +370,14 @@ class AsyncSessionStore:
         return await self._handle(create, session_id)
 
     async def append_together(
-        self, writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]]
+        self, writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]]
     ) -> list[list[SessionEvent]]:
         """Append to several sessions in one transaction (see ``SessionStore.append_together``)."""
         return await self._append_together(writes)
 
     async def _append_together(
         self,
-        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]],
         *,
         heads: Mapping[str, int] | None = None,
     ) -> list[list[SessionEvent]]:
@@ -585,7 +392,7 @@ class AsyncSessionStore:
         self,
         session_id: str,
         *,
-        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]],
         header: Mapping[str, Any] | None = None,
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
@@ -601,19 +408,19 @@ class AsyncSessionStore:
 
         created, done = await self._together(writes, persist, {})
         assert created is not None
-        return AsyncStoredSession._adopt_handle(created, self._runner), done
+        return AsyncStoredSession(created, self._runner), done
 
     async def _together(
         self,
-        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]],
         persist: Callable[[list[Prepared]], T] | None,
         heads: Mapping[str, int],
     ) -> tuple[T | None, list[list[SessionEvent]]]:
         """Prepare ``writes`` under their handles' locks, run ``persist`` on them (one
         transaction; None: ``persist_together``, skipped when there is nothing to write) and
         commit them to the handles; returns ``persist``'s result."""
-        checked = check_together(self._store._ctx, writes)
-        for i, (handle, _) in enumerate(checked):
+        checked = check_together(self._store._ctx, writes, _sync_of)
+        for i, (handle, _, _) in enumerate(checked):
             if not isinstance(handle, AsyncStoredSession):
                 raise InvalidArgumentError(
                     f"writes[{i}]: {handle!r} is not a handle of the async store",
@@ -622,15 +429,15 @@ class AsyncSessionStore:
         async with contextlib.AsyncExitStack() as locks:
             # Each handle's appends run one at a time; taken in id order, so no two calls wait
             # on each other's locks.
-            for handle, _ in sorted(checked, key=lambda pair: pair[0].id):
-                await locks.enter_async_context(cast(AsyncStoredSession, handle)._lock)
-            for handle, _ in checked:
-                expected = heads.get(handle.id)
-                if expected is not None and handle.seq - 1 != expected:
+            for handle, _, _ in sorted(checked, key=lambda entry: entry[1].id):
+                await locks.enter_async_context(handle._lock)
+            for _, sync, _ in checked:
+                expected = heads.get(sync.id)
+                if expected is not None and sync.seq - 1 != expected:
                     raise ConcurrencyError(
-                        f"session {handle.id!r}: the log moved past seq {expected} (its head "
-                        f"is seq {handle.seq - 1}); reload and retry",
-                        session_id=handle.id,
+                        f"session {sync.id!r}: the log moved past seq {expected} (its head "
+                        f"is seq {sync.seq - 1}); reload and retry",
+                        session_id=sync.id,
                         expected=expected,
                     )
             prepared = begin_together(checked)
@@ -641,13 +448,10 @@ class AsyncSessionStore:
                     persisted = self._runner.submit(persist or persist_together, prepared)
                     cancelled = await _settle(persisted)
                     result = persisted.result()  # the persist step's error, nothing changed
-                for handle, events, transitions in prepared:
-                    handle._commit(events, transitions)
-            finally:
-                for handle, _, _ in prepared:
-                    handle._busy = False
-            for handle, events, _ in prepared:
-                handle._notify(events)
+            except BaseException:
+                abandon_all(prepared)
+                raise
+            commit_all(prepared)
         if cancelled:
             raise asyncio.CancelledError
         return result, committed_lists(writes, prepared)
@@ -928,6 +732,11 @@ class _AsyncListener:
             await self._conn.close()
         finally:
             self._ctx.followers.give_back()
+
+
+def _sync_of(handle: object) -> object:
+    """The ``StoredSession`` an async handle writes through (anything else as it is)."""
+    return handle._sync if isinstance(handle, AsyncStoredSession) else handle
 
 
 def open_async_store(
