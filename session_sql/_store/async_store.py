@@ -10,12 +10,12 @@ and each call runs the sync store's very code off the event loop's I/O:
   This is ``AsyncConnection.run_sync`` at the grain of a whole public method, so each method
   keeps its one transaction, and no method had to be split for the async API.
 
-An ``AsyncStoredSession`` wraps the sync store's handle. Its append is that handle's
-``PendingAppend`` (reentrancy flag, snapshot, rules, plan, validators) on the loop, the persist
-step awaited, then the commit into memory and the observers.
-Every call runs to completion even when its task is cancelled: the cancellation is raised
-after the call has finished, so a cancelled append either committed (and the handle shows
-it) or wrote nothing, never half, and the handle stays usable.
+An ``AsyncStoredSession`` (``async_handle``) wraps the sync store's handle: its append is that
+handle's ``PendingAppend`` (reentrancy flag, snapshot, rules, plan, validators) on the loop,
+the persist step awaited, then the commit into memory and the observers. Every call runs to
+completion even when its task is cancelled: the cancellation is raised after the call has
+finished, so a cancelled append either committed (and the handle shows it) or wrote nothing,
+never half, and the handle stays usable.
 """
 
 from __future__ import annotations
@@ -34,25 +34,16 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import IO, Any, Literal, TypeVar
-
-from sqlalchemy.util import greenlet_spawn
+from typing import IO, Any, TypeVar
 
 from session_sql import loopsafe
-from session_sql._store import fastpath, forwarding, reader
-from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
+from session_sql._store import forwarding, reader
+from session_sql._store.async_handle import AsyncStoredSession, sync_of
+from session_sql._store.engine import AsyncWriteConnections, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait, listen_statement
-from session_sql._store.metadata import UNSET, _Unset
-from session_sql._store.opening import StoredLog
-from session_sql._store.running import _OffloadedFile, _Runner, _settle, _Uninterrupted
+from session_sql._store.running import _OffloadedFile, _Runner, _settle
 from session_sql._store.schema import DEFAULT_SCHEMA
-from session_sql._store.stats import StoreStats
-from session_sql._store.store import (
-    SessionInfo,
-    SessionStore,
-    VerifyReport,
-    open_store,
-)
+from session_sql._store.store import SessionInfo, SessionStore, open_store
 from session_sql._store.writer import (
     Prepared,
     StoredSession,
@@ -63,185 +54,14 @@ from session_sql._store.writer import (
 )
 from session_sql.arguments import seq_bound, timeout_arg
 from session_sql.catalog import Catalog
-from session_sql.errors import (
-    ConcurrencyError,
-    InvalidArgumentError,
-    StoreError,
-)
-from session_sql.events import SessionEvent, SurfaceOp
+from session_sql.errors import ConcurrencyError, InvalidArgumentError
+from session_sql.events import SessionEvent
 from session_sql.jsonl import JsonlReader, published_file
-from session_sql.messages import SurfaceMessage
-from session_sql.pending import Item, abandon_all, batch_items, commit_all
-from session_sql.session import Session
+from session_sql.pending import abandon_all, commit_all
+
+__all__ = ["AsyncSessionStore", "AsyncStoredSession", "open_async_store"]
 
 T = TypeVar("T")
-
-
-class AsyncStoredSession:
-    """A write handle whose ``append``, ``append_many`` and ``refresh`` are coroutines.
-
-    It wraps the sync store's handle, a ``StoredSession``, as SQLAlchemy's ``AsyncSession``
-    wraps a ``Session``: the readers (``seq``, ``surface``, ``messages()``, ``events``,
-    ``first_live_seq``, ...) and ``add_validator``/``subscribe`` are that handle's, forwarded,
-    synchronous (no I/O); the coroutines run its very append (``PendingAppend``) with the
-    persist step awaited. Validators and observers are handed this handle. Appends and
-    refreshes on one handle run one at a time, in call order.
-
-    A handle from ``open_session(..., read_log=False)`` holds the surface's events and the
-    last event; the rest of its log is read by ``await read_log()``. ``events``,
-    ``request_header()`` and ``fork()`` need it: on the event loop they raise ``StoreError``
-    until it is read (they cannot wait for I/O there); from another thread they read it
-    through the loop. ``open_session`` reads it by default.
-    """
-
-    # The sync handle's readers, forwarded (see forwarding): typed and documented as its own.
-    id = forwarding.reader(StoredSession.id)
-    header = forwarding.reader(StoredSession.header)
-    catalog = forwarding.reader(StoredSession.catalog)
-    seq = forwarding.reader(StoredSession.seq)
-    events = forwarding.reader(StoredSession.events)
-    surface = forwarding.reader(StoredSession.surface)
-    first_live_seq = forwarding.reader(lambda s: s.first_live_seq)
-    inherited_event_count = forwarding.reader(lambda s: s.inherited_event_count)
-    messages = forwarding.method(StoredSession.messages)
-    surface_messages = forwarding.method(StoredSession.surface_messages)
-    message_for = forwarding.method(StoredSession.message_for)
-    request_header = forwarding.method(StoredSession.request_header)
-    add_validator = forwarding.method(StoredSession.add_validator)
-    subscribe = forwarding.method(StoredSession.subscribe)
-    fork = forwarding.method(StoredSession.fork)
-
-    def __init__(self, handle: StoredSession, runner: _Runner) -> None:
-        """The async face of a handle the sync store just built (used through this one only:
-        its appends would not go through this handle's lock, nor be awaited)."""
-        self._sync = handle
-        self._runner = runner
-        self._lock = loopsafe.Semaphore()
-        self._loop = asyncio.get_running_loop()
-        log = handle._log
-        if isinstance(log, StoredLog) and not log.is_read:
-            self._read_stored = log.fetch  # the sync read, run by the runner from now on
-            log.fetch = self._fetch_through_loop
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(id={self.id!r}, seq={self.seq})"
-
-    async def read_log(self) -> None:
-        """Read the stored events that ``open_session`` left in the store (checked as a load
-        checks them), so that ``events``, ``request_header()`` and ``fork()`` need no I/O;
-        nothing to do when they are in memory already."""
-        log = self._sync._log
-        if isinstance(log, StoredLog) and not log.is_read:
-            events = await self._runner.call(self._read_stored, log.stored)
-            if not log.is_read:
-                log.adopt(events)
-
-    def _fetch_through_loop(self, count: int) -> list[SessionEvent]:
-        """The stored events read by the handle's loop, for a reader called outside it."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise StoreError(
-                f"session {self.id!r}: this handle has not read its whole log "
-                "(open_session(..., read_log=False) reads the surface and the last event); "
-                "await handle.read_log() before using events, request_header() or fork() "
-                "on the event loop"
-            )
-        if self._loop.is_closed() or not self._loop.is_running():
-            raise StoreError(f"session {self.id!r}: the handle's event loop is not running")
-        future = asyncio.run_coroutine_threadsafe(
-            self._runner.call(self._read_stored, count), self._loop
-        )
-        return future.result()
-
-    async def append(
-        self,
-        type: str,
-        data: Any = None,
-        *,
-        surface_op: SurfaceOp | Mapping[str, Any] | None = None,
-        source_event_seqs: Sequence[int] | None = None,
-        ignorable: bool = False,
-    ) -> SessionEvent:
-        """Validate, commit and publish one event (SPEC §7.2)."""
-        item = (type, data, surface_op, source_event_seqs, ignorable, None)
-        return (await self._append_async([item]))[0]
-
-    async def append_many(self, items: Iterable[Mapping[str, Any]]) -> list[SessionEvent]:
-        """Append several events atomically: all commit or none does."""
-        return await self._append_async(batch_items(items))
-
-    async def refresh(self) -> list[SessionEvent]:
-        """Load (and fully validate) what other writers appended; returns the new events."""
-        sync = self._sync
-        async with self._lock:
-            writers = self._runner.writers
-            if writers is None:
-                row, rows = await self._runner.call(sync._read_new)
-            else:
-                row, rows = await self._read_new_async(writers)
-            return sync._fold_new(row, rows)
-
-    async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, list[Any]]:
-        """``_read_new`` on PostgreSQL: one query on a kept connection
-        (``fastpath.read_new_async``), with the same checks of the row."""
-        sync = self._sync
-        raw = await writers.take()
-        try:
-            with translate_errors(sync.id):
-                found = await fastpath.read_new_async(
-                    sync._ctx, writers.cursor(raw), sync.id, sync.seq
-                )
-        finally:
-            await writers.give(raw)
-        row, rows = found if found is not None else (None, [])
-        return sync._this_session(row), rows
-
-    async def _append_async(self, batch: list[Item]) -> list[SessionEvent]:
-        """The sync handle's append, its persist step awaited; run to its end even when the
-        task is cancelled meanwhile (the cancellation is raised once the batch is committed
-        or abandoned)."""
-        if not batch:
-            return []
-        sync = self._sync
-        async with self._lock:
-            with sync._begin_append(batch, self) as pending:
-                if self._runner.writers is None:
-                    persisted = self._runner.submit(sync._persist, pending)
-                    cancelled = await _settle(persisted)
-                    persisted.result()  # the persist step's error, with nothing changed
-                else:
-                    persist = _Uninterrupted(self._persist_async(pending))
-                    try:
-                        await persist  # its error, with nothing changed
-                    finally:
-                        cancelled = persist.cancelled
-        if cancelled:
-            raise asyncio.CancelledError
-        return pending.events
-
-    async def _persist_async(self, pending: Prepared) -> None:
-        """``_persist`` on PostgreSQL: the same transaction, on a natively awaited connection
-        (``fastpath.append_async``); the lost-race diagnosis is the sync store's own."""
-        writers = self._runner.writers
-        assert writers is not None
-        sync = self._sync
-        part = sync._append_part(pending)
-        with translate_errors(sync.id):
-            raw = await writers.take()
-            try:
-                moved = await fastpath.append_async(sync._ctx, writers.cursor(raw), part)
-            finally:
-                await writers.give(raw)
-        if not moved:
-            await greenlet_spawn(self._diagnose_lost_race)
-
-    def _diagnose_lost_race(self) -> None:
-        sync = self._sync
-        with translate_errors(sync.id), read_tx(sync._ctx.engine) as conn:
-            sync._raise_lost_race(conn)
 
 
 class AsyncSessionStore:
@@ -346,6 +166,21 @@ class AsyncSessionStore:
         handle = await self._runner.call(fn, *args)
         return AsyncStoredSession(handle, self._runner)
 
+    # The sync store's methods that need nothing more than a run in the runner, forwarded
+    # (see forwarding): each keeps the sync method's signature, types and docstring.
+    repair = forwarding.offloaded(SessionStore.repair)
+    delete_session = forwarding.offloaded(SessionStore.delete_session)
+    load_session = forwarding.offloaded(SessionStore.load_session)
+    messages = forwarding.offloaded(SessionStore.messages)
+    surface = forwarding.offloaded(SessionStore.surface)
+    surface_messages = forwarding.offloaded(SessionStore.surface_messages)
+    list_sessions = forwarding.offloaded(SessionStore.list_sessions)
+    session_info = forwarding.offloaded(SessionStore.session_info)
+    update_session = forwarding.offloaded(SessionStore.update_session)
+    head_seq = forwarding.offloaded(SessionStore.head_seq)
+    stats = forwarding.offloaded(SessionStore.stats)
+    verify = forwarding.offloaded(SessionStore.verify)
+
     # -- writing --------------------------------------------------------------------------
 
     async def create_session(
@@ -419,7 +254,7 @@ class AsyncSessionStore:
         """Prepare ``writes`` under their handles' locks, run ``persist`` on them (one
         transaction; None: ``persist_together``, skipped when there is nothing to write) and
         commit them to the handles; returns ``persist``'s result."""
-        checked = check_together(self._store._ctx, writes, _sync_of)
+        checked = check_together(self._store._ctx, writes, sync_of)
         for i, (handle, _, _) in enumerate(checked):
             if not isinstance(handle, AsyncStoredSession):
                 raise InvalidArgumentError(
@@ -482,14 +317,6 @@ class AsyncSessionStore:
         fork = functools.partial(self._store.fork_session, boundary=boundary, child_id=child_id)
         return await self._handle(fork, parent_id)
 
-    async def repair(self, session_id: str) -> list[SessionEvent]:
-        """Close a turn left open by a crash (SPEC §7.4); returns the appended closers."""
-        return await self._runner.call(self._store.repair, session_id)
-
-    async def delete_session(self, session_id: str) -> None:
-        """Delete a session with its events and surface rows."""
-        await self._runner.call(self._store.delete_session, session_id)
-
     async def import_jsonl(self, path: str | os.PathLike[str] | IO[bytes]) -> str:
         """Store a JSONL session exactly as the file holds it, with the metadata its header
         carries; returns its id. A file object (binary mode) is read as it is given, as by
@@ -526,30 +353,6 @@ class AsyncSessionStore:
 
     # -- reading --------------------------------------------------------------------------
 
-    async def load_session(self, session_id: str) -> Session:
-        """A detached, fully validated in-memory replay of a stored session."""
-        return await self._runner.call(self._store.load_session, session_id)
-
-    async def messages(self, session_id: str, *, last: int | None = None) -> list[Any]:
-        """The messages a model sees (the last ``last``), from the ``surface`` side table."""
-        return await self._runner.call(
-            functools.partial(self._store.messages, last=last), session_id
-        )
-
-    async def surface(self, session_id: str, *, last: int | None = None) -> tuple[int, ...]:
-        """The surface's event seqs in order (the last ``last``), from the side table."""
-        return await self._runner.call(
-            functools.partial(self._store.surface, last=last), session_id
-        )
-
-    async def surface_messages(
-        self, session_id: str, *, last: int | None = None
-    ) -> list[SurfaceMessage]:
-        """``(pos, seq, type, message)`` per surface node (the last ``last``), in surface order."""
-        return await self._runner.call(
-            functools.partial(self._store.surface_messages, last=last), session_id
-        )
-
     async def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
     ) -> AsyncIterator[SessionEvent]:
@@ -575,51 +378,6 @@ class AsyncSessionStore:
             if len(batch) < size:
                 return
 
-    async def list_sessions(
-        self,
-        *,
-        limit: int = 100,
-        after: SessionInfo | str | None = None,
-        parent: str | None = None,
-        created_after: int | None = None,
-        created_before: int | None = None,
-        order: Literal["updated", "created"] = "updated",
-        id_prefix: str | None = None,
-        user_id: str | None = None,
-        labels: Mapping[str, str] | None = None,
-    ) -> list[SessionInfo]:
-        """The tenant's sessions newest-updated first (ties by id), paged by ``after``; or
-        oldest-created first with ``order="created"``; ``id_prefix`` keeps the ids that start
-        with it; filtered by ``user_id`` and ``labels``."""
-        listing = functools.partial(
-            self._store.list_sessions,
-            limit=limit,
-            after=after,
-            parent=parent,
-            created_after=created_after,
-            created_before=created_before,
-            order=order,
-            id_prefix=id_prefix,
-            user_id=user_id,
-            labels=labels,
-        )
-        return await self._runner.call(listing)
-
-    async def session_info(self, session_id: str) -> SessionInfo:
-        """One session's row: bookkeeping and metadata."""
-        return await self._runner.call(self._store.session_info, session_id)
-
-    async def update_session(
-        self,
-        session_id: str,
-        *,
-        title: str | _Unset | None = UNSET,
-        labels: Mapping[str, str] | _Unset | None = UNSET,
-    ) -> SessionInfo:
-        """Change a session's metadata (not part of its log); returns the updated info."""
-        update = functools.partial(self._store.update_session, title=title, labels=labels)
-        return await self._runner.call(update, session_id)
-
     async def iter_sessions(
         self, *, parent: str | None = None, page_size: int = 500
     ) -> AsyncIterator[SessionInfo]:
@@ -627,18 +385,6 @@ class AsyncSessionStore:
         ``SessionStore.iter_sessions``); bad arguments are refused here."""
         pages = self._store.iter_sessions(parent=parent, page_size=page_size)  # no I/O yet
         return self._paged(pages, page_size)
-
-    async def head_seq(self, session_id: str) -> int:
-        """The last seq of a session (-1 when its log is empty), from its row."""
-        return await self._runner.call(self._store.head_seq, session_id)
-
-    async def stats(self, session_id: str | None = None) -> StoreStats:
-        """Aggregates over the whole store, or one session, computed by SQL."""
-        return await self._runner.call(self._store.stats, session_id)
-
-    async def verify(self, session_id: str) -> VerifyReport:
-        """Replay the log and compare its fold with the ``surface`` table and the session row."""
-        return await self._runner.call(self._store.verify, session_id)
 
     async def follow(
         self, session_id: str, *, after_seq: int = -1, timeout: float | None = None
@@ -732,11 +478,6 @@ class _AsyncListener:
             await self._conn.close()
         finally:
             self._ctx.followers.give_back()
-
-
-def _sync_of(handle: object) -> object:
-    """The ``StoredSession`` an async handle writes through (anything else as it is)."""
-    return handle._sync if isinstance(handle, AsyncStoredSession) else handle
 
 
 def open_async_store(
