@@ -99,12 +99,20 @@ class PendingAppend(Generic[S]):
 
     def commit(self) -> list[SessionEvent]:
         """The batch is durable: into memory, the flag released, then the observers told."""
-        commit_all((self,))
+        try:
+            self._apply()
+        finally:
+            if self._open:
+                self._open = False
+                self.session._busy = False
+        self._notify()
         return self.events
 
     def abandon(self) -> None:
         """The batch was not persisted: release the flag; nothing changed. Again: nothing."""
-        abandon_all((self,))
+        if self._open:
+            self._open = False
+            self.session._busy = False
 
     def __enter__(self) -> PendingAppend[S]:
         return self

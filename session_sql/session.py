@@ -483,9 +483,13 @@ class Session:
         return self._append_batch(batch) if batch else []
 
     def _append_batch(self, batch: list[Item]) -> list[SessionEvent]:
-        with self._begin_append(batch) as pending:
+        pending = PendingAppend(self, batch)
+        try:
             self._persist(pending)
-        return pending.events
+        except BaseException:
+            pending.abandon()
+            raise
+        return pending.commit()
 
     def _begin_append(self: S, batch: list[Item], face: Any = None) -> PendingAppend[S]:
         """The batch checked, planned and validated, the reentrancy flag held (see
