@@ -68,9 +68,10 @@ def batch_items(items: Iterable[Mapping[str, Any]]) -> list[Item]:
 class PendingAppend(Generic[S]):
     """A batch validated and planned for ``session``, not yet in its memory.
 
-    Made by ``Session._begin_append``, which holds the session's reentrancy flag until the
-    batch is committed or abandoned: an append from a validator or an observer (or from
-    anything else while the batch is persisted) raises ``ReentrantAppendError``. ``events``
+    Made from a session's batch (``Session._begin_append``); it holds the session's
+    reentrancy flag from then until the batch is committed or abandoned: an append from a
+    validator or an observer (or from anything else while the batch is persisted) raises
+    ``ReentrantAppendError``. ``events``
     and ``transitions`` are what to persist. Used as a context manager, leaving the block
     commits and an error in it abandons. ``face`` is what validators and observers are
     handed: the session, or the async handle that wraps it.
