@@ -1,15 +1,13 @@
-"""The in-memory session: seeds, the append pipeline, readers, fork (SPEC §7)."""
+"""The in-memory session: seeds, readers, fork, and appends (SPEC §7) through
+``pending.PendingAppend``, the append protocol."""
 
 from __future__ import annotations
 
-import logging
 import time as _time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
-from typing import Any, Protocol, overload
+from typing import Any, Protocol, TypeVar, overload
 
-from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql.arguments import check_last
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
@@ -18,7 +16,6 @@ from session_sql.errors import (
     InvalidHeaderError,
     InvalidSeedError,
     NotJSONError,
-    ReentrantAppendError,
     SessionFormatUnsupportedError,
     SurfaceError,
 )
@@ -28,20 +25,16 @@ from session_sql.events import (
     SurfaceOp,
     check_header,
     check_session_id,
-    check_type_name,
     make_header,
     parse_envelope,
-    parse_source_seqs,
-    parse_surface_op,
 )
 from session_sql.jsoncodec import dumps_frozen
 from session_sql.jsonvalue import FrozenDict, snapshot_json
 from session_sql.messages import SurfaceMessage, project
+from session_sql.pending import Item, PendingAppend, batch_items
 from session_sql.repair import interrupted_turn_closers
 from session_sql.rules import check_data, check_inherited_marker
-from session_sql.surface import Replay, Step, Surface, Transition, is_exempt, plan, replay
-
-log = logging.getLogger("session_sql")
+from session_sql.surface import Replay, Step, Surface, is_exempt, replay
 
 END_SEED = "session/end-seed"
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
@@ -49,9 +42,7 @@ DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 Validator = Callable[["Session", SessionEvent], object]
 Observer = Callable[["Session", SessionEvent], object]
 
-
-# (type, data, surface_op, source_event_seqs, ignorable, time or None for "now")
-_Item = tuple[Any, Any, Any, Any, Any, int | None]
+S = TypeVar("S", bound="Session")
 
 
 class Clock(Protocol):
@@ -122,25 +113,6 @@ class EventsView(Sequence[SessionEvent]):
 
     def __repr__(self) -> str:
         return f"EventsView({self._len} events)"
-
-
-def _coerce_candidate(
-    type_: Any,
-    data: Any,
-    surface_op: Any,
-    source_event_seqs: Any,
-    ignorable: Any,
-    seq: int,
-    time: int,
-) -> SessionEvent:
-    """Step 1 of the pipeline: snapshot and type every argument into a frozen candidate."""
-    check_type_name(type_, seq=seq)
-    frozen = snapshot_json(data, root="data")
-    op = None if surface_op is None else parse_surface_op(surface_op, seq=seq)
-    sources = None if source_event_seqs is None else parse_source_seqs(source_event_seqs, seq=seq)
-    if type(ignorable) is not bool:
-        raise InvalidEventError(f"ignorable must be a bool, got {ignorable!r}", seq=seq)
-    return SessionEvent(type_, seq, time, frozen, op, sources, ignorable)
 
 
 def check_json_size(text: str, limit: int | None, seq: int) -> None:
@@ -251,10 +223,6 @@ def _seed_error(exc: InvalidEventError | NotJSONError, index: int, seq: int) -> 
     if isinstance(exc, SurfaceError):
         return _SeedSurfaceError(f"seed event {index}: {exc}", index=index, seq=seq)
     return InvalidSeedError(f"seed event {index}: {exc}", index=index, seq=seq)
-
-
-_ITEM_KEYS = frozenset({"type", "data", "surface_op", "source_event_seqs", "ignorable"})
-"""The keys an ``append_many`` item may have: ``append``'s argument names."""
 
 
 class Session:
@@ -502,158 +470,39 @@ class Session:
 
     def append_many(self, items: Iterable[Mapping[str, Any]]) -> list[SessionEvent]:
         """Append several events atomically: all commit or none does."""
-        batch = self._batch_items(items)
+        batch = batch_items(items)
         if not batch:
             return []
         return self._append_batch(batch)
 
-    @staticmethod
-    def _batch_items(items: Iterable[Mapping[str, Any]]) -> list[_Item]:
-        """``append_many``'s items as pipeline items; refuses anything but append's names."""
-        if not isinstance(items, Iterable) or isinstance(items, str | bytes | Mapping):
-            raise InvalidEventError(f"append_many takes a list of dicts, got {items!r}")
-        batch: list[_Item] = []
-        for i, item in enumerate(items):
-            if type(item) is not dict and not isinstance(item, Mapping):
-                raise InvalidEventError(f"append_many item {i} must be a dict, got {item!r}")
-            if "type" not in item or not _ITEM_KEYS.issuperset(item.keys()):
-                unknown = item.keys() - _ITEM_KEYS
-                raise InvalidEventError(
-                    f"append_many item {i} needs 'type' and only append's keyword names; "
-                    f"unexpected {sorted(unknown)}"
-                )
-            batch.append(
-                (
-                    item["type"],
-                    item.get("data"),
-                    item.get("surface_op"),
-                    item.get("source_event_seqs"),
-                    item.get("ignorable", False),
-                    None,
-                )
-            )
-        return batch
-
     def _append_events(self, events: Iterable[SessionEvent]) -> list[SessionEvent]:
         """Append prepared events (closers) through the whole pipeline, keeping their times."""
-        batch: list[_Item] = [
+        batch: list[Item] = [
             (e.type, e.data, e.surface_op, e.source_event_seqs, e.ignorable, e.time) for e in events
         ]
         return self._append_batch(batch) if batch else []
 
-    def _append_batch(self, batch: list[_Item]) -> list[SessionEvent]:
-        events, transitions = self._begin_append(batch)
+    def _append_batch(self, batch: list[Item]) -> list[SessionEvent]:
+        pending = PendingAppend(self, batch)
         try:
-            self._persist(events, transitions)
-            self._commit(events, transitions)
-        finally:
-            self._busy = False
-        self._notify(events)
-        return events
-
-    def _begin_append(self, batch: list[_Item]) -> tuple[list[SessionEvent], list[Transition]]:
-        """The reentrancy check, then ``_prepare``; on return the busy flag is held.
-
-        The caller persists, commits and clears the flag (in a ``finally``), then notifies:
-        ``_append_batch`` here, and the async handle, which awaits the persist step.
-        """
-        if self._busy:
-            raise ReentrantAppendError(
-                f"append on session {self.id!r} while it is validating or notifying; "
-                "an observer must not append to the session it observes"
-            )
-        self._busy = True
-        try:
-            return self._prepare(batch)
+            self._persist(pending)
         except BaseException:
-            self._busy = False
+            pending.abandon()
             raise
+        return pending.commit()
 
-    def _prepare(self, batch: list[_Item]) -> tuple[list[SessionEvent], list[Transition]]:
-        """Steps 1–3: snapshot, rules, plan, validators. Nothing changes here."""
-        catalog = self._catalog
-        base = len(self._log)
-        now = self._clock()
-        events: list[SessionEvent] = []
-        transitions: list[Transition] = []
-        nodes: Sequence[int] = self._state.surface.node_list()
-        staged: list[int] | None = None  # a private copy once the batch holds a replace
-
-        def lookup(seq: int) -> SessionEvent:
-            return self._log[seq] if seq < base else events[seq - base]
-
-        # A big batch keeps every container it builds: the cyclic collector would only scan
-        # them again and again (see _gc). Validators run after it, with the collector as it was.
-        with gc_paused() if len(batch) >= PAUSE_MIN_EVENTS else nullcontext():
-            for type_, data, surface_op, sources, ignorable, time in batch:
-                seq = base + len(events)
-                event = _coerce_candidate(
-                    type_,
-                    data,
-                    surface_op,
-                    sources,
-                    ignorable,
-                    seq,
-                    now if time is None else time,
-                )
-                self._check_event_size(event)
-                if event.type not in catalog:
-                    if not event.ignorable:
-                        raise InvalidEventError(
-                            f"event type {event.type!r} is not in this session's catalog; pass "
-                            "ignorable=True to log it for readers that may not know it",
-                            seq=seq,
-                        )
-                    transition: Transition = None
-                else:
-                    check_data(event)
-                    check_inherited_marker(
-                        event, bool(self._header["isSeeded"]), self.inherited_event_count
-                    )
-                    if len(batch) > 1 and staged is None:
-                        staged = list(nodes)
-                        nodes = staged
-                    transition = plan(nodes, event, lookup, catalog.item_types)
-                    if staged is not None and transition is not None:
-                        Surface.apply_to(staged, transition)
-                events.append(event)
-                transitions.append(transition)
-        for event in events:
-            for validator in self._validators:
-                validator(self, event)
-        return events, transitions
+    def _begin_append(self: S, batch: list[Item], face: Any = None) -> PendingAppend[S]:
+        """The batch checked, planned and validated, the reentrancy flag held (see
+        ``PendingAppend``); the caller persists it, then commits or abandons it."""
+        return PendingAppend(self, batch, face)
 
     def _check_event_size(self, event: SessionEvent) -> None:
         """The event-size limit; a store checks it on the text it writes instead."""
         if self._max_event_bytes is not None:
             check_json_size(dumps_frozen(event.data), self._max_event_bytes, event.seq)
 
-    def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
+    def _persist(self, pending: PendingAppend[Any]) -> None:
         """Make the events durable before they become visible; a store overrides this."""
-
-    def _commit(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
-        self._log.extend(events)
-        state = self._state
-        for event, transition in zip(events, transitions, strict=True):
-            state.advance(event, transition)
-
-    def _notify(self, events: list[SessionEvent]) -> None:
-        self._busy = True
-        try:
-            for event in events:
-                for observer in list(self._observers):
-                    try:
-                        observer(self, event)
-                    except Exception:
-                        log.warning(
-                            "observer %r failed on session %s seq %d",
-                            observer,
-                            self.id,
-                            event.seq,
-                            exc_info=True,
-                        )
-        finally:
-            self._busy = False
 
     # -- fork -----------------------------------------------------------------------------
 

@@ -10,11 +10,12 @@ and each call runs the sync store's very code off the event loop's I/O:
   This is ``AsyncConnection.run_sync`` at the grain of a whole public method, so each method
   keeps its one transaction, and no method had to be split for the async API.
 
-The append pipeline is ``Session``'s: ``_begin_append`` (reentrancy flag, snapshot, rules,
-plan, validators) on the loop, the persist step awaited, then ``_commit`` and ``_notify``.
-Every call runs to completion even when its task is cancelled: the cancellation is raised
-after the call has finished, so a cancelled append either committed (and the handle shows
-it) or wrote nothing, never half, and the handle stays usable.
+An ``AsyncStoredSession`` (``async_handle``) wraps the sync store's handle: its append is that
+handle's ``PendingAppend`` (reentrancy flag, snapshot, rules, plan, validators) on the loop,
+the persist step awaited, then the commit into memory and the observers. Every call runs to
+completion even when its task is cancelled: the cancellation is raised after the call has
+finished, so a cancelled append either committed (and the handle shows it) or wrote nothing,
+never half, and the handle stays usable.
 """
 
 from __future__ import annotations
@@ -24,36 +25,25 @@ import contextlib
 import functools
 import itertools
 import os
-import queue
-import threading
 from collections.abc import (
     AsyncIterator,
     Callable,
-    Coroutine,
     Generator,
     Iterable,
     Iterator,
     Mapping,
     Sequence,
 )
-from typing import IO, Any, Literal, TypeVar, cast
-
-from sqlalchemy.util import await_, greenlet_spawn
+from typing import IO, Any, TypeVar
 
 from session_sql import loopsafe
-from session_sql._store import fastpath, reader
-from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
+from session_sql._store import forwarding, reader
+from session_sql._store.async_handle import AsyncStoredSession, sync_of
+from session_sql._store.engine import AsyncWriteConnections, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait, listen_statement
-from session_sql._store.metadata import UNSET, _Unset
-from session_sql._store.opening import StoredLog
+from session_sql._store.running import _OffloadedFile, _Runner, _settle
 from session_sql._store.schema import DEFAULT_SCHEMA
-from session_sql._store.stats import StoreStats
-from session_sql._store.store import (
-    SessionInfo,
-    SessionStore,
-    VerifyReport,
-    open_store,
-)
+from session_sql._store.store import SessionInfo, SessionStore, open_store
 from session_sql._store.writer import (
     Prepared,
     StoredSession,
@@ -64,377 +54,14 @@ from session_sql._store.writer import (
 )
 from session_sql.arguments import seq_bound, timeout_arg
 from session_sql.catalog import Catalog
-from session_sql.errors import (
-    ConcurrencyError,
-    InvalidArgumentError,
-    PermanentStoreError,
-    StoreError,
-)
-from session_sql.events import SessionEvent, SurfaceOp
+from session_sql.errors import ConcurrencyError, InvalidArgumentError
+from session_sql.events import SessionEvent
 from session_sql.jsonl import JsonlReader, published_file
-from session_sql.messages import SurfaceMessage
-from session_sql.session import Session
+from session_sql.pending import abandon_all, commit_all
+
+__all__ = ["AsyncSessionStore", "AsyncStoredSession", "open_async_store"]
 
 T = TypeVar("T")
-
-
-class _Pinned(asyncio.Future[T]):
-    """A future that refuses ``cancel()``: the calls of ``_Runner`` run to their end.
-
-    A task cancelled while it awaits one is not woken: asyncio notes the cancellation and
-    raises it in the task once the future is done, so the caller sees the outcome first
-    (``future.done()`` holds wherever that ``CancelledError`` is caught).
-    """
-
-    def cancel(self, msg: Any = None) -> bool:
-        return False
-
-
-async def _settle(future: _Pinned[Any]) -> bool:
-    """Wait until ``future`` is done, whatever happens to the waiting task.
-
-    Returns whether the waiting task was cancelled meanwhile; the caller re-raises the
-    cancellation once it has applied the outcome (``future.result()``).
-    """
-    try:
-        await future
-    except asyncio.CancelledError:
-        if not future.done():  # pragma: no cover - a pinned future is never cancelled
-            raise
-        return True
-    except BaseException:
-        pass  # the call's own error: the caller reads it from the future
-    return False
-
-
-class _Uninterrupted:
-    """Awaiting it runs ``coro`` to its end in the awaiting task; a cancellation of that task
-    meanwhile is held back and noted in ``cancelled`` (the caller raises it afterwards).
-
-    What ``_settle`` gives a call run as a future of its own, without the task: a task, and
-    the loop iterations that start it and report its end, cost an async append more client
-    CPU than its whole wait for the server. The task waits on a future of this object's
-    instead of the one ``coro`` waits on, so the cancellation, which cancels the future its
-    task waits on, never reaches ``coro``: its future (a socket wait, a lock) is left alone
-    and the wait goes on with a new future of ours.
-    """
-
-    __slots__ = ("_coro", "cancelled")
-
-    def __init__(self, coro: Coroutine[Any, Any, None]) -> None:
-        self._coro = coro
-        self.cancelled = False
-
-    def __await__(self) -> Generator[Any, None, None]:
-        coro = self._coro
-        try:
-            while True:
-                try:
-                    awaited = coro.send(None)
-                except StopIteration:
-                    return
-                if awaited is None:  # a bare yield (asyncio.sleep(0)): the loop's next turn
-                    try:
-                        yield None
-                    except asyncio.CancelledError:
-                        self.cancelled = True
-                    continue
-                awaited._asyncio_future_blocking = False  # taken, as a task takes it
-                while not awaited.done():
-                    ours = awaited.get_loop().create_future()
-                    awaited.add_done_callback(functools.partial(_resolve, ours))
-                    ours._asyncio_future_blocking = True
-                    try:
-                        yield ours
-                    except asyncio.CancelledError:  # ours was cancelled, awaited is not
-                        self.cancelled = True
-        finally:
-            coro.close()  # nothing to do once it returned; closed if we are closed early
-
-
-def _resolve(ours: asyncio.Future[Any], _: object) -> None:
-    if not ours.done():
-        ours.set_result(None)
-
-
-def _copy_outcome(pinned: _Pinned[Any], task: asyncio.Future[Any]) -> None:
-    if task.cancelled():  # only by the loop's own shutdown: nobody is left to see it
-        pinned.set_exception(asyncio.CancelledError())
-    elif (exc := task.exception()) is not None:
-        pinned.set_exception(exc)
-    else:
-        pinned.set_result(task.result())
-
-
-def _deliver(future: _Pinned[Any], result: Any, exc: BaseException | None) -> None:
-    if exc is None:
-        future.set_result(result)
-    else:
-        future.set_exception(exc)
-
-
-class _Threads:
-    """SQLite's worker threads: one queue of calls, each outcome handed to its loop.
-
-    What ``loop.run_in_executor`` does with a ``ThreadPoolExecutor``, for less: that pair
-    costs a call about 50 µs more CPU (its Python-level locks, semaphore and future chain),
-    a sixth of a small append's. Daemon threads, so a store left open never holds up the
-    interpreter's exit.
-    """
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-
-    def submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> _Pinned[T]:
-        loop = asyncio.get_running_loop()
-        future: _Pinned[T] = _Pinned(loop=loop)
-        if not self._threads:
-            self._threads = [
-                threading.Thread(target=self._work, name=f"session_sql_{i}", daemon=True)
-                for i in range(self._size)
-            ]
-            for thread in self._threads:
-                thread.start()
-        self._calls.put((fn, args, future, loop))
-        return future
-
-    def _work(self) -> None:
-        while (call := self._calls.get()) is not None:
-            fn, args, future, loop = call
-            outcome: tuple[Any, BaseException | None]
-            try:
-                outcome = (fn(*args), None)
-            except BaseException as exc:
-                outcome = (None, exc)
-            del fn, args, call
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
-                loop.call_soon_threadsafe(_deliver, future, *outcome)
-            del future, outcome
-
-    def shutdown(self) -> None:
-        for _ in self._threads:
-            self._calls.put(None)
-        self._threads = []
-
-
-class _Runner:
-    """Where the sync store's code runs: worker threads (SQLite) or a greenlet (PostgreSQL)."""
-
-    def __init__(self, *, threads: int | None) -> None:
-        self.threaded = threads is not None
-        self.closed = False
-        self.writers: AsyncWriteConnections | None = None
-        """PostgreSQL: the connections appends run on, natively awaited (set once open)."""
-        self._threads = None if threads is None else _Threads(threads)
-
-    def submit(self, fn: Callable[..., T], *args: Any) -> _Pinned[T]:
-        """Start ``fn(*args)``; its future runs on even if the caller is cancelled."""
-        if self.closed:
-            raise PermanentStoreError.closed("open_async_store")
-        if self._threads is not None:
-            return self._threads.submit(fn, args)
-        task = asyncio.ensure_future(greenlet_spawn(fn, *args))
-        pinned: _Pinned[T] = _Pinned(loop=task.get_loop())
-        task.add_done_callback(functools.partial(_copy_outcome, pinned))
-        return pinned
-
-    async def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` run to completion; a cancellation is raised after it has finished."""
-        return await self.submit(fn, *args)
-
-    def shutdown(self) -> None:
-        """Stop the worker threads (idle by now: every call ran to completion)."""
-        self.closed = True
-        if self._threads is not None:
-            self._threads.shutdown()
-
-
-class _OffloadedFile:
-    """A file used from a greenlet on the loop (PostgreSQL's import and export) whose reads and
-    writes run in a worker thread, a chunk at a time: the loop never waits on the disk."""
-
-    CHUNK = 1 << 18
-
-    def __init__(self, fh: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._fh = fh
-        self._loop = loop
-        self._pending: list[str] = []
-        self._size = 0
-
-    def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await_(self._loop.run_in_executor(None, fn, *args))
-
-    def write(self, text: str) -> int:
-        self._pending.append(text)
-        self._size += len(text)
-        if self._size >= self.CHUNK:
-            self.flush()
-        return len(text)
-
-    def flush(self) -> None:
-        if self._pending:
-            data = "".join(self._pending)
-            self._pending, self._size = [], 0
-            self._in_thread(self._fh.write, data)
-
-    def __iter__(self) -> Iterator[Any]:
-        while lines := self._in_thread(self._fh.readlines, self.CHUNK):
-            yield from lines
-
-    def close(self) -> None:
-        self._in_thread(self._fh.close)
-
-
-class AsyncStoredSession(StoredSession):
-    """A write handle whose ``append``, ``append_many`` and ``refresh`` are coroutines.
-
-    The readers (``seq``, ``surface``, ``messages()``, ``events``, ``first_live_seq``, ...)
-    and ``add_validator``/``subscribe`` are ``StoredSession``'s, synchronous (no I/O).
-    Appends and refreshes on one handle run one at a time, in call order.
-
-    A handle from ``open_session(..., read_log=False)`` holds the surface's events and the
-    last event; the rest of its log is read by ``await read_log()``. ``events``,
-    ``request_header()`` and ``fork()`` need it: on the event loop they raise ``StoreError``
-    until it is read (they cannot wait for I/O there); from another thread they read it
-    through the loop. ``open_session`` reads it by default.
-    """
-
-    _runner: _Runner
-    _lock: loopsafe.Semaphore
-    _loop: asyncio.AbstractEventLoop
-    _read_stored: Callable[[int], list[SessionEvent]]
-
-    @classmethod
-    def _adopt_handle(cls, handle: StoredSession, runner: _Runner) -> AsyncStoredSession:
-        """The async face of a handle the sync store just built (which is then discarded)."""
-        session = cls.__new__(cls)
-        session.__dict__.update(handle.__dict__)
-        session._runner = runner
-        session._lock = loopsafe.Semaphore()
-        session._loop = asyncio.get_running_loop()
-        log = session._log
-        if isinstance(log, StoredLog) and not log.is_read:
-            session._read_stored = log.fetch  # the sync read, run by the runner from now on
-            log.fetch = session._fetch_through_loop
-        return session
-
-    async def read_log(self) -> None:
-        """Read the stored events that ``open_session`` left in the store (checked as a load
-        checks them), so that ``events``, ``request_header()`` and ``fork()`` need no I/O;
-        nothing to do when they are in memory already."""
-        log = self._log
-        if isinstance(log, StoredLog) and not log.is_read:
-            events = await self._runner.call(self._read_stored, log.stored)
-            if not log.is_read:
-                log.adopt(events)
-
-    def _fetch_through_loop(self, count: int) -> list[SessionEvent]:
-        """The stored events read by the handle's loop, for a reader called outside it."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise StoreError(
-                f"session {self.id!r}: this handle has not read its whole log "
-                "(open_session(..., read_log=False) reads the surface and the last event); "
-                "await handle.read_log() before using events, request_header() or fork() "
-                "on the event loop"
-            )
-        if self._loop.is_closed() or not self._loop.is_running():
-            raise StoreError(f"session {self.id!r}: the handle's event loop is not running")
-        future = asyncio.run_coroutine_threadsafe(
-            self._runner.call(self._read_stored, count), self._loop
-        )
-        return future.result()
-
-    async def append(  # type: ignore[override]
-        self,
-        type: str,
-        data: Any = None,
-        *,
-        surface_op: SurfaceOp | Mapping[str, Any] | None = None,
-        source_event_seqs: Sequence[int] | None = None,
-        ignorable: bool = False,
-    ) -> SessionEvent:
-        """Validate, commit and publish one event (SPEC §7.2)."""
-        item = (type, data, surface_op, source_event_seqs, ignorable, None)
-        return (await self._append_async([item]))[0]
-
-    async def append_many(  # type: ignore[override]
-        self, items: Iterable[Mapping[str, Any]]
-    ) -> list[SessionEvent]:
-        """Append several events atomically: all commit or none does."""
-        return await self._append_async(Session._batch_items(items))
-
-    async def refresh(self) -> list[SessionEvent]:  # type: ignore[override]
-        """Load (and fully validate) what other writers appended; returns the new events."""
-        async with self._lock:
-            writers = self._runner.writers
-            if writers is None:
-                row, rows = await self._runner.call(self._read_new)
-            else:
-                row, rows = await self._read_new_async(writers)
-            return self._fold_new(row, rows)
-
-    async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, list[Any]]:
-        """``_read_new`` on PostgreSQL: one query on a kept connection
-        (``fastpath.read_new_async``), with the same checks of the row."""
-        raw = await writers.take()
-        try:
-            with translate_errors(self.id):
-                found = await fastpath.read_new_async(
-                    self._ctx, writers.cursor(raw), self.id, self.seq
-                )
-        finally:
-            await writers.give(raw)
-        row, rows = found if found is not None else (None, [])
-        return self._this_session(row), rows
-
-    async def _append_async(self, batch: list[Any]) -> list[SessionEvent]:
-        if not batch:
-            return []
-        async with self._lock:
-            events, transitions = self._begin_append(batch)
-            try:
-                if self._runner.writers is None:
-                    persisted = self._runner.submit(self._persist, events, transitions)
-                    cancelled = await _settle(persisted)
-                    persisted.result()  # the persist step's error, with nothing changed
-                else:
-                    persist = _Uninterrupted(self._persist_async(events, transitions))
-                    try:
-                        await persist  # its error, with nothing changed
-                    finally:
-                        cancelled = persist.cancelled
-                self._commit(events, transitions)
-            finally:
-                self._busy = False
-            self._notify(events)
-        if cancelled:
-            raise asyncio.CancelledError
-        return events
-
-    async def _persist_async(self, events: list[SessionEvent], transitions: list[Any]) -> None:
-        """``_persist`` on PostgreSQL: the same transaction, on a natively awaited connection
-        (``fastpath.append_async``); the lost-race diagnosis is the sync store's own."""
-        writers = self._runner.writers
-        assert writers is not None
-        part = self._append_part(events, transitions)
-        with translate_errors(self.id):
-            raw = await writers.take()
-            try:
-                moved = await fastpath.append_async(self._ctx, writers.cursor(raw), part)
-            finally:
-                await writers.give(raw)
-        if not moved:
-            await greenlet_spawn(self._diagnose_lost_race)
-
-    def _diagnose_lost_race(self) -> None:
-        with translate_errors(self.id), read_tx(self._ctx.engine) as conn:
-            self._raise_lost_race(conn)
 
 
 class AsyncSessionStore:
@@ -537,7 +164,22 @@ class AsyncSessionStore:
 
     async def _handle(self, fn: Callable[..., StoredSession], *args: Any) -> AsyncStoredSession:
         handle = await self._runner.call(fn, *args)
-        return AsyncStoredSession._adopt_handle(handle, self._runner)
+        return AsyncStoredSession(handle, self._runner)
+
+    # The sync store's methods that need nothing more than a run in the runner, forwarded
+    # (see forwarding): each keeps the sync method's signature, types and docstring.
+    repair = forwarding.offloaded(SessionStore.repair)
+    delete_session = forwarding.offloaded(SessionStore.delete_session)
+    load_session = forwarding.offloaded(SessionStore.load_session)
+    messages = forwarding.offloaded(SessionStore.messages)
+    surface = forwarding.offloaded(SessionStore.surface)
+    surface_messages = forwarding.offloaded(SessionStore.surface_messages)
+    list_sessions = forwarding.offloaded(SessionStore.list_sessions)
+    session_info = forwarding.offloaded(SessionStore.session_info)
+    update_session = forwarding.offloaded(SessionStore.update_session)
+    head_seq = forwarding.offloaded(SessionStore.head_seq)
+    stats = forwarding.offloaded(SessionStore.stats)
+    verify = forwarding.offloaded(SessionStore.verify)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -563,14 +205,14 @@ class AsyncSessionStore:
         return await self._handle(create, session_id)
 
     async def append_together(
-        self, writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]]
+        self, writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]]
     ) -> list[list[SessionEvent]]:
         """Append to several sessions in one transaction (see ``SessionStore.append_together``)."""
         return await self._append_together(writes)
 
     async def _append_together(
         self,
-        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]],
         *,
         heads: Mapping[str, int] | None = None,
     ) -> list[list[SessionEvent]]:
@@ -585,7 +227,7 @@ class AsyncSessionStore:
         self,
         session_id: str,
         *,
-        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]],
         header: Mapping[str, Any] | None = None,
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
@@ -601,19 +243,19 @@ class AsyncSessionStore:
 
         created, done = await self._together(writes, persist, {})
         assert created is not None
-        return AsyncStoredSession._adopt_handle(created, self._runner), done
+        return AsyncStoredSession(created, self._runner), done
 
     async def _together(
         self,
-        writes: Sequence[tuple[StoredSession, Iterable[Mapping[str, Any]]]],
+        writes: Sequence[tuple[AsyncStoredSession, Iterable[Mapping[str, Any]]]],
         persist: Callable[[list[Prepared]], T] | None,
         heads: Mapping[str, int],
     ) -> tuple[T | None, list[list[SessionEvent]]]:
         """Prepare ``writes`` under their handles' locks, run ``persist`` on them (one
         transaction; None: ``persist_together``, skipped when there is nothing to write) and
         commit them to the handles; returns ``persist``'s result."""
-        checked = check_together(self._store._ctx, writes)
-        for i, (handle, _) in enumerate(checked):
+        checked = check_together(self._store._ctx, writes, sync_of)
+        for i, (handle, _, _) in enumerate(checked):
             if not isinstance(handle, AsyncStoredSession):
                 raise InvalidArgumentError(
                     f"writes[{i}]: {handle!r} is not a handle of the async store",
@@ -622,15 +264,15 @@ class AsyncSessionStore:
         async with contextlib.AsyncExitStack() as locks:
             # Each handle's appends run one at a time; taken in id order, so no two calls wait
             # on each other's locks.
-            for handle, _ in sorted(checked, key=lambda pair: pair[0].id):
-                await locks.enter_async_context(cast(AsyncStoredSession, handle)._lock)
-            for handle, _ in checked:
-                expected = heads.get(handle.id)
-                if expected is not None and handle.seq - 1 != expected:
+            for handle, _, _ in sorted(checked, key=lambda entry: entry[1].id):
+                await locks.enter_async_context(handle._lock)
+            for _, sync, _ in checked:
+                expected = heads.get(sync.id)
+                if expected is not None and sync.seq - 1 != expected:
                     raise ConcurrencyError(
-                        f"session {handle.id!r}: the log moved past seq {expected} (its head "
-                        f"is seq {handle.seq - 1}); reload and retry",
-                        session_id=handle.id,
+                        f"session {sync.id!r}: the log moved past seq {expected} (its head "
+                        f"is seq {sync.seq - 1}); reload and retry",
+                        session_id=sync.id,
                         expected=expected,
                     )
             prepared = begin_together(checked)
@@ -641,13 +283,10 @@ class AsyncSessionStore:
                     persisted = self._runner.submit(persist or persist_together, prepared)
                     cancelled = await _settle(persisted)
                     result = persisted.result()  # the persist step's error, nothing changed
-                for handle, events, transitions in prepared:
-                    handle._commit(events, transitions)
-            finally:
-                for handle, _, _ in prepared:
-                    handle._busy = False
-            for handle, events, _ in prepared:
-                handle._notify(events)
+            except BaseException:
+                abandon_all(prepared)
+                raise
+            commit_all(prepared)
         if cancelled:
             raise asyncio.CancelledError
         return result, committed_lists(writes, prepared)
@@ -677,14 +316,6 @@ class AsyncSessionStore:
         """Fork a stored session (SPEC §7.5); the child is written in one transaction."""
         fork = functools.partial(self._store.fork_session, boundary=boundary, child_id=child_id)
         return await self._handle(fork, parent_id)
-
-    async def repair(self, session_id: str) -> list[SessionEvent]:
-        """Close a turn left open by a crash (SPEC §7.4); returns the appended closers."""
-        return await self._runner.call(self._store.repair, session_id)
-
-    async def delete_session(self, session_id: str) -> None:
-        """Delete a session with its events and surface rows."""
-        await self._runner.call(self._store.delete_session, session_id)
 
     async def import_jsonl(self, path: str | os.PathLike[str] | IO[bytes]) -> str:
         """Store a JSONL session exactly as the file holds it, with the metadata its header
@@ -722,30 +353,6 @@ class AsyncSessionStore:
 
     # -- reading --------------------------------------------------------------------------
 
-    async def load_session(self, session_id: str) -> Session:
-        """A detached, fully validated in-memory replay of a stored session."""
-        return await self._runner.call(self._store.load_session, session_id)
-
-    async def messages(self, session_id: str, *, last: int | None = None) -> list[Any]:
-        """The messages a model sees (the last ``last``), from the ``surface`` side table."""
-        return await self._runner.call(
-            functools.partial(self._store.messages, last=last), session_id
-        )
-
-    async def surface(self, session_id: str, *, last: int | None = None) -> tuple[int, ...]:
-        """The surface's event seqs in order (the last ``last``), from the side table."""
-        return await self._runner.call(
-            functools.partial(self._store.surface, last=last), session_id
-        )
-
-    async def surface_messages(
-        self, session_id: str, *, last: int | None = None
-    ) -> list[SurfaceMessage]:
-        """``(pos, seq, type, message)`` per surface node (the last ``last``), in surface order."""
-        return await self._runner.call(
-            functools.partial(self._store.surface_messages, last=last), session_id
-        )
-
     async def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
     ) -> AsyncIterator[SessionEvent]:
@@ -771,51 +378,6 @@ class AsyncSessionStore:
             if len(batch) < size:
                 return
 
-    async def list_sessions(
-        self,
-        *,
-        limit: int = 100,
-        after: SessionInfo | str | None = None,
-        parent: str | None = None,
-        created_after: int | None = None,
-        created_before: int | None = None,
-        order: Literal["updated", "created"] = "updated",
-        id_prefix: str | None = None,
-        user_id: str | None = None,
-        labels: Mapping[str, str] | None = None,
-    ) -> list[SessionInfo]:
-        """The tenant's sessions newest-updated first (ties by id), paged by ``after``; or
-        oldest-created first with ``order="created"``; ``id_prefix`` keeps the ids that start
-        with it; filtered by ``user_id`` and ``labels``."""
-        listing = functools.partial(
-            self._store.list_sessions,
-            limit=limit,
-            after=after,
-            parent=parent,
-            created_after=created_after,
-            created_before=created_before,
-            order=order,
-            id_prefix=id_prefix,
-            user_id=user_id,
-            labels=labels,
-        )
-        return await self._runner.call(listing)
-
-    async def session_info(self, session_id: str) -> SessionInfo:
-        """One session's row: bookkeeping and metadata."""
-        return await self._runner.call(self._store.session_info, session_id)
-
-    async def update_session(
-        self,
-        session_id: str,
-        *,
-        title: str | _Unset | None = UNSET,
-        labels: Mapping[str, str] | _Unset | None = UNSET,
-    ) -> SessionInfo:
-        """Change a session's metadata (not part of its log); returns the updated info."""
-        update = functools.partial(self._store.update_session, title=title, labels=labels)
-        return await self._runner.call(update, session_id)
-
     async def iter_sessions(
         self, *, parent: str | None = None, page_size: int = 500
     ) -> AsyncIterator[SessionInfo]:
@@ -823,18 +385,6 @@ class AsyncSessionStore:
         ``SessionStore.iter_sessions``); bad arguments are refused here."""
         pages = self._store.iter_sessions(parent=parent, page_size=page_size)  # no I/O yet
         return self._paged(pages, page_size)
-
-    async def head_seq(self, session_id: str) -> int:
-        """The last seq of a session (-1 when its log is empty), from its row."""
-        return await self._runner.call(self._store.head_seq, session_id)
-
-    async def stats(self, session_id: str | None = None) -> StoreStats:
-        """Aggregates over the whole store, or one session, computed by SQL."""
-        return await self._runner.call(self._store.stats, session_id)
-
-    async def verify(self, session_id: str) -> VerifyReport:
-        """Replay the log and compare its fold with the ``surface`` table and the session row."""
-        return await self._runner.call(self._store.verify, session_id)
 
     async def follow(
         self, session_id: str, *, after_seq: int = -1, timeout: float | None = None

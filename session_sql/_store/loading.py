@@ -188,11 +188,11 @@ def insert_session(
         incarnation,
         metadata,
     )
-    parts = [handle._append_part(events, moves) for handle, events, moves in prepared]
+    parts = [pending.session._append_part(pending) for pending in prepared]
     with translate_errors(session_id):
         failed = fastpath.insert_session(ctx, row, event_rows, surface_rows, parts)
     if failed is not None:
-        loser = prepared[failed][0]
+        loser = prepared[failed].session
         with translate_errors(loser.id), read_tx(ctx.engine) as conn:
             loser._raise_lost_race(conn)
     return incarnation

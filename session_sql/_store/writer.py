@@ -1,14 +1,15 @@
 """``StoredSession``: the core session whose commits go through one SQL transaction each.
 
-The in-memory pipeline (snapshot → rules → plan → validators) runs unchanged; the commit step is
-preceded by ``_persist``, which writes the candidate events and applies the planner's very
-Transitions to the ``surface`` side table. Memory changes only after the transaction commits.
+The in-memory pipeline (``PendingAppend``: snapshot → rules → plan → validators) runs
+unchanged; its commit is preceded by ``_persist``, which writes the candidate events and applies
+the planner's very Transitions to the ``surface`` side table. Memory changes only after the
+transaction commits.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -27,8 +28,9 @@ from session_sql.errors import (
 )
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
+from session_sql.pending import Item, PendingAppend, abandon_all, batch_items, begin_all, commit_all
 from session_sql.session import Session, fold_checked
-from session_sql.surface import Replay, Transition
+from session_sql.surface import Replay
 
 
 class StoredSession(Session):
@@ -90,16 +92,15 @@ class StoredSession(Session):
     def _check_event_size(self, event: SessionEvent) -> None:
         """Checked by the writer on the very text it stores (one serialisation per event)."""
 
-    def _persist(self, events: list[SessionEvent], transitions: list[Transition]) -> None:
-        persist_together([(self, events, transitions)])
+    def _persist(self, pending: PendingAppend[Any]) -> None:
+        persist_together([pending])
 
-    def _append_part(
-        self, events: list[SessionEvent], transitions: list[Transition]
-    ) -> fastpath.AppendPart:
+    def _append_part(self, pending: PendingAppend[Any]) -> fastpath.AppendPart:
         """This handle's share of an append transaction: its rows and its conditional update."""
         ctx = self._ctx
+        events, transitions = pending.events, pending.transitions
         head = events[-1].seq
-        state = self._state  # advanced by _commit, once the transaction has committed
+        state = self._state  # advanced by the commit, once the transaction has committed
         next_pos, generation, digest = state.counters_after(transitions)
         advance = {
             "b_tenant": ctx.tenant,
@@ -195,45 +196,55 @@ class StoredSession(Session):
         return log[base:]
 
 
-Prepared = tuple[StoredSession, list[SessionEvent], list[Transition]]
-"""One handle's prepared batch: what ``Session._begin_append`` returned for it."""
+Prepared = PendingAppend[StoredSession]
+"""One handle's pending batch, begun by ``begin_together``."""
 
 
 def persist_together(writes: Sequence[Prepared]) -> None:
-    """Write prepared batches of several handles (of one store) in one transaction.
+    """Write pending batches of several handles (of one store) in one transaction.
 
     Nothing is written unless every handle's head is still the stored one; otherwise the
     handle that lost raises (``ConcurrencyError``, ``SessionNotFoundError`` or
     ``CorruptSessionError``, naming its session). Memory is not touched: the callers commit.
     """
-    ctx = writes[0][0]._ctx
-    parts = [handle._append_part(events, transitions) for handle, events, transitions in writes]
-    with translate_errors(writes[0][0].id if len(writes) == 1 else None):
+    ctx = writes[0].session._ctx
+    parts = [pending.session._append_part(pending) for pending in writes]
+    with translate_errors(writes[0].session.id if len(writes) == 1 else None):
         failed = fastpath.append_parts(ctx, parts)
     if failed is not None:
-        loser = writes[failed][0]
+        loser = writes[failed].session
         with translate_errors(loser.id), read_tx(ctx.engine) as conn:
             loser._raise_lost_race(conn)
 
 
-def check_together(ctx: StoreContext, writes: Any) -> list[tuple[StoredSession, list[Any]]]:
+Checked = list[tuple[Any, StoredSession, list[Item]]]
+"""``append_together``'s writes, checked: (the handle given, the ``StoredSession`` it writes
+through, the batch) per non-empty batch."""
+
+
+def check_together(
+    ctx: StoreContext, writes: Any, unwrap: Callable[[Any], Any] | None = None
+) -> Checked:
     """``append_together``'s argument: (handle of this store, append_many items) pairs, one
-    per session; refused with ``InvalidArgumentError`` before anything is prepared."""
+    per session; refused with ``InvalidArgumentError`` before anything is prepared.
+    ``unwrap(handle)`` is the ``StoredSession`` a given handle writes through (the async
+    store's handles wrap one)."""
     if not isinstance(writes, Sequence) or isinstance(writes, str | bytes):
         raise InvalidArgumentError(
             f"writes must be a list of (handle, items) pairs, got {writes!r}", argument="writes"
         )
-    checked: list[tuple[StoredSession, list[Any]]] = []
+    checked: Checked = []
     seen: set[str] = set()
     for i, pair in enumerate(writes):
         if not (isinstance(pair, Sequence) and len(pair) == 2):
             raise InvalidArgumentError(
                 f"writes[{i}] must be a (handle, items) pair, got {pair!r}", argument="writes"
             )
-        handle, items = pair
+        given, items = pair
+        handle = given if unwrap is None else unwrap(given)
         if not isinstance(handle, StoredSession) or handle._ctx is not ctx:
             raise InvalidArgumentError(
-                f"writes[{i}]: {handle!r} is not a write handle of this store", argument="writes"
+                f"writes[{i}]: {given!r} is not a write handle of this store", argument="writes"
             )
         if handle.id in seen:
             raise InvalidArgumentError(
@@ -241,24 +252,16 @@ def check_together(ctx: StoreContext, writes: Any) -> list[tuple[StoredSession, 
                 argument="writes",
             )
         seen.add(handle.id)
-        batch = Session._batch_items(items)
+        batch = batch_items(items)
         if batch:
-            checked.append((handle, batch))
+            checked.append((given, handle, batch))
     return checked
 
 
-def begin_together(checked: list[tuple[StoredSession, list[Any]]]) -> list[Prepared]:
-    """Prepare every batch (rules, plans, validators); on a refusal release what was begun."""
-    prepared: list[Prepared] = []
-    try:
-        for handle, batch in checked:
-            events, transitions = handle._begin_append(batch)
-            prepared.append((handle, events, transitions))
-    except BaseException:
-        for handle, _, _ in prepared:
-            handle._busy = False
-        raise
-    return prepared
+def begin_together(checked: Checked) -> list[Prepared]:
+    """Begin every batch (rules, plans, validators; each handle given is what its validators
+    and observers see); on a refusal release what was begun."""
+    return begin_all((handle, batch, given) for given, handle, batch in checked)
 
 
 def append_together(ctx: StoreContext, writes: Any) -> list[list[SessionEvent]]:
@@ -268,17 +271,14 @@ def append_together(ctx: StoreContext, writes: Any) -> list[list[SessionEvent]]:
         return [[] for _ in writes]
     try:
         persist_together(prepared)
-        for handle, events, transitions in prepared:
-            handle._commit(events, transitions)
-    finally:
-        for handle, _, _ in prepared:
-            handle._busy = False
-    for handle, events, _ in prepared:
-        handle._notify(events)
+    except BaseException:
+        abandon_all(prepared)
+        raise
+    commit_all(prepared)
     return committed_lists(writes, prepared)
 
 
 def committed_lists(writes: Any, prepared: list[Prepared]) -> list[list[SessionEvent]]:
     """The committed events of each pair of ``writes``, in its order (empty batches: [])."""
-    by_id = {handle.id: events for handle, events, _ in prepared}
+    by_id = {pending.session.id: pending.events for pending in prepared}
     return [by_id.get(pair[0].id, []) for pair in writes]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from session_sql import InvalidEventError, Session
-from session_sql import session as session_module
+from session_sql import pending as pending_module
 from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 
 from .builders import new_session, user_message
@@ -35,13 +35,13 @@ def _watch(monkeypatch: pytest.MonkeyPatch, s: Session) -> tuple[list[bool], lis
     """Whether the collector was enabled at each data rule check and at each validator."""
     building: list[bool] = []
     validating: list[bool] = []
-    check_data = session_module.check_data
+    check_data = pending_module.check_data
 
     def checked(event: Any) -> None:
         building.append(gc.isenabled())
         check_data(event)
 
-    monkeypatch.setattr(session_module, "check_data", checked)
+    monkeypatch.setattr(pending_module, "check_data", checked)
     s.add_validator(lambda _s, _e: validating.append(gc.isenabled()))
     return building, validating
 

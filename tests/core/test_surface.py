@@ -19,6 +19,7 @@ from session_sql import (
 )
 from session_sql import surface as surface_module
 from session_sql.catalog import default_catalog
+from session_sql.pending import batch_items
 from session_sql.surface import AppendNode, Replacement, ReplaceNodes, Replay, SurfaceFold, replay
 
 from .builders import (
@@ -620,9 +621,9 @@ def test_counters_after_a_batch_match_the_state_after_it(batch: list[dict[str, A
     for i in range(4):
         session.append("user/message", user_message(str(i)), surface_op="append")
     state = session._state
-    events, transitions = session._prepare(session._batch_items(batch))
-    predicted = state.counters_after(transitions)
-    session._commit(events, transitions)
+    pending = session._begin_append(batch_items(batch))
+    predicted = state.counters_after(pending.transitions)
+    pending.commit()
     assert predicted == (state.next_pos, state.replace_generation, state.digest)
     # The digest is the fold's: a fresh replay of the log gives the same, so does a state
     # rebuilt from the stored rows alone.

@@ -19,6 +19,7 @@ from session_sql import (
     StoredSession,
     VerifyReport,
 )
+from session_sql import pending as pending_module
 from session_sql import session as session_module
 from session_sql import surface as surface_module
 from session_sql._store import reader
@@ -274,7 +275,14 @@ def test_load_verify_and_fork_plan_each_event_once_open_plans_none(store, s1, mo
         return real_plan(nodes, event, lookup, items)
 
     # Wherever a module holds ``plan``: a replay cannot escape the count by importing it.
-    for module in (surface_module, session_module, rows_module, store_module, writer_module):
+    for module in (
+        surface_module,
+        session_module,
+        pending_module,
+        rows_module,
+        store_module,
+        writer_module,
+    ):
         if hasattr(module, "plan"):
             monkeypatch.setattr(module, "plan", counting_plan)
     every = list(range(s1.seq))

@@ -1,0 +1,234 @@
+"""Where the async store runs the sync store's code, and how a call outlives a cancellation.
+
+``_Runner`` runs a call in SQLite's worker threads (``_Threads``) or in a greenlet on the loop
+(PostgreSQL). Every call is a ``_Pinned`` future, which refuses ``cancel()``: ``_settle``
+waits for it whatever happens to the waiting task, and ``_Uninterrupted`` gives a coroutine
+run in the caller's task the same guarantee. ``_OffloadedFile`` keeps a greenlet's file I/O
+off the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import queue
+import threading
+from collections.abc import Callable, Coroutine, Generator, Iterator
+from typing import Any, TypeVar
+
+from sqlalchemy.util import await_, greenlet_spawn
+
+from session_sql._store.engine import AsyncWriteConnections
+from session_sql.errors import PermanentStoreError
+
+T = TypeVar("T")
+
+
+class _Pinned(asyncio.Future[T]):
+    """A future that refuses ``cancel()``: the calls of ``_Runner`` run to their end.
+
+    A task cancelled while it awaits one is not woken: asyncio notes the cancellation and
+    raises it in the task once the future is done, so the caller sees the outcome first
+    (``future.done()`` holds wherever that ``CancelledError`` is caught).
+    """
+
+    def cancel(self, msg: Any = None) -> bool:
+        return False
+
+
+async def _settle(future: _Pinned[Any]) -> bool:
+    """Wait until ``future`` is done, whatever happens to the waiting task.
+
+    Returns whether the waiting task was cancelled meanwhile; the caller re-raises the
+    cancellation once it has applied the outcome (``future.result()``).
+    """
+    try:
+        await future
+    except asyncio.CancelledError:
+        if not future.done():  # pragma: no cover - a pinned future is never cancelled
+            raise
+        return True
+    except BaseException:
+        pass  # the call's own error: the caller reads it from the future
+    return False
+
+
+class _Uninterrupted:
+    """Awaiting it runs ``coro`` to its end in the awaiting task; a cancellation of that task
+    meanwhile is held back and noted in ``cancelled`` (the caller raises it afterwards).
+
+    What ``_settle`` gives a call run as a future of its own, without the task: a task, and
+    the loop iterations that start it and report its end, cost an async append more client
+    CPU than its whole wait for the server. The task waits on a future of this object's
+    instead of the one ``coro`` waits on, so the cancellation, which cancels the future its
+    task waits on, never reaches ``coro``: its future (a socket wait, a lock) is left alone
+    and the wait goes on with a new future of ours.
+    """
+
+    __slots__ = ("_coro", "cancelled")
+
+    def __init__(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._coro = coro
+        self.cancelled = False
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro = self._coro
+        try:
+            while True:
+                try:
+                    awaited = coro.send(None)
+                except StopIteration:
+                    return
+                if awaited is None:  # a bare yield (asyncio.sleep(0)): the loop's next turn
+                    try:
+                        yield None
+                    except asyncio.CancelledError:
+                        self.cancelled = True
+                    continue
+                awaited._asyncio_future_blocking = False  # taken, as a task takes it
+                while not awaited.done():
+                    ours = awaited.get_loop().create_future()
+                    awaited.add_done_callback(functools.partial(_resolve, ours))
+                    ours._asyncio_future_blocking = True
+                    try:
+                        yield ours
+                    except asyncio.CancelledError:  # ours was cancelled, awaited is not
+                        self.cancelled = True
+        finally:
+            coro.close()  # nothing to do once it returned; closed if we are closed early
+
+
+def _resolve(ours: asyncio.Future[Any], _: object) -> None:
+    if not ours.done():
+        ours.set_result(None)
+
+
+def _copy_outcome(pinned: _Pinned[Any], task: asyncio.Future[Any]) -> None:
+    if task.cancelled():  # only by the loop's own shutdown: nobody is left to see it
+        pinned.set_exception(asyncio.CancelledError())
+    elif (exc := task.exception()) is not None:
+        pinned.set_exception(exc)
+    else:
+        pinned.set_result(task.result())
+
+
+def _deliver(future: _Pinned[Any], result: Any, exc: BaseException | None) -> None:
+    if exc is None:
+        future.set_result(result)
+    else:
+        future.set_exception(exc)
+
+
+class _Threads:
+    """SQLite's worker threads: one queue of calls, each outcome handed to its loop.
+
+    What ``loop.run_in_executor`` does with a ``ThreadPoolExecutor``, for less: that pair
+    costs a call about 50 µs more CPU (its Python-level locks, semaphore and future chain),
+    a sixth of a small append's. Daemon threads, so a store left open never holds up the
+    interpreter's exit.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> _Pinned[T]:
+        loop = asyncio.get_running_loop()
+        future: _Pinned[T] = _Pinned(loop=loop)
+        if not self._threads:
+            self._threads = [
+                threading.Thread(target=self._work, name=f"session_sql_{i}", daemon=True)
+                for i in range(self._size)
+            ]
+            for thread in self._threads:
+                thread.start()
+        self._calls.put((fn, args, future, loop))
+        return future
+
+    def _work(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fn, args, future, loop = call
+            outcome: tuple[Any, BaseException | None]
+            try:
+                outcome = (fn(*args), None)
+            except BaseException as exc:
+                outcome = (None, exc)
+            del fn, args, call
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
+                loop.call_soon_threadsafe(_deliver, future, *outcome)
+            del future, outcome
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._calls.put(None)
+        self._threads = []
+
+
+class _Runner:
+    """Where the sync store's code runs: worker threads (SQLite) or a greenlet (PostgreSQL)."""
+
+    def __init__(self, *, threads: int | None) -> None:
+        self.threaded = threads is not None
+        self.closed = False
+        self.writers: AsyncWriteConnections | None = None
+        """PostgreSQL: the connections appends run on, natively awaited (set once open)."""
+        self._threads = None if threads is None else _Threads(threads)
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> _Pinned[T]:
+        """Start ``fn(*args)``; its future runs on even if the caller is cancelled."""
+        if self.closed:
+            raise PermanentStoreError.closed("open_async_store")
+        if self._threads is not None:
+            return self._threads.submit(fn, args)
+        task = asyncio.ensure_future(greenlet_spawn(fn, *args))
+        pinned: _Pinned[T] = _Pinned(loop=task.get_loop())
+        task.add_done_callback(functools.partial(_copy_outcome, pinned))
+        return pinned
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` run to completion; a cancellation is raised after it has finished."""
+        return await self.submit(fn, *args)
+
+    def shutdown(self) -> None:
+        """Stop the worker threads (idle by now: every call ran to completion)."""
+        self.closed = True
+        if self._threads is not None:
+            self._threads.shutdown()
+
+
+class _OffloadedFile:
+    """A file used from a greenlet on the loop (PostgreSQL's import and export) whose reads and
+    writes run in a worker thread, a chunk at a time: the loop never waits on the disk."""
+
+    CHUNK = 1 << 18
+
+    def __init__(self, fh: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._fh = fh
+        self._loop = loop
+        self._pending: list[str] = []
+        self._size = 0
+
+    def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        return await_(self._loop.run_in_executor(None, fn, *args))
+
+    def write(self, text: str) -> int:
+        self._pending.append(text)
+        self._size += len(text)
+        if self._size >= self.CHUNK:
+            self.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = "".join(self._pending)
+            self._pending, self._size = [], 0
+            self._in_thread(self._fh.write, data)
+
+    def __iter__(self) -> Iterator[Any]:
+        while lines := self._in_thread(self._fh.readlines, self.CHUNK):
+            yield from lines
+
+    def close(self) -> None:
+        self._in_thread(self._fh.close)
