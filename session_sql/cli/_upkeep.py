@@ -247,6 +247,8 @@ def stats(
 
 
 class Dialect(StrEnum):
+    """``session-sql schema --dialect``: the names ``render_ddl`` takes."""
+
     sqlite = "sqlite"
     postgresql = "postgresql"
 
@@ -266,10 +268,8 @@ def schema_(
     The tables, indexes, the surface_messages view and the meta rows of the schema gate, as
     this version creates them.
     """
-    if dialect is Dialect.sqlite:
-        sys.stdout.write(render_ddl("sqlite", schema))
-    else:
-        sys.stdout.write(render_ddl("postgresql", schema))
+    # The option's values are render_ddl's dialect names.
+    sys.stdout.write(render_ddl(dialect.value, schema))
 
 
 @app.command(
