@@ -259,6 +259,7 @@ def _differences(
     fks = insp.get_multi_foreign_keys(schema=schema, filter_names=names)
     checks = insp.get_multi_check_constraints(schema=schema, filter_names=names)
 
+    backend = backend_for(dialect)  # whose dialect options the indexes declare
     out: list[str] = []
     for table in tables.base_tables:
         key = (schema, table.name)
@@ -266,7 +267,6 @@ def _differences(
             out.append(f"missing table {table.name}")
             continue
         out.extend(_column_differences(table.name, table.columns, columns[key], dialect))
-        backend = backend_for(dialect)
 
         pk: Mapping[str, Any] = pks.get(key) or {}
         expected_pk = (str(table.primary_key.name), tuple(c.name for c in table.primary_key))
