@@ -18,7 +18,6 @@ from session_sql._store.backends import (
 from session_sql._store.context import StoreContext
 from session_sql._store.gate import ensure_schema
 from session_sql._store.metadata import check_tenant
-from session_sql._store.opening_failures import explain_open_failure
 from session_sql._store.schema import tables_for
 from session_sql.arguments import check_options, followers_option
 from session_sql.catalog import Catalog, default_catalog
@@ -65,7 +64,7 @@ def connect(
         ) from exc
     except StoreError as exc:
         engine.dispose()
-        clearer = explain_open_failure(engine, exc)
+        clearer = backend.explain_open_failure(engine, exc)
         if clearer is None:
             raise
         raise clearer from exc

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 from sqlalchemy import ColumnElement, Connection, Engine, FromClause, Insert, Select, Table
 from sqlalchemy.engine import URL
 
-from session_sql.errors import ConfigurationError, SessionSQLError
+from session_sql.errors import ConfigurationError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
@@ -120,6 +120,11 @@ class Backend(ABC):
     @abstractmethod
     def database_file(self, engine: Engine) -> str | None:
         """The database file, or ``None`` (in memory, or a server)."""
+
+    @abstractmethod
+    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+        """A clearer error for a store that could not be opened, or ``None`` to keep
+        ``error`` (see ``opening_failures``)."""
 
     @abstractmethod
     def same_store(

@@ -47,6 +47,7 @@ from sqlalchemy.util import await_
 
 from session_sql._store import pool_queue
 from session_sql._store.backends.base import AsyncListener, Backend, EngineOptions, Listener
+from session_sql._store.opening_failures import driver_cause, explain_refused_connection
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
     NAMING_CONVENTION,
@@ -369,6 +370,9 @@ class PostgreSQLBackend(Backend):
 
     def database_file(self, engine: Engine) -> str | None:
         return None
+
+    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+        return explain_refused_connection(driver_cause(error))
 
     def same_store(
         self, engine: Engine, schema: str | None, other: Engine, other_schema: str

@@ -51,6 +51,7 @@ from session_sql._store.backends.base import (
     Listener,
     synchronous_mode,
 )
+from session_sql._store.opening_failures import driver_cause, explain_wal_reader
 from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError, TransientStoreError
 
 if TYPE_CHECKING:
@@ -285,6 +286,9 @@ class SQLiteBackend(Backend):
     def database_file(self, engine: Engine) -> str | None:
         file = engine.url.database
         return None if _in_memory(file) else file
+
+    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+        return explain_wal_reader(engine.url, driver_cause(error))
 
     def same_store(
         self, engine: Engine, schema: str | None, other: Engine, other_schema: str
