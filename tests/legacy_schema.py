@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine, column, insert, table
 
 from session_sql import DEFAULT_CATALOG, SessionEvent, thaw
-from session_sql._store.engine import write_tx
+from session_sql._store.backends import write_tx
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql.jsoncodec import dumps_compact
 from session_sql.surface import Replay

@@ -184,7 +184,7 @@ def surface_upkeep(
             cur.executemany(c.drop_node.sql, params)
         else:
             cur.execute(c.retarget_node.sql, params)
-    if ctx.channel is not None:
+    if ctx.backend.listens:
         note = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
         cur.execute(c.notify.sql, c.notify.bind(note))
 

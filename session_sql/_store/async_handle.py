@@ -15,7 +15,8 @@ from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
 from session_sql._store import fastpath, forwarding
-from session_sql._store.engine import AsyncWriteConnections, read_tx, translate_errors
+from session_sql._store.backends import read_tx, translate_errors
+from session_sql._store.backends.connections import AsyncWriteConnections
 from session_sql._store.opening import StoredLog
 from session_sql._store.running import _Runner, _settle, _Uninterrupted
 from session_sql._store.writer import Prepared, StoredSession

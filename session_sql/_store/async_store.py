@@ -39,8 +39,9 @@ from typing import IO, Any, TypeVar
 from session_sql import loopsafe
 from session_sql._store import forwarding, reader
 from session_sql._store.async_handle import AsyncStoredSession, sync_of
-from session_sql._store.engine import AsyncWriteConnections, translate_errors
-from session_sql._store.following import Follower, Read, Sleep, Wait, listen_statement
+from session_sql._store.backends import backend_for
+from session_sql._store.backends.connections import AsyncWriteConnections
+from session_sql._store.following import Follower, Read, Sleep, Wait
 from session_sql._store.running import _OffloadedFile, _Runner, _settle
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.store import SessionInfo, SessionStore, open_store
@@ -80,18 +81,19 @@ class AsyncSessionStore:
         options: dict[str, Any],
     ) -> None:
         self.url = url
+        backend = backend_for(url)
         self._opening = functools.partial(
             open_store,
             url,
             schema=schema,
             catalog=catalog,
             tenant=tenant,
-            async_driver=not url.startswith("sqlite"),
+            async_driver=not backend.async_threads,
             **options,
         )
         threads = max(1, int(options.get("pool_size", 5)))
         self._size = threads
-        self._runner = _Runner(threads=threads if url.startswith("sqlite") else None)
+        self._runner = _Runner(threads=threads if backend.async_threads else None)
         self._opened: SessionStore | None = None
         # Tasks that open the store at once (a framework session's first calls, run
         # concurrently, on one loop or several) wait for one opening instead of each opening,
@@ -400,7 +402,7 @@ class AsyncSessionStore:
         after = seq_bound("after_seq", after_seq)
         timeout = timeout_arg(timeout)
         await self._runner.call(reader.check_session, ctx, session_id)
-        listener = None if ctx.channel is None else await _AsyncListener.open(self, ctx, session_id)
+        listener = await ctx.backend.async_listener(ctx, session_id, self._runner.call)
         try:
             machine = Follower(
                 session_id, ctx.tenant, after, timeout, listening=listener is not None
@@ -425,59 +427,6 @@ class AsyncSessionStore:
         finally:
             if listener is not None:
                 await listener.close()
-
-
-class _AsyncListener:
-    """A LISTENing psycopg ``AsyncConnection``, taken from the store's async engine and
-    detached from its pool (so it connects exactly as the store does). Like the sync
-    follower's, it holds one of the store's follower slots until it is closed."""
-
-    def __init__(self, conn: Any, ctx: Any, session_id: str) -> None:
-        self._conn = conn
-        self._ctx = ctx
-        self._session_id = session_id
-
-    @classmethod
-    async def open(cls, store: AsyncSessionStore, ctx: Any, session_id: str) -> _AsyncListener:
-        def checkout() -> Any:
-            with translate_errors():
-                raw = ctx.engine.raw_connection()
-                conn = raw.driver_connection
-                raw.detach()  # it is ours now: closing it will not return it to the pool
-                return conn
-
-        ctx.followers.take()
-        try:
-            conn = await store._runner.call(checkout)
-            try:
-                with translate_errors():
-                    await conn.rollback()  # out of whatever the pool's ping began
-                    await conn.set_autocommit(True)
-                    await conn.execute(listen_statement(str(ctx.channel)))
-            except BaseException:
-                await conn.close()
-                raise
-        except BaseException:
-            ctx.followers.give_back()
-            raise
-        return cls(conn, ctx, session_id)
-
-    async def wait(self, seconds: float, wakes: Callable[[str], bool]) -> None:
-        """Return on the first notification ``wakes`` accepts, or after ``seconds``."""
-        with translate_errors():
-            notes = self._conn.notifies(timeout=seconds)
-            try:
-                async for note in notes:
-                    if wakes(note.payload):
-                        break
-            finally:
-                await notes.aclose()
-
-    async def close(self) -> None:
-        try:
-            await self._conn.close()
-        finally:
-            self._ctx.followers.give_back()
 
 
 def open_async_store(

@@ -24,9 +24,9 @@ from session_sql._store.appending import (
     surface_upkeep,
     whole,
 )
+from session_sql._store.backends import write_tx
 from session_sql._store.backends.append_postgresql import SURFACE_COLUMNS, copy_statement
 from session_sql._store.context import StoreContext
-from session_sql._store.engine import write_tx
 from session_sql._store.rows import EVENT_VALUE_COLUMNS
 from session_sql.errors import SessionExistsError, StoreError
 
@@ -89,7 +89,7 @@ def _insert_session(
                     for pos, seq in surface_rows[i : i + INSERT_CHUNK]
                 ],
             )
-        if event_rows and ctx.channel is not None:
+        if event_rows and ctx.backend.listens:
             # Wakes followers; delivered at commit, dropped on rollback.
             payload = {
                 "b_channel": ctx.channel,

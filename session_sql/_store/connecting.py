@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, make_url
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
-from session_sql._store.context import StoreContext
-from session_sql._store.engine import (
+from session_sql._store.backends import (
     DEFAULT_MAX_OVERFLOW,
     DEFAULT_POOL_SIZE,
+    backend_for,
     database_label,
-    enable_wal,
-    is_sqlite,
     make_engine,
-    scope_transactions,
     translate_errors,
 )
+from session_sql._store.context import StoreContext
 from session_sql._store.gate import ensure_schema
 from session_sql._store.metadata import check_tenant
-from session_sql._store.opening_failures import explain_open_failure
 from session_sql._store.schema import tables_for
 from session_sql.arguments import check_options, followers_option
 from session_sql.catalog import Catalog, default_catalog
@@ -48,14 +44,15 @@ def connect(
     )
     tenant = check_tenant(tenant)
     engine = make_engine(url, **engine_options)
-    target = None if is_sqlite(engine) else schema
+    backend = backend_for(engine)
+    target = backend.target_schema(schema)
     try:
         if not create:
-            require_sqlite_file(engine.url)
+            backend.require_existing(engine.url)
         ensure_schema(engine, target, create=create)
         with translate_errors(database=database_label(engine)):
-            enable_wal(engine)
-        scope_transactions(engine, tenant)
+            backend.prepare_store(engine)
+        backend.scope_transactions(engine, tenant)
     except (TypeError, ValueError) as exc:
         engine.dispose()
         if isinstance(exc, SessionSQLError) or not engine_options:
@@ -67,7 +64,7 @@ def connect(
         ) from exc
     except StoreError as exc:
         engine.dispose()
-        clearer = explain_open_failure(engine, exc)
+        clearer = backend.explain_open_failure(engine, exc)
         if clearer is None:
             raise
         raise clearer from exc
@@ -80,7 +77,7 @@ def connect(
         catalog=default_catalog() if catalog is None else catalog,
         clock=now_ms if clock is None else clock,
         max_event_bytes=max_event_bytes,
-        channel=None if target is None else target,
+        channel=backend.notify_channel(target),
         max_followers=followers,
         tenant=tenant,
     )
@@ -98,14 +95,3 @@ def close(ctx: StoreContext) -> None:
 
 def _refuse_closed(*_args: Any) -> None:
     raise PermanentStoreError.closed("open_store")
-
-
-def require_sqlite_file(url: URL) -> None:
-    """With ``create=False``, a missing SQLite file is an error; connecting would create it."""
-    parsed = make_url(url)
-    if not parsed.drivername.startswith("sqlite"):
-        return
-    database = parsed.database or ""
-    path = database.removeprefix("file:") if parsed.query.get("uri") else database
-    if path in ("", ":memory:") or not Path(path).exists():
-        raise PermanentStoreError.no_store(database or ":memory:", "the file does not exist")

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import (
     Engine,
+    FromClause,
     Integer,
     Select,
     Text,
@@ -29,18 +30,16 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy import update as sa_update
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 
 from session_sql._store import following
-from session_sql._store.engine import IdleConnection, is_sqlite
+from session_sql._store.backends import Backend, backend_for
+from session_sql._store.backends.connections import IdleConnection
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
     TENANT_SETTING,
-    JSONText,
     SchemaTables,
     default_tenant_flag,
 )
@@ -52,7 +51,7 @@ from session_sql.session import Clock
 class Statements:
     """The Core statements of one schema that the writer, ``refresh`` and the reads share."""
 
-    def __init__(self, tables: SchemaTables, *, sqlite: bool, tenant: str) -> None:
+    def __init__(self, tables: SchemaTables, *, backend: Backend, tenant: str) -> None:
         s, e, sf = tables.sessions, tables.events, tables.surface
         # Every statement is scoped to the store's tenant. Core executions take its value from
         # here; the fast path binds ``b_tenant`` (and the ``tenant`` column) itself.
@@ -98,13 +97,11 @@ class Statements:
         # pipeline runs the inserts before the head update's row count is known) is then not
         # an aborted pipeline, and a row already sitting past the head is caught by the count
         # instead of being silently kept.
-        upsert = sqlite_insert if sqlite else pg_insert
-        self.insert_event = upsert(e).on_conflict_do_nothing()
-        self.insert_node = upsert(sf).on_conflict_do_nothing()
-        # PostgreSQL: a batch of events as ONE statement, each column bound as an array and
-        # unnested into rows (one parse, one plan, one execution for the whole batch, where
-        # executemany runs the insert once per row). Same conflict rule, same row count.
-        self.insert_events_unnest = None if sqlite else _insert_unnest(e)
+        self.insert_event = backend.insert_ignoring_conflicts(e)
+        self.insert_node = backend.insert_ignoring_conflicts(sf)
+        # PostgreSQL: a batch of events as ONE statement (``Backend.insert_unnest``); same
+        # conflict rule, same row count. None: executemany.
+        self.insert_events_unnest = backend.insert_unnest(e)
         # PostgreSQL's one-round-trip append (``fastpath``): its statements and the commit
         # go in one message, so nothing may depend on a row count read by the client. The
         # head update fails the transaction itself when it matches no row (1 / count(*) of
@@ -174,17 +171,16 @@ class Statements:
 
         # -- open_session: the row (``session_row``), and the surface with its whole events
         # (see opening.py)
-        self.surface_events = _surface_events(tables, sqlite, tn)
+        self.surface_events = _surface_events(tables, backend, tn)
 
         # -- reads
-        self.exists = select(s.c.id).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
-        # A walk of the surface primary key with one events primary-key lookup per node, so
-        # the cost follows the surface, never the length of the log. SQLite always runs the
-        # join as that nested loop. PostgreSQL may pick a hash join that reads every event of
-        # the session (it does while the table has no statistics yet); a LATERAL subquery
-        # with LIMIT 1 cannot be flattened into a join, so it stays one lookup per node.
+        self.exists = select(s.c.id).where(*own_session)
+        # A walk of the surface primary key with one events primary-key lookup per node
+        # (``Backend.join_events``), so the cost follows the surface, never the length of
+        # the log.
+        with_events = functools.partial(_with_events, e=e, backend=backend)
         self.surface_messages = (
-            _with_events(sf, e, sqlite)
+            with_events(sf)
             .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
             .order_by(sf.c.pos)
         )
@@ -196,25 +192,7 @@ class Statements:
             sf.c.session_id == bindparam("b_id"),
             sf.c.pos < bindparam("b_before"),
         )
-        if sqlite:
-            # SQLite walks the surface key backwards and looks each event up as it goes (the
-            # nested loop of ``_with_events``), so the LIMIT stops it after ``b_limit`` rows;
-            # the subquery would be materialised and sorted again, a third of a tail read.
-            self.surface_tail = (
-                _with_events(sf, e, sqlite)
-                .where(*before)
-                .order_by(sf.c.pos.desc())
-                .limit(bindparam("b_limit"))
-            )
-        else:
-            tail = (
-                select(sf.c.tenant, sf.c.session_id, sf.c.pos, sf.c.event_seq)
-                .where(*before)
-                .order_by(sf.c.pos.desc())
-                .limit(bindparam("b_limit"))
-                .subquery("tail")
-            )
-            self.surface_tail = _with_events(tail, e, sqlite).order_by(tail.c.pos.desc())
+        self.surface_tail = backend.last_nodes(sf, before, bindparam("b_limit"), with_events)
         self.surface_seqs = (
             select(sf.c.event_seq)
             .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
@@ -254,62 +232,20 @@ class Statements:
         )
 
 
-def _insert_unnest(table: Any) -> Any:
-    """``INSERT INTO table SELECT * FROM unnest(:u_<col>::<type>[], ...) ON CONFLICT DO
-    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back."""
-    written = [c for c in table.c if c.computed is None]  # the database computes the rest
-    names = [c.name for c in written]
-    arrays = [
-        cast(bindparam(f"u_{c.name}"), ARRAY(Text if _is_json(c) else c.type)) for c in written
-    ]
-    rows = func.unnest(*arrays).table_valued(*names).render_derived(name="r")
-    columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in written]
-    return pg_insert(table).from_select(names, select(*columns)).on_conflict_do_nothing()
-
-
-def _is_json(column: Any) -> bool:
-    return isinstance(column.type, JSONText)
-
-
-def _with_events(nodes: Any, e: Any, sqlite: bool) -> Select[Any]:
-    """``(pos, event_seq, type, data)`` of surface rows ``nodes``, each joined to its event.
-
-    A walk of the surface with one events primary-key lookup per node, so the cost follows
-    the surface, never the length of the log. SQLite always runs the join as that nested
-    loop. PostgreSQL may pick a hash join that reads every event of the session (it does
-    while the table has no statistics yet); a LATERAL subquery with LIMIT 1 cannot be
-    flattened into a join, so it stays one lookup per node.
-    """
-    by_key = (
-        (e.c.tenant == nodes.c.tenant)
-        & (e.c.session_id == nodes.c.session_id)
-        & (e.c.seq == nodes.c.event_seq)
-    )
+def _with_events(nodes: FromClause, *, e: Any, backend: Backend) -> Select[Any]:
+    """``(pos, event_seq, type, data)`` of surface rows ``nodes``, each joined to its event
+    by one events primary-key lookup (``Backend.join_events``)."""
     data_text = cast(e.c.data, Text).label("data")
-    if sqlite:
-        return select(nodes.c.pos, nodes.c.event_seq, e.c.type, data_text).select_from(
-            nodes.join(e, by_key)
-        )
-    lookup = select(e.c.type, data_text).where(by_key).limit(1).lateral("ev")
-    return select(nodes.c.pos, nodes.c.event_seq, lookup.c.type, lookup.c.data).select_from(
-        nodes.join(lookup, true())
-    )
+    joined, (type_, data) = backend.join_events(nodes, e, (e.c.type, data_text))
+    return select(nodes.c.pos, nodes.c.event_seq, type_, data).select_from(joined)
 
 
-def _surface_events(tables: SchemaTables, sqlite: bool, tn: Any) -> Select[Any]:
+def _surface_events(tables: SchemaTables, backend: Backend, tn: Any) -> Select[Any]:
     """``(pos, *event_columns)`` of a session's surface rows in ``pos`` order: one events
-    primary-key lookup per node, as in ``_with_events`` (LATERAL on PostgreSQL)."""
-    sf, e = tables.surface, tables.events
-    by_key = (
-        (e.c.tenant == sf.c.tenant)
-        & (e.c.session_id == sf.c.session_id)
-        & (e.c.seq == sf.c.event_seq)
-    )
-    if sqlite:
-        query = select(sf.c.pos, *event_columns(tables.events)).select_from(sf.join(e, by_key))
-    else:
-        lookup = select(*event_columns(tables.events)).where(by_key).limit(1).lateral("ev")
-        query = select(sf.c.pos, *lookup.c).select_from(sf.join(lookup, true()))
+    primary-key lookup per node, as in ``_with_events``."""
+    sf = tables.surface
+    joined, columns = backend.join_events(sf, tables.events, event_columns(tables.events))
+    query = select(sf.c.pos, *columns).select_from(joined)
     return query.where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
 
 
@@ -494,15 +430,16 @@ class StoreContext:
         self.clock = clock
         """The store's one millisecond clock: event times and ``updated_at`` alike."""
         self.max_event_bytes = max_event_bytes
+        self.backend = backend_for(engine)
+        """The database's side of every rule that differs between databases."""
         self.channel = channel
-        """The NOTIFY channel on PostgreSQL, ``None`` on SQLite."""
+        """The NOTIFY channel when the backend ``listens`` (PostgreSQL), else ``None``."""
         self.followers = FollowerSlots(max_followers)
         """Bounds the followers' own ``LISTEN`` connections (SQLite's followers poll through
         the pool and need none)."""
         self.tenant = tenant
         """Every row this store reads or writes is this tenant's."""
-        self.sqlite = is_sqlite(engine)
-        self.statements = Statements(tables, sqlite=self.sqlite, tenant=tenant)
+        self.statements = Statements(tables, backend=self.backend, tenant=tenant)
         self.idle = IdleConnection(engine, tenant)
         """The connection kept for single-statement reads (see ``fastpath.surface_tail``)."""
         self.parsed = Kept()

@@ -24,7 +24,6 @@ from sqlalchemy import Connection
 
 from session_sql._store import bulk
 from session_sql._store.appending import AppendDialect, AppendPart, SurfaceOp
-from session_sql._store.backends import append_postgresql, append_sqlite
 from session_sql._store.backends.append_postgresql import COPY_MIN_ROWS
 from session_sql._store.backends.append_postgresql_async import (
     StoredHead,
@@ -56,9 +55,8 @@ __all__ = [
 
 
 def dialect(ctx: StoreContext) -> AppendDialect:
-    """The module with ``ctx``'s dialect's transactions: the one place that reads which
-    dialect a store has."""
-    return append_sqlite if ctx.sqlite else append_postgresql
+    """The module with ``ctx``'s database's append transactions (``Backend.appends``)."""
+    return ctx.backend.appends
 
 
 def append(

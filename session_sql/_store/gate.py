@@ -23,7 +23,6 @@ from sqlalchemy import (
     UniqueConstraint,
     inspect,
     select,
-    text,
 )
 from sqlalchemy.engine import Dialect, Inspector
 from sqlalchemy.engine.interfaces import ReflectedColumn
@@ -31,10 +30,10 @@ from sqlalchemy.engine.reflection import ObjectKind
 from sqlalchemy.exc import CompileError
 from sqlalchemy.types import TypeEngine
 
-from session_sql._store.engine import (
-    database_label,
-    lock_schema_init,
+from session_sql._store.backends import (
+    backend_for,
     read_tx,
+    store_label,
     target_schema,
     translate_errors,
     write_tx,
@@ -42,7 +41,6 @@ from session_sql._store.engine import (
 from session_sql._store.schema import (
     APPLICATION,
     SCHEMA_VERSION,
-    TENANT_POLICY,
     SchemaTables,
     create_all,
     indexes_of,
@@ -75,9 +73,9 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
     unreachable, locked, or not a database at all). Writes nothing unless the database is empty
     and ``create`` is true.
     """
+    label = store_label(engine, schema)
     schema = target_schema(engine, schema)
     tables = tables_for(schema)
-    label = database_label(engine) + (f" (schema {schema})" if schema is not None else "")
     with translate_errors(database=label):
         with read_tx(engine) as conn:
             insp = inspect(conn)
@@ -89,7 +87,7 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
             raise PermanentStoreError.no_store(label, "it has no session_sql tables")
         # Looked empty: re-check under the init lock, since another process may be first.
         with write_tx(engine) as conn:
-            lock_schema_init(conn, schema)
+            backend_for(conn).lock_schema_init(conn, schema)
             insp = inspect(conn)
             if not _present_objects(insp, tables):
                 _refuse_foreign(insp, tables, label)
@@ -129,8 +127,7 @@ def _check(conn: Connection, insp: Inspector, tables: SchemaTables, label: str) 
     )
     _check_version(conn, insp, columns, tables, label)
     differences = _differences(insp, columns, tables, conn.dialect)
-    if conn.dialect.name == "postgresql":
-        differences += _row_security_differences(conn, tables)
+    differences += backend_for(conn).structure_differences(conn, tables)
     if differences:
         listing = "".join(f"\n  - {d}" for d in differences)
         raise SchemaMismatchError(
@@ -151,9 +148,9 @@ def stored_version(engine: Engine, schema: str | None) -> int:
     tables) and ``SchemaVersionError`` when the version is unknown (no meta table or row, or a
     value that is not a number) or another application wrote the database. Writes nothing.
     """
+    label = store_label(engine, schema)
     schema = target_schema(engine, schema)
     tables = tables_for(schema)
-    label = database_label(engine) + (f" (schema {schema})" if schema is not None else "")
     with translate_errors(database=label), read_tx(engine) as conn:
         insp = inspect(conn)
         if not _present_objects(insp, tables):
@@ -262,6 +259,7 @@ def _differences(
     fks = insp.get_multi_foreign_keys(schema=schema, filter_names=names)
     checks = insp.get_multi_check_constraints(schema=schema, filter_names=names)
 
+    backend = backend_for(dialect)  # whose dialect options the indexes declare
     out: list[str] = []
     for table in tables.base_tables:
         key = (schema, table.name)
@@ -286,7 +284,7 @@ def _differences(
         live_uq = {(u["name"], tuple(u["column_names"])) for u in uniques.get(key, [])}
         out.extend(_set_differences(table.name, "unique constraint", expected_uq, live_uq))
 
-        ours = indexes_of(table, dialect.name)
+        ours = indexes_of(table, backend.name)
         expected_ix = {
             (str(ix.name), tuple(c.name for c in ix.columns), bool(ix.unique)) for ix in ours
         }
@@ -297,14 +295,14 @@ def _differences(
         }
         out.extend(_set_differences(table.name, "index", expected_ix, live_ix))
         partial = {
-            str(ix.name): _predicate(ix.dialect_options[dialect.name].get("where"))
+            str(ix.name): _predicate(ix.dialect_options[backend.name].get("where"))
             for ix in ours
-            if ix.dialect_options[dialect.name].get("where") is not None
+            if ix.dialect_options[backend.name].get("where") is not None
         }
         access = {
             str(ix.name): (
-                ix.dialect_options[dialect.name].get("using") or "btree",
-                dict(ix.dialect_options[dialect.name].get("ops") or {}),
+                ix.dialect_options[backend.name].get("using") or "btree",
+                dict(ix.dialect_options[backend.name].get("ops") or {}),
             )
             for ix in ours
         }
@@ -365,30 +363,6 @@ def _differences(
             if live_body != expected_body:
                 out.append(f"view {view.name}: its definition differs from this build's")
     out.extend(_analytics_view_differences(insp, tables, dialect))
-    return out
-
-
-def _row_security_differences(conn: Connection, tables: SchemaTables) -> list[str]:
-    """PostgreSQL: row-level security is on for the three tables, each with its tenant policy
-    (policies an administrator added beside it are allowed)."""
-    names = [t.name for t in (tables.sessions, tables.events, tables.surface)]
-    query = text(
-        "SELECT c.relname, c.relrowsecurity, EXISTS (SELECT 1 FROM pg_policy p "
-        "WHERE p.polrelid = c.oid AND p.polname = :policy) AS has_policy "
-        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = :schema AND c.relname = ANY(:names)"
-    )
-    params = {"policy": TENANT_POLICY, "schema": tables.metadata.schema, "names": names}
-    found = {row.relname: row for row in conn.execute(query, params)}
-    out: list[str] = []
-    for name in names:
-        row = found.get(name)
-        if row is None:
-            continue  # a missing table is reported already
-        if not row.relrowsecurity:
-            out.append(f"{name}: row-level security is not enabled")
-        if not row.has_policy:
-            out.append(f"{name}: missing row-level security policy {TENANT_POLICY}")
     return out
 
 
@@ -536,6 +510,7 @@ def _column_differences(
     dialect: Dialect,
 ) -> list[str]:
     out: list[str] = []
+    same_type = backend_for(dialect).same_column_type
     live_by_name = {c["name"]: c for c in live}
     expected_names = set()
     for column in expected:
@@ -545,7 +520,7 @@ def _column_differences(
             out.append(f"{table}: missing column {column.name}")
             continue
         want, have = _type_label(column.type, dialect), _type_label(found["type"], dialect)
-        if not _same_type(want, have, dialect):
+        if not same_type(want, have):
             out.append(f"{table}.{column.name}: type is {have}, expected {want}")
         if (column.computed is not None) != bool(found.get("computed")):
             out.append(
@@ -576,27 +551,6 @@ def _type_label(type_: TypeEngine[Any], dialect: Dialect) -> str:
         return str(type_.compile(dialect=dialect)).upper()
     except CompileError:  # e.g. NullType for an unknown reflected type
         return type(type_).__name__.upper()
-
-
-def _same_type(expected: str, live: str, dialect: Dialect) -> bool:
-    # SQLite only honours type affinity, so BIGINT and INTEGER are the same column there.
-    if dialect.name == "sqlite":
-        return _sqlite_affinity(expected) == _sqlite_affinity(live)
-    return expected == live
-
-
-def _sqlite_affinity(declared: str) -> str:
-    """SQLite's rules for a declared column type (https://sqlite.org/datatype3.html §3.1)."""
-    declared = declared.upper()
-    if "INT" in declared:
-        return "INTEGER"
-    if any(word in declared for word in ("CHAR", "CLOB", "TEXT")):
-        return "TEXT"
-    if "BLOB" in declared or not declared or declared == "NULLTYPE":
-        return "BLOB"
-    if any(word in declared for word in ("REAL", "FLOA", "DOUB")):
-        return "REAL"
-    return "NUMERIC"
 
 
 def _same_named(expected: tuple[Any, ...], live: tuple[Any, ...]) -> bool:

@@ -7,11 +7,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection, and_, func, or_, select, type_coerce
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Connection, and_, func, or_, select
 
+from session_sql._store.backends import read_tx, translate_errors
 from session_sql._store.context import StoreContext
-from session_sql._store.engine import read_tx, translate_errors
 from session_sql._store.metadata import check_labels, check_user_id
 from session_sql.arguments import MAX_BOUND, clamp, int_arg, lookup_id
 from session_sql.errors import CorruptSessionError, InvalidArgumentError, SessionNotFoundError
@@ -91,11 +90,8 @@ def list_sessions(
     )
     if user is not None:
         query = query.where(s.c.user_id == user)
-    if wanted and not ctx.sqlite:
-        query = query.where(type_coerce(s.c.labels, JSONB).contains(wanted))  # the GIN index
-    else:
-        for name, value in wanted.items():
-            query = query.where(s.c.labels[name].as_string() == value)
+    for condition in ctx.backend.labels_match(s.c.labels, wanted):
+        query = query.where(condition)
     if parent is not None:
         if not is_session_id(parent):
             return []  # no session can have it as its parent

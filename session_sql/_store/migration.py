@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,11 +31,11 @@ from typing import Any, Literal
 import orjson
 from sqlalchemy import Engine, select
 
-from session_sql._store.engine import (
-    database_label,
-    is_sqlite,
+from session_sql._store.backends import (
+    backend_for,
     make_engine,
     read_tx,
+    store_label,
     target_schema,
     translate_errors,
 )
@@ -487,9 +486,7 @@ class _Destination:
         self._existing = self._probe()
         # The engine that looks across tenants (the stores are scoped to one each).
         self.engine: Engine = make_engine(url)
-        self.label = database_label(self.engine) + (
-            "" if is_sqlite(self.engine) else f" (schema {schema})"
-        )
+        self.label = store_label(self.engine, schema)
 
     def _open(self, tenant: str, *, create: bool) -> SessionStore:
         return open_store(
@@ -560,13 +557,7 @@ class _Destination:
 def _same_store(engine: Engine, schema: str | None, other: Engine, other_schema: str) -> bool:
     """Whether two engines reach the same store (the same SQLite file, or the same PostgreSQL
     database and schema by URL)."""
-    if is_sqlite(engine) != is_sqlite(other):
+    backend = backend_for(engine)
+    if backend is not backend_for(other):
         return False
-    if is_sqlite(engine):
-        paths = [e.url.database or "" for e in (engine, other)]
-        if any(p in ("", ":memory:") for p in paths):
-            return False
-        return os.path.realpath(paths[0]) == os.path.realpath(paths[1])
-    return engine.url.set(password=None) == other.url.set(password=None) and (
-        schema == other_schema
-    )
+    return backend.same_store(engine, schema, other, other_schema)

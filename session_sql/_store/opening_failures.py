@@ -1,6 +1,7 @@
 """Why a store cannot be opened: a clearer error than the driver's, for the failures whose
 cause and remedy can be told (a WAL store on a read-only medium, a missing PostgreSQL
-database or role). Only ``SessionStore`` calls it, after the open has failed."""
+database or role). The backends call it (``Backend.explain_open_failure``), after the open
+has failed."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ import sqlite3
 from typing import Any, Final
 
 import psycopg
-from sqlalchemy import Engine, exc
+from sqlalchemy import exc
 from sqlalchemy.engine import URL
 from sqlalchemy.util import await_
 from sqlalchemy.util.concurrency import in_greenlet
 
 from session_sql.errors import PermanentStoreError, StoreError
 
-__all__ = ["explain_open_failure", "quote_identifier"]
+__all__ = ["driver_cause", "explain_refused_connection", "explain_wal_reader", "quote_identifier"]
 
 
 _WAL_READER_FAILURES: Final = frozenset(
@@ -34,27 +35,18 @@ _WAL_READER_FAILURES: Final = frozenset(
 _MAINTENANCE_DATABASES: Final = ("postgres", "template1")
 
 
-def explain_open_failure(engine: Engine, error: StoreError) -> StoreError | None:
-    """A clearer error for a store that could not be opened, or None to keep ``error``.
-
-    SQLite: a WAL store in a directory this process cannot write (a read-only medium) cannot
-    be read as it is, since WAL readers create the ``-shm`` file beside it; the error names
-    that and the remedy. PostgreSQL: libpq gives no SQLSTATE for a refused connection, so a
-    second connection to a maintenance database asks the server whether the database exists.
-    """
+def driver_cause(error: StoreError) -> BaseException | None:
+    """The driver's exception behind a translated ``error`` (``None`` when there is none)."""
     orig = error.__cause__
-    orig = orig.orig if isinstance(orig, exc.DBAPIError) else orig
-    if isinstance(orig, sqlite3.Error):
-        return _explain_sqlite(engine.url, orig)
-    if isinstance(orig, psycopg.OperationalError) and not orig.sqlstate and orig.pgconn:
-        if in_greenlet():  # an async store opening on the event loop: ask off the loop
-            loop = asyncio.get_running_loop()
-            return await_(loop.run_in_executor(None, _explain_refused_connection, orig.pgconn))
-        return _explain_refused_connection(orig.pgconn)
-    return None
+    return orig.orig if isinstance(orig, exc.DBAPIError) else orig
 
 
-def _explain_sqlite(url: URL, orig: sqlite3.Error) -> PermanentStoreError | None:
+def explain_wal_reader(url: URL, orig: BaseException | None) -> PermanentStoreError | None:
+    """SQLite: a WAL store in a directory this process cannot write (a read-only medium)
+    cannot be read as it is, since WAL readers create the ``-shm`` file beside it; the error
+    names that and the remedy."""
+    if not isinstance(orig, sqlite3.Error):
+        return None
     name = str(getattr(orig, "sqlite_errorname", ""))
     path = url.database or ""
     if name not in _WAL_READER_FAILURES or url.query.get("uri") or path in ("", ":memory:"):
@@ -78,7 +70,18 @@ def _explain_sqlite(url: URL, orig: sqlite3.Error) -> PermanentStoreError | None
     )
 
 
-def _explain_refused_connection(pgconn: Any) -> PermanentStoreError | None:
+def explain_refused_connection(orig: BaseException | None) -> PermanentStoreError | None:
+    """PostgreSQL: libpq gives no SQLSTATE for a refused connection, so a second connection
+    to a maintenance database asks the server whether the database exists."""
+    if not (isinstance(orig, psycopg.OperationalError) and not orig.sqlstate and orig.pgconn):
+        return None
+    if in_greenlet():  # an async store opening on the event loop: ask off the loop
+        loop = asyncio.get_running_loop()
+        return await_(loop.run_in_executor(None, _ask_maintenance_database, orig.pgconn))
+    return _ask_maintenance_database(orig.pgconn)
+
+
+def _ask_maintenance_database(pgconn: Any) -> PermanentStoreError | None:
     """Ask the server (through a maintenance database) whether the database exists."""
     options = {
         option.keyword.decode(): option.val.decode()

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 import time as _time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection
 
 from session_sql._store import fastpath
+from session_sql._store.backends import read_tx, snapshot_tx, translate_errors
 from session_sql._store.context import MISSING, StoreContext
-from session_sql._store.engine import read_tx, snapshot_tx, translate_errors
 from session_sql._store.fastpath import fetch_rows
-from session_sql._store.following import Follower, Read, Sleep, Wait, listen_statement
+from session_sql._store.following import Follower, Read, Sleep, Wait
 from session_sql._store.rows import event_from_row
 from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
@@ -297,12 +295,13 @@ def follow(
 ) -> Iterator[SessionEvent]:
     """Yield events committed after ``after_seq`` as they arrive, in order, each once.
 
-    The sync driver of ``following.Follower``: PostgreSQL wakes the follower with
-    LISTEN/NOTIFY; SQLite polls with a short backoff. Returns after ``timeout`` seconds without
-    a new event (``None``: never). Takes no write lock.
+    The sync driver of ``following.Follower``: a backend that listens wakes the follower
+    with LISTEN/NOTIFY (``Backend.listener``); otherwise it polls with a short backoff.
+    Returns after ``timeout`` seconds without a new event (``None``: never). Takes no write
+    lock.
     """
     check_session(ctx, session_id)
-    listener = _Listener(ctx, session_id) if ctx.channel is not None else None
+    listener = ctx.backend.listener(ctx, session_id)  # None: poll
     try:
         machine = Follower(
             session_id, ctx.tenant, after_seq, timeout, listening=listener is not None
@@ -325,55 +324,3 @@ def follow(
     finally:
         if listener is not None:
             listener.close()
-
-
-class _Listener:
-    """A dedicated autocommit connection LISTENing on the store's channel (PostgreSQL).
-
-    It comes from the engine, so it connects exactly as the store does (URL, ``connect_args``,
-    ``creator``, the connect hooks), and it is detached from the pool and closed at the end, so
-    its LISTEN state never reaches another user of the pool. It holds one of the store's
-    follower slots (``ctx.followers``) from before it connects until it is closed.
-    """
-
-    def __init__(self, ctx: StoreContext, session_id: str) -> None:
-        self._ctx = ctx
-        self._session_id = session_id
-        ctx.followers.take()
-        try:
-            with translate_errors():
-                self._raw = ctx.engine.raw_connection()
-                try:
-                    conn = self._raw.driver_connection
-                    assert isinstance(conn, psycopg.Connection)
-                    self._raw.detach()
-                    conn.rollback()  # end any transaction the pool's ping began
-                    conn.autocommit = True
-                    conn.execute(listen_statement(str(ctx.channel)))
-                except BaseException:
-                    self._raw.close()
-                    raise
-                self._conn: psycopg.Connection[Any] = conn
-        except BaseException:
-            ctx.followers.give_back()
-            raise
-
-    def wait(self, seconds: float, wakes: Callable[[str], bool] | None = None) -> None:
-        """Return on the first notification ``wakes`` accepts (default: any commit to the
-        followed session), or after ``seconds``."""
-        if wakes is None:
-            wakes = functools.partial(self._ctx.wakes, session_id=self._session_id)
-        with translate_errors():
-            notes = self._conn.notifies(timeout=seconds)
-            try:
-                for note in notes:
-                    if wakes(note.payload):
-                        break
-            finally:
-                notes.close()
-
-    def close(self) -> None:
-        try:
-            self._raw.close()  # detached: closes the driver connection, never pools it
-        finally:
-            self._ctx.followers.give_back()

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.util import await_, greenlet_spawn
 
-from session_sql._store.engine import AsyncWriteConnections
+from session_sql._store.backends.connections import AsyncWriteConnections
 from session_sql.errors import PermanentStoreError
 
 T = TypeVar("T")

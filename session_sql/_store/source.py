@@ -38,10 +38,9 @@ from sqlalchemy import (
     tuple_,
 )
 
-from session_sql._store.connecting import require_sqlite_file
-from session_sql._store.engine import (
+from session_sql._store.backends import (
+    backend_for,
     database_label,
-    is_sqlite,
     make_engine,
     read_tx,
     snapshot_tx,
@@ -177,7 +176,7 @@ class Source:
         try:
             target = target_schema(engine, schema)
             try:
-                require_sqlite_file(engine.url)
+                backend_for(engine).require_existing(engine.url)
                 self.version = stored_version(engine, target)
             except StoreError as exc:
                 if exc.path is None:
@@ -392,23 +391,9 @@ def _check_legacy_columns(engine: Engine, layout: _Layout, version: int) -> None
 
 
 def refuse_row_security(engine: Engine, sessions: Table, side: str) -> None:
-    """Refuse a role that row-level security keeps to one tenant (PostgreSQL): it would see
-    no session, or only some, and a migration must see them all."""
-    if is_sqlite(engine):
-        return
-    name = engine.dialect.identifier_preparer.format_table(sessions)
-    with translate_errors(database=database_label(engine)), read_tx(engine) as conn:
-        active, role = conn.execute(
-            select(func.row_security_active(literal(name, Text)), func.current_user())
-        ).one()
-    if active:
-        raise ConfigurationError(
-            f"the {side} {database_label(engine)}: role {role!r} is subject to row-level "
-            "security and sees one tenant's sessions at most; migrate reads and checks every "
-            "tenant's: connect as the owner of the tables (the role that ran 'session-sql "
-            "init') or a superuser",
-            option="url",
-        )
+    """Refuse a role that row-level security keeps to one tenant: it would see no session,
+    or only some, and a migration must see them all."""
+    backend_for(engine).refuse_row_security(engine, sessions, side)
 
 
 def describe(label: str, tenant: str, session_id: str) -> str:

@@ -20,11 +20,10 @@ from sqlalchemy import (
     case,
     false,
     func,
-    literal_column,
     select,
-    union_all,
 )
 
+from session_sql._store.backends import backend_for
 from session_sql._store.schema import SchemaTables
 from session_sql.catalog import CORE_TYPES, SURFACE_TYPES
 from session_sql.errors import CorruptSessionError, SessionNotFoundError
@@ -114,58 +113,6 @@ def _where_session(query: Select[Any], column: Any, session_id: str | None) -> S
 _UNMERGED = 2**62
 
 
-def _events_by_type(
-    t: SchemaTables, tenant: str, session_id: str | None, dialect: str
-) -> Select[Any]:
-    """``(type, n)`` for each event type, most frequent first (some may count 0).
-
-    PostgreSQL groups one (parallel) pass over the events. SQLite, one thread, counts each type
-    in the ``(type, tenant, session_id, seq)`` index alone, never reading an event row: the
-    types are listed by skipping through that index (one search per distinct type, the
-    recursive ``event_types``), then each is counted by a range search in it. Read row by
-    row, the same count was most of ``stats``' time on SQLite.
-    """
-    e, s = t.events, t.sessions
-    if dialect != "sqlite":
-        return (
-            select(e.c.type, func.count().label("n"))
-            .select_from(_own_events(t, tenant, session_id))
-            .group_by(e.c.type)
-            .order_by(func.count().desc(), e.c.type)
-        )
-    first = e.alias("first_type")
-    types = select(func.min(first.c.type).label("type")).cte("event_types", recursive=True)
-    after = e.alias("next_type")
-    types = types.union_all(
-        select(
-            select(func.min(after.c.type)).where(after.c.type > types.c.type).scalar_subquery()
-        ).where(types.c.type.is_not(None))
-    )
-    counted = e.alias("counted")
-    n = (
-        select(func.count())
-        .select_from(
-            counted.join(
-                s,
-                and_(
-                    s.c.tenant == counted.c.tenant,
-                    s.c.id == counted.c.session_id,
-                    counted.c.seq >= s.c.inherited_event_count,
-                ),
-            )
-        )
-        .where(counted.c.type == types.c.type, counted.c.tenant == tenant)
-    )
-    if session_id is not None:
-        n = n.where(counted.c.session_id == session_id)
-    count = n.scalar_subquery()
-    return (
-        select(types.c.type, count.label("n"))
-        .where(types.c.type.is_not(None))
-        .order_by(literal_column("n").desc(), types.c.type)
-    )
-
-
 # The rules refuse a surfaceOp on these core types (SPEC §4), so none of them can replace.
 _NEVER_REPLACING = frozenset(CORE_TYPES) - SURFACE_TYPES
 
@@ -179,10 +126,9 @@ def _replacing_rows(
 ) -> Any:
     """``(type, source_event_seqs)`` of each replacing event.
 
-    No index holds ``surface_op``, so this reads event rows. PostgreSQL reads them in one
-    (parallel) pass. SQLite reads only the rows of the types that can replace (those present,
-    ``by_type``, less the core types that never can), one range of the type index per type:
-    chunks, steps, turns and tool calls, most of a log, are never read.
+    No index holds ``surface_op``, so this reads event rows, as the backend reads them
+    fastest (``Backend.replacing_rows``); the candidates are the types present
+    (``by_type``) less the core types that never replace.
     """
     e = t.events
     query = (
@@ -190,14 +136,8 @@ def _replacing_rows(
         .select_from(_own_events(t, tenant, session_id))
         .where(e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
     )
-    if conn.dialect.name != "sqlite":
-        return conn.execute(query)
     candidates = sorted(set(by_type) - _NEVER_REPLACING)
-    if not candidates:
-        return []
-    # One branch per type: an equality on the type is what makes SQLite take the type index
-    # (an IN list of them it may read through the primary key instead, row by row).
-    return conn.execute(union_all(*(query.where(e.c.type == name) for name in candidates)))
+    return backend_for(conn).replacing_rows(conn, query, e.c.type, candidates)
 
 
 def collect_stats(
@@ -284,7 +224,10 @@ def collect_stats(
         .group_by(replies.c.model)
         .order_by(replies.c.model)
     )
-    by_type_query = _events_by_type(t, tenant, session_id, conn.dialect.name)
+    # ``(type, n)`` for each event type, most frequent first (some may count 0).
+    by_type_query = backend_for(conn).events_by_type(
+        t, _own_events(t, tenant, session_id), tenant, session_id
+    )
     sessions_query = _where_session(
         select(
             func.count().label("sessions"),

@@ -9,7 +9,7 @@ from typing import IO, Any, Literal
 from sqlalchemy import delete, make_url, select, update
 
 from session_sql._store import connecting, listing, loading, reader, transfer, verifying
-from session_sql._store.engine import read_tx, snapshot_tx, translate_errors, write_tx
+from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
 from session_sql._store.listing import SessionInfo, own
 from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
 from session_sql._store.rows import frozen_header
@@ -59,14 +59,13 @@ class SessionStore:
             max_followers=max_followers,
             engine_options=engine_options,
         )
-        file = ctx.engine.url.database if ctx.sqlite else None
         self.url = url
         self.display_url: str = make_url(url).render_as_string(hide_password=True)
         """The URL as given, without its password: safe to print."""
-        self.database_file: str | None = None if file in (None, "", ":memory:") else file
+        self.database_file: str | None = ctx.backend.database_file(ctx.engine)
         """The SQLite database file (``None`` in memory and on PostgreSQL)."""
-        self.backend = ctx.engine.dialect.name
-        self.schema = None if ctx.sqlite else schema
+        self.backend = ctx.backend.name
+        self.schema = ctx.backend.target_schema(schema)
         self.tenant: str = ctx.tenant
         """The tenant whose sessions this store reads and writes (``""``: the default one)."""
 

@@ -12,8 +12,8 @@ from sqlalchemy import Text, cast, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from session_sql._store import reader
+from session_sql._store.backends import analyze, snapshot_tx, translate_errors, write_tx
 from session_sql._store.context import StoreContext
-from session_sql._store.engine import analyze, snapshot_tx, translate_errors, write_tx
 from session_sql._store.importer import ImportFold
 from session_sql._store.listing import labels_value, own
 from session_sql._store.loading import new_row
@@ -111,12 +111,9 @@ def import_source(
                     inherited_event_count=folded.inherited,
                 )
             )
-            if folded.state.length and ctx.channel is not None:
+            if folded.state.length:
                 # Wakes followers; delivered at commit, dropped on rollback.
-                payload = ctx.payload(session_id, folded.state.length - 1)
-                conn.execute(
-                    ctx.statements.notify, {"b_channel": ctx.channel, "b_payload": payload}
-                )
+                ctx.backend.notify(conn, ctx, session_id, folded.state.length - 1)
         if analyze and folded.state.length >= ANALYZE_AFTER_IMPORTED_EVENTS:
             refresh_statistics(ctx)
     finally:

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from session_sql._store import fastpath
+from session_sql._store.backends import read_tx, translate_errors
 from session_sql._store.context import StoreContext
-from session_sql._store.engine import read_tx, translate_errors
 from session_sql._store.opening import StoredLog, read_log, read_open
 from session_sql._store.rows import event_from_row, frozen_header, stored_problems
 from session_sql.errors import (

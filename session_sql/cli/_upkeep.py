@@ -250,6 +250,8 @@ def stats(
 
 
 class Dialect(StrEnum):
+    """``session-sql schema --dialect``: the names ``render_ddl`` takes."""
+
     sqlite = "sqlite"
     postgresql = "postgresql"
 
@@ -271,10 +273,8 @@ def schema_(
     """
     from session_sql.schema import render_ddl
 
-    if dialect is Dialect.sqlite:
-        sys.stdout.write(render_ddl("sqlite", schema))
-    else:
-        sys.stdout.write(render_ddl("postgresql", schema))
+    # The option's values are render_ddl's dialect names.
+    sys.stdout.write(render_ddl(dialect.value, schema))
 
 
 @app.command(

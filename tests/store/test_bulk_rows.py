@@ -9,6 +9,8 @@ import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
 from session_sql import InvalidEventError, Replace
+from session_sql._store.backends.postgresql import POSTGRESQL
+from session_sql._store.backends.sqlite import SQLITE
 from session_sql._store.context import CompiledStatements, Statements
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql._store.schema import tables_for
@@ -34,11 +36,13 @@ def test_the_tuple_order_is_the_tables_column_order(schema):
 def test_every_compiled_insert_binds_the_tuple_order(schema):
     tables = tables_for(schema)
     values = event_values("acme", "s1", EVENTS[2], None)
-    lite = CompiledStatements(Statements(tables, sqlite=True, tenant=""), tables, sqlite.dialect())
+    lite = CompiledStatements(
+        Statements(tables, backend=SQLITE, tenant=""), tables, sqlite.dialect()
+    )
     assert lite.insert_event.bind(dict(zip(EVENT_VALUE_COLUMNS, values, strict=True))) == values
     assert lite.insert_event_values == lite.insert_event.sql
     pg = CompiledStatements(
-        Statements(tables, sqlite=False, tenant=""), tables, postgresql.psycopg.dialect()
+        Statements(tables, backend=POSTGRESQL, tenant=""), tables, postgresql.psycopg.dialect()
     )
     for insert in (pg.insert_event, pg.insert_event_strict):
         assert insert.positional[1] == EVENT_VALUE_COLUMNS

@@ -38,7 +38,7 @@ from sqlalchemy import (
     inspect,
 )
 
-from session_sql._store.engine import read_tx, target_schema
+from session_sql._store.backends import read_tx, target_schema
 from session_sql._store.gate import ensure_schema
 from session_sql._store.schema import DEFAULT_SCHEMA, tables_for
 

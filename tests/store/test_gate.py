@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, event, inspect, select, update
 from sqlalchemy.schema import DropSchema
 
-from session_sql._store.engine import make_engine, read_tx, target_schema, write_tx
+from session_sql._store.backends import make_engine, read_tx, target_schema, write_tx
 from session_sql._store.gate import ensure_schema
 from session_sql._store.schema import SCHEMA_VERSION, render_ddl, tables_for
 from session_sql.errors import (

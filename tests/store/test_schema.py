@@ -15,17 +15,17 @@ from hypothesis import strategies as st
 from sqlalchemy import Engine, insert, inspect, select, text
 from sqlalchemy.schema import DropSchema
 
-from session_sql._store import engine as engine_mod
 from session_sql._store import schema as schema_mod
-from session_sql._store.engine import (
+from session_sql._store.backends import (
+    backend_for,
     dumps_json,
-    enable_wal,
     make_engine,
     read_tx,
     target_schema,
     translate_errors,
     write_tx,
 )
+from session_sql._store.backends import postgresql as pg_backend
 from session_sql._store.gate import ensure_schema
 from session_sql._store.schema import (
     SCHEMA_VERSION,
@@ -125,8 +125,8 @@ def test_metadata_is_cached_per_schema_and_named():
     assert "fk_events_tenant_session_id_sessions" in names
     assert "fk_surface_tenant_session_id_event_seq_events" in names
     # translate_errors maps driver errors by these names.
-    assert tables.sessions.primary_key.name == engine_mod._PK_SESSIONS
-    assert tables.events.primary_key.name == engine_mod._PK_EVENTS
+    assert tables.sessions.primary_key.name == pg_backend.PK_SESSIONS
+    assert tables.events.primary_key.name == pg_backend.PK_EVENTS
 
 
 def test_not_null_everywhere_except_the_optional_columns():
@@ -434,7 +434,7 @@ def test_sqlite_connection_pragmas(tmp_path: Path, synchronous: str, level: int)
         with engine.connect() as conn:
             pragma = conn.exec_driver_sql
             assert pragma("PRAGMA journal_mode").scalar() == "delete"  # not before the gate
-        enable_wal(engine)
+        backend_for(engine).prepare_store(engine)  # WAL
         with engine.connect() as conn:
             pragma = conn.exec_driver_sql
             assert pragma("PRAGMA journal_mode").scalar() == "wal"
@@ -481,7 +481,7 @@ def test_sqlite_write_tx_takes_the_write_lock_at_begin(tmp_path: Path):
 
 def test_sqlite_read_tx_is_a_snapshot(tmp_path: Path):
     engine = make_engine(f"sqlite:///{tmp_path / 'x.db'}")
-    enable_wal(engine)  # as open_store does once the gate has accepted the file
+    backend_for(engine).prepare_store(engine)  # WAL, as open_store does once the gate accepted
     try:
         with write_tx(engine) as conn:
             conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")

@@ -34,8 +34,8 @@ from session_sql._store.appending import (
     whole,
 )
 from session_sql._store.backends import append_postgresql_async as pg_async
+from session_sql._store.backends.postgresql import PG_IDLE, pipeline
 from session_sql._store.context import Compiled, StoreContext
-from session_sql._store.engine import PG_IDLE, begin_raw_write, pipeline
 from session_sql._store.rows import EVENT_VALUE_COLUMNS
 
 COPY_MIN_ROWS: Final = 32
@@ -95,7 +95,7 @@ def _append_pipelined(
     cur = raw.cursor()
     heads: list[Any] = []
     checks: list[Check] = []
-    begin_raw_write(ctx.engine, cur)
+    ctx.backend.begin_raw_write(cur)
     try:
         with pipeline(raw.driver_connection):
             cur.execute(ctx.compiled.set_tenant.sql, tenant_params(ctx))

@@ -1,4 +1,4 @@
-"""SQLite's append transaction: ``BEGIN IMMEDIATE`` (``engine.begin_raw_write``), then each
+"""SQLite's append transaction: ``BEGIN IMMEDIATE`` (``Backend.begin_raw_write``), then each
 part's head update, read at once, its event rows and surface upkeep, every insert counted
 (``ON CONFLICT DO NOTHING``), and the outcome by ``appending.classify``.
 
@@ -25,7 +25,6 @@ from session_sql._store.appending import (
     whole,
 )
 from session_sql._store.context import StoreContext
-from session_sql._store.engine import begin_raw_write
 from session_sql.errors import SessionSQLError
 
 
@@ -69,7 +68,7 @@ def _transaction(
     cur = raw.cursor()
     heads: list[Any] = []
     checks: list[Check] = []
-    begin_raw_write(ctx.engine, cur)
+    ctx.backend.begin_raw_write(cur)
     try:
         for i, p in enumerate(planned):
             if queue_head(ctx, raw, p.part, heads).rowcount != 1:

@@ -1,0 +1,263 @@
+"""What the store needs from a database: the ``Backend`` interface, one subclass per database.
+
+The rest of the store never asks which database it runs on: it asks its backend
+(``StoreContext.backend``, or ``backend_for(engine)``) for the piece that differs, whether
+that is a transaction's first statement, an error's meaning or a dialect's form of a query.
+The backends are stateless singletons: every method takes the engine, connection or context
+it works on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
+
+from sqlalchemy import ColumnElement, Connection, Engine, FromClause, Insert, Select, Table
+from sqlalchemy.engine import URL
+
+from session_sql.errors import ConfigurationError, SessionSQLError, StoreError
+
+if TYPE_CHECKING:
+    from session_sql._store.appending import AppendDialect
+    from session_sql._store.context import StoreContext
+    from session_sql._store.schema import SchemaTables
+
+__all__ = ["AsyncListener", "Backend", "EngineOptions", "Listener", "synchronous_mode"]
+
+T = TypeVar("T")
+
+_SYNCHRONOUS_MODES: Final = ("FULL", "NORMAL")
+
+
+def synchronous_mode(synchronous: str) -> str:
+    """``synchronous`` as SQLite spells it (``FULL`` or ``NORMAL``, any case given);
+    ``ConfigurationError`` for another mode. Checked on every backend, so that switching a
+    URL never turns a bad setting into an error."""
+    mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
+    if mode not in _SYNCHRONOUS_MODES:
+        raise ConfigurationError(
+            f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}", option="synchronous"
+        )
+    return str(mode)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """The store's engine options, checked (``make_engine``); each backend uses its own."""
+
+    synchronous: str
+    busy_timeout_ms: int
+    lock_timeout_ms: int
+    pool_size: int
+    async_driver: bool
+
+
+class Listener(Protocol):
+    """A follower's wake-up source: a connection LISTENing for commits (sync)."""
+
+    def wait(self, seconds: float, wakes: Callable[[str], bool] | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class AsyncListener(Protocol):
+    """A follower's wake-up source on the event loop."""
+
+    async def wait(self, seconds: float, wakes: Callable[[str], bool]) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Backend(ABC):
+    """One database's side of every rule that differs between databases."""
+
+    name: ClassVar[str]
+    """The SQLAlchemy dialect name (``store.backend``; the key of dialect-specific DDL)."""
+    driver: ClassVar[str]
+    """The SQLAlchemy driver name every engine of this backend uses."""
+    schemes: ClassVar[frozenset[str]]
+    """The URL schemes that name this backend."""
+    driver_error: ClassVar[type[Exception]]
+    """The base class of the driver's exceptions (``translate_errors`` dispatches on it)."""
+    listens: ClassVar[bool]
+    """Whether followers are woken by NOTIFY (else they poll through the pool)."""
+    async_threads: ClassVar[bool]
+    """Whether the async store runs this backend in worker threads (else on the event loop,
+    through the async driver: ``make_engine(..., async_driver=True)``)."""
+
+    @property
+    @abstractmethod
+    def appends(self) -> AppendDialect:
+        """The module holding this database's append transactions (``backends.append_*``),
+        which the append path (``fastpath``) runs. Imported on first use: they import the
+        store context, which imports this package."""
+
+    # -- engines -----------------------------------------------------------------------
+
+    @abstractmethod
+    def create_engine(self, url: URL, options: EngineOptions, kw: dict[str, Any]) -> Engine:
+        """An engine for ``url`` (already normalised to ``driver``); ``kw`` goes to
+        ``sqlalchemy.create_engine``."""
+
+    @abstractmethod
+    def prepare_store(self, engine: Engine) -> None:
+        """What an accepted store needs once (SQLite: WAL); run after the schema gate."""
+
+    @abstractmethod
+    def scope_transactions(self, engine: Engine, tenant: str) -> None:
+        """Make every transaction on ``engine`` carry the tenant (row-level security)."""
+
+    @abstractmethod
+    def require_existing(self, url: URL) -> None:
+        """With ``create=False``: refuse a store that connecting would create (a file)."""
+
+    @abstractmethod
+    def target_schema(self, schema: str | None) -> str | None:
+        """The schema objects live in (``None``: the database itself)."""
+
+    @abstractmethod
+    def notify_channel(self, schema: str | None) -> str | None:
+        """The NOTIFY channel of a store in ``schema``, or ``None`` when nothing notifies."""
+
+    @abstractmethod
+    def database_label(self, engine: Engine) -> str:
+        """How errors name the database (never with a password)."""
+
+    @abstractmethod
+    def database_file(self, engine: Engine) -> str | None:
+        """The database file, or ``None`` (in memory, or a server)."""
+
+    @abstractmethod
+    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+        """A clearer error for a store that could not be opened, or ``None`` to keep
+        ``error`` (see ``opening_failures``)."""
+
+    @abstractmethod
+    def same_store(
+        self, engine: Engine, schema: str | None, other: Engine, other_schema: str
+    ) -> bool:
+        """Whether two engines of this backend reach the same store (``migrate``)."""
+
+    # -- transactions ------------------------------------------------------------------
+
+    @abstractmethod
+    def begin_write(self, conn: Connection) -> None:
+        """Prepare ``conn`` (not yet in a transaction) so that its next ``begin`` writes."""
+
+    @abstractmethod
+    def begin_snapshot(self, conn: Connection) -> None:
+        """Prepare ``conn`` so that its next transaction reads one snapshot throughout."""
+
+    @abstractmethod
+    def begin_raw_write(self, cursor: Any) -> None:
+        """Open a write transaction on a pooled DBAPI connection's cursor."""
+
+    @abstractmethod
+    def lock_schema_init(self, conn: Connection, schema: str | None) -> None:
+        """Serialise schema initialisation of ``schema`` until the transaction ends."""
+
+    @abstractmethod
+    def analyze(self, conn: Connection, tables: Sequence[Table]) -> None:
+        """Refresh the planner statistics of ``tables`` inside a write transaction."""
+
+    # -- connections kept outside a checkout -------------------------------------------
+
+    @abstractmethod
+    def keeps_idle(self, engine: Engine) -> bool:
+        """Whether a store may keep a connection detached from this engine's pool."""
+
+    @abstractmethod
+    def open_idle(self, dbapi_connection: Any, tenant: str) -> None:
+        """Make a freshly detached connection ready for single-statement reads."""
+
+    # -- following ---------------------------------------------------------------------
+
+    @abstractmethod
+    def listener(self, ctx: StoreContext, session_id: str) -> Listener | None:
+        """A LISTEN connection for a follower of ``session_id``, or ``None``: poll."""
+
+    @abstractmethod
+    async def async_listener(
+        self,
+        ctx: StoreContext,
+        session_id: str,
+        call: Callable[[Callable[[], Any]], Awaitable[Any]],
+    ) -> AsyncListener | None:
+        """``listener`` for the async store; ``call`` runs blocking store code its way."""
+
+    @abstractmethod
+    def notify(self, conn: Connection, ctx: StoreContext, session_id: str, head: int) -> None:
+        """Wake the followers of ``session_id`` at commit (nothing when followers poll)."""
+
+    # -- errors ------------------------------------------------------------------------
+
+    @abstractmethod
+    def translate_error(
+        self, orig: Exception, session_id: str | None, database: str | None
+    ) -> SessionSQLError:
+        """The session_sql error for the driver's ``orig``, decided by structured fields
+        (SQLite's error name, PostgreSQL's SQLSTATE and constraint), never message text."""
+
+    # -- statements --------------------------------------------------------------------
+
+    @abstractmethod
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        """``INSERT ... ON CONFLICT DO NOTHING`` into ``table``."""
+
+    @abstractmethod
+    def insert_unnest(self, table: Table) -> Insert | None:
+        """A batch of rows as one statement of arrays, or ``None`` (``executemany``)."""
+
+    @abstractmethod
+    def join_events(
+        self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]
+    ) -> tuple[FromClause, list[ColumnElement[Any]]]:
+        """``nodes`` (surface rows) joined to their events with one primary-key lookup per
+        node: the FROM clause, and ``columns`` (of ``events``) as selected from it."""
+
+    @abstractmethod
+    def last_nodes(
+        self,
+        nodes: Table,
+        where: Sequence[ColumnElement[bool]],
+        limit: Any,
+        with_events: Callable[[FromClause], Select[Any]],
+    ) -> Select[Any]:
+        """The last ``limit`` surface rows matching ``where``, newest first, each with its
+        event (``with_events``)."""
+
+    # -- listing, stats, schema gate, migrate ------------------------------------------
+
+    @abstractmethod
+    def labels_match(
+        self, labels: ColumnElement[Any], wanted: Mapping[str, str]
+    ) -> list[ColumnElement[bool]]:
+        """Conditions that a session's ``labels`` include every ``wanted`` pair."""
+
+    @abstractmethod
+    def events_by_type(
+        self, tables: SchemaTables, own: FromClause, tenant: str, session_id: str | None
+    ) -> Select[Any]:
+        """``(type, n)`` for each event type of ``own`` (a tenant's events joined to their
+        session rows, inherited copies skipped), most frequent first."""
+
+    @abstractmethod
+    def replacing_rows(
+        self, conn: Connection, query: Select[Any], types: Any, candidates: Sequence[str]
+    ) -> Any:
+        """The rows of ``query`` (replacing events), read the way this database reads them
+        fastest; ``candidates``: the event types present that can replace."""
+
+    @abstractmethod
+    def same_column_type(self, expected: str, live: str) -> bool:
+        """Whether a live column's type is the declared one, as this database compares."""
+
+    @abstractmethod
+    def structure_differences(self, conn: Connection, tables: SchemaTables) -> list[str]:
+        """Differences the schema gate checks on this database only (row-level security)."""
+
+    @abstractmethod
+    def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
+        """Refuse a role that row-level security keeps to one tenant (``migrate``)."""

@@ -1,0 +1,576 @@
+"""PostgreSQL: psycopg 3 engines, the tenant of row-level security, SQLSTATEs, NOTIFY.
+
+psycopg 3 with a ``QueuePool`` that pings before use (without a round trip while a connection
+is plainly alive: ``_quiet_ping``), and a ``lock_timeout`` on every connection so that a write
+blocked by a stalled transaction fails instead of waiting forever (the counterpart of SQLite's
+busy timeout). Every transaction sets the store's tenant for row-level security, in one
+pipeline with psycopg's ``BEGIN``. Followers LISTEN (``listening``) for the ``NOTIFY`` each
+commit sends on the store's channel.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import select as io_select
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Final
+
+import psycopg
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Engine,
+    FromClause,
+    Insert,
+    Select,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    event,
+    func,
+    literal,
+    select,
+    text,
+    true,
+    type_coerce,
+)
+from sqlalchemy import create_engine as _sa_create_engine
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
+from sqlalchemy.util import await_
+
+from session_sql._store import pool_queue
+from session_sql._store.backends.base import AsyncListener, Backend, EngineOptions, Listener
+from session_sql._store.opening_failures import driver_cause, explain_refused_connection
+from session_sql._store.schema import (
+    DEFAULT_TENANT_SETTING,
+    NAMING_CONVENTION,
+    TENANT_POLICY,
+    TENANT_SETTING,
+    JSONText,
+    default_tenant_flag,
+)
+from session_sql.errors import (
+    ConcurrencyError,
+    ConfigurationError,
+    PermanentStoreError,
+    SessionExistsError,
+    SessionSQLError,
+    StoreError,
+    TransientStoreError,
+)
+
+if TYPE_CHECKING:
+    from session_sql._store.appending import AppendDialect
+    from session_sql._store.context import StoreContext
+    from session_sql._store.schema import SchemaTables
+
+__all__ = ["PG_IDLE", "POSTGRESQL", "SET_TENANT", "PostgreSQLBackend", "is_quiet", "pipeline"]
+
+PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
+_PQ_OK: Final = psycopg.pq.ConnStatus.OK
+
+# Driver errors are mapped by constraint name, and the names come from the naming convention.
+PK_SESSIONS: Final = NAMING_CONVENTION["pk"] % {"table_name": "sessions"}
+PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
+
+
+# --------------------------------------------------------------------------------------------
+# Engines
+
+
+class _LoopSafePool(AsyncAdaptedQueuePool):
+    """The async pool, whose checkouts may wait on any event loop: an async store serves every
+    loop that uses it (psycopg's async connections wait on whichever loop awaits them)."""
+
+    _queue_class = pool_queue.Queue[ConnectionPoolEntry]
+
+
+def _create_engine(
+    url: URL, lock_timeout_ms: int, pool_size: int, kw: dict[str, Any], *, async_driver: bool
+) -> Engine:
+    connect_args = dict(kw.pop("connect_args", {}))
+    _check_client_encoding(url.query.get("client_encoding"))
+    _check_client_encoding(connect_args.get("client_encoding"))
+    if "connect_timeout" not in url.query:
+        # libpq waits forever for an unreachable host by default.
+        connect_args.setdefault("connect_timeout", 10)
+    kw.setdefault("poolclass", _LoopSafePool if async_driver else QueuePool)
+    kw.setdefault("pool_size", pool_size)
+    kw.setdefault("pool_pre_ping", True)
+    if async_driver:
+        # Imported here: the asyncio extension pulls in sqlalchemy.orm, which a sync store
+        # never needs (importing session_sql must stay light).
+        from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415 - see above
+
+        engine = create_async_engine(url, connect_args=connect_args, **kw).sync_engine
+    else:
+        engine = _sa_create_engine(url, connect_args=connect_args, **kw)
+
+    def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        _require_utf8_server(getattr(dbapi_connection, "driver_connection", dbapi_connection))
+        # Set per connection (not via connect_args), so that a ``creator`` gets them as well,
+        # and UTF-8 whatever PGCLIENTENCODING says: every str the store binds is encodable.
+        # No try/finally: a failed or interrupted statement (Ctrl-C while connecting) fails the
+        # connect and the pool drops the connection; restoring autocommit on a connection
+        # still inside the statement would raise and hide the interrupt.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        dbapi_connection.execute(
+            "SELECT set_config('lock_timeout', %s, false), "
+            "set_config('client_encoding', 'UTF8', false)",
+            (f"{lock_timeout_ms}ms",),
+        )
+        dbapi_connection.autocommit = autocommit
+
+    # First, before the dialect's own first-connect initialisation, which cannot read a
+    # SQL_ASCII server's version and would fail with a bare TypeError.
+    event.listen(engine, "connect", on_connect, insert=True)
+    if kw["pool_pre_ping"]:
+        engine.dialect.do_ping = functools.partial(_quiet_ping, engine.dialect.do_ping)  # type: ignore[method-assign]
+    return engine
+
+
+def _is_utf8(name: str) -> bool:
+    """Whether ``name`` spells UTF-8 as PostgreSQL reads encoding names (case, punctuation)."""
+    return "".join(ch for ch in name.lower() if ch.isalnum()) in ("utf8", "unicode")
+
+
+def _check_client_encoding(value: object) -> None:
+    """A ``client_encoding`` given in the URL or ``connect_args`` must be UTF-8: the store
+    binds any str, which another client encoding cannot carry."""
+    if value is None or (isinstance(value, str) and _is_utf8(value)):
+        return
+    raise ConfigurationError(
+        f"client_encoding {value!r} cannot carry every string the store writes; the store "
+        "talks UTF-8 to PostgreSQL: drop client_encoding (or give 'UTF8')",
+        option="client_encoding",
+    )
+
+
+def _require_utf8_server(driver_connection: Any) -> None:
+    """Refuse a database whose server encoding cannot store every string the store accepts
+    (LATIN1 has no emoji, SQL_ASCII stores bytes unchecked): ``ConfigurationError``.
+
+    Read from the status the server sent at connect, so it costs no round trip.
+    """
+    info = driver_connection.info
+    encoding = info.parameter_status("server_encoding") or "UTF8"
+    if _is_utf8(encoding):
+        return
+    name = info.dbname
+    raise ConfigurationError(
+        f"PostgreSQL database {name!r} has server encoding {encoding}, which cannot store "
+        "every string a session holds; use a database created with ENCODING 'UTF8' TEMPLATE "
+        "template0 (CREATE DATABASE agents ENCODING 'UTF8' TEMPLATE template0; pg_dump and "
+        "pg_restore carry an existing database's data over)",
+        option="url",
+    )
+
+
+def _quiet_ping(ping: Any, dbapi_connection: Any) -> bool:
+    """The pool's pre-ping without a round trip while the connection is plainly alive.
+
+    A connection the server ended (a restart, ``pg_terminate_backend``, an idle timeout) gets
+    the server's FATAL message and then end-of-file, so its socket turns readable; an idle
+    pooled connection otherwise receives nothing. So a connection that is idle, whose libpq
+    status is OK and whose socket has nothing to read is alive as far as a ping could tell
+    (a ping into a silently dead network would hang rather than fail); anything else gets
+    the dialect's real ping (``ping``), which fails on a dead connection as before. Each
+    checkout then costs a ``select()`` instead of a round trip: an append is one round trip.
+    """
+    quiet = is_quiet(getattr(dbapi_connection, "driver_connection", dbapi_connection))
+    return True if quiet else bool(ping(dbapi_connection))
+
+
+def is_quiet(conn: Any) -> bool:
+    """A psycopg connection that is open, idle and has nothing to read (see ``_quiet_ping``)."""
+    try:
+        pgconn = conn.pgconn
+        return bool(
+            pgconn.status == _PQ_OK
+            and pgconn.transaction_status == PG_IDLE
+            and not io_select.select([pgconn.socket], [], [], 0)[0]
+        )
+    except Exception:  # a closed connection has no socket: not quiet
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# The tenant, and psycopg's pipeline
+
+
+def _set_tenant_sql(is_local: str) -> str:
+    """Set both tenant settings (``TENANT_SETTING``, ``DEFAULT_TENANT_SETTING``) to bound
+    values, for the transaction (``is_local`` ``true``) or the session (``false``)."""
+    return (
+        f"SELECT set_config('{TENANT_SETTING}', %s, {is_local}), "
+        f"set_config('{DEFAULT_TENANT_SETTING}', %s, {is_local})"
+    )
+
+
+SET_TENANT: Final = _set_tenant_sql("true")
+"""``SET LOCAL`` of the tenant settings with bound values (what row-level security reads)."""
+
+
+@contextmanager
+def pipeline(driver_connection: Any) -> Iterator[None]:
+    """psycopg's pipeline mode on a pooled connection, sync or async (one round trip).
+
+    On an async engine's connection (inside ``greenlet_spawn``) the async pipeline is entered
+    and left through ``await_``, so the statements in the block queue exactly as they do on a
+    sync connection, and the sync happens on the event loop.
+    """
+    if not isinstance(driver_connection, psycopg.AsyncConnection):
+        with driver_connection.pipeline():
+            yield
+        return
+    manager = driver_connection.pipeline()
+    await_(manager.__aenter__())
+    try:
+        yield
+    except BaseException as error:
+        if not await_(manager.__aexit__(type(error), error, error.__traceback__)):
+            raise
+    else:
+        await_(manager.__aexit__(None, None, None))
+
+
+# --------------------------------------------------------------------------------------------
+# Error translation
+
+_CONNECTION_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03"})
+# The branch of the other SQLSTATEs whose cause says what to do. Retrying may succeed after a
+# serialization failure, a deadlock, a statement timeout (or cancel), too many connections or
+# no memory; it fails the same way on a full disk, a database or role that does not exist, a
+# refused login or a missing privilege.
+_ERROR_KINDS: Final[dict[str, type[StoreError]]] = {
+    **dict.fromkeys(("40001", "40P01", "57014", "53300", "53200"), TransientStoreError),
+    **dict.fromkeys(("53100", "3D000", "28000", "28P01", "42501"), PermanentStoreError),
+}
+
+
+def translate(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
+    """The session_sql error for a psycopg error, by SQLSTATE and constraint name."""
+    sqlstate = orig.sqlstate or ""
+    constraint = orig.diag.constraint_name
+    if sqlstate == "23505" and constraint == PK_SESSIONS:
+        return SessionExistsError.for_session(session_id)
+    if sqlstate == "23505" and constraint == PK_EVENTS:
+        return ConcurrencyError.appended_first(session_id)
+    if (
+        sqlstate.startswith("08")
+        or sqlstate in _CONNECTION_SQLSTATES
+        or (not sqlstate and isinstance(orig, psycopg.OperationalError))
+    ):
+        return TransientStoreError(
+            f"cannot reach the PostgreSQL server: {orig}", session_id=session_id
+        )
+    if sqlstate == "55P03":  # lock_not_available: lock_timeout expired
+        what = f"session {session_id!r}" if session_id else "the database object"
+        return TransientStoreError(
+            f"{what} is locked by another transaction for longer than lock_timeout_ms; nothing "
+            "was written: retry later, or end the transaction holding the lock",
+            session_id=session_id,
+        )
+    if sqlstate == "25006":
+        return PermanentStoreError(f"database is read-only: {orig}", session_id=session_id)
+    label = f"SQLSTATE {sqlstate}" if sqlstate else type(orig).__name__
+    kind = _ERROR_KINDS.get(sqlstate, StoreError)
+    return kind(f"PostgreSQL error ({label}): {orig}", session_id=session_id)
+
+
+# --------------------------------------------------------------------------------------------
+# Statements
+
+
+def _insert_unnest(table: Table) -> Insert:
+    """``INSERT INTO table SELECT * FROM unnest(:u_<col>::<type>[], ...) ON CONFLICT DO
+    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back."""
+    written = [c for c in table.c if c.computed is None]  # the database computes the rest
+    names = [c.name for c in written]
+    arrays = [
+        cast(bindparam(f"u_{c.name}"), ARRAY(Text if _is_json(c) else c.type)) for c in written
+    ]
+    rows = func.unnest(*arrays).table_valued(*names).render_derived(name="r")
+    columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in written]
+    return pg_insert(table).from_select(names, select(*columns)).on_conflict_do_nothing()
+
+
+def _is_json(column: Any) -> bool:
+    return isinstance(column.type, JSONText)
+
+
+_ROW_SECURITY: Final = text(
+    "SELECT c.relname, c.relrowsecurity, EXISTS (SELECT 1 FROM pg_policy p "
+    "WHERE p.polrelid = c.oid AND p.polname = :policy) AS has_policy "
+    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = :schema AND c.relname = ANY(:names)"
+)
+
+
+class PostgreSQLBackend(Backend):
+    """PostgreSQL through psycopg 3 (sync, or async for the async store)."""
+
+    name = "postgresql"
+    driver = "postgresql+psycopg"
+    schemes = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
+    driver_error = psycopg.Error
+    listens = True
+    async_threads = False
+
+    @functools.cached_property
+    def appends(self) -> AppendDialect:
+        from session_sql._store.backends import append_postgresql  # noqa: PLC0415 - a cycle
+
+        return append_postgresql
+
+    # -- engines -----------------------------------------------------------------------
+
+    def create_engine(self, url: URL, options: EngineOptions, kw: dict[str, Any]) -> Engine:
+        """``async_driver``: the sync face of an asyncio engine on psycopg's async
+        connections. The store's ordinary code runs on it unchanged inside
+        ``sqlalchemy.util.greenlet_spawn``, every I/O step being awaited on the event loop."""
+        return _create_engine(
+            url, options.lock_timeout_ms, options.pool_size, kw, async_driver=options.async_driver
+        )
+
+    def prepare_store(self, engine: Engine) -> None:
+        return
+
+    def scope_transactions(self, engine: Engine, tenant: str) -> None:
+        """Set the tenant settings at the start of every transaction on ``engine``.
+
+        They are transaction-local (``set_config(..., true)``), so they never outlive the
+        transaction on a pooled connection (they read ``''`` after it, which names no tenant).
+        They are sent in one pipeline with psycopg's ``BEGIN``: no round trip is added to a
+        transaction. The fast path sets them in its own pipeline.
+        """
+        values = (tenant, default_tenant_flag(tenant))
+
+        def on_begin(conn: Connection) -> None:
+            driver = conn.connection.driver_connection
+            with pipeline(driver):
+                done = driver.execute(SET_TENANT, values)  # type: ignore[union-attr]
+                if isinstance(driver, psycopg.AsyncConnection):
+                    await_(done)
+
+        event.listen(engine, "begin", on_begin)
+
+    def require_existing(self, url: URL) -> None:
+        return  # connecting creates nothing; the gate finds no tables
+
+    def target_schema(self, schema: str | None) -> str | None:
+        return schema
+
+    def notify_channel(self, schema: str | None) -> str | None:
+        return schema  # one channel per store: its schema's name
+
+    def database_label(self, engine: Engine) -> str:
+        return engine.url.render_as_string(hide_password=True)
+
+    def database_file(self, engine: Engine) -> str | None:
+        return None
+
+    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+        return explain_refused_connection(driver_cause(error))
+
+    def same_store(
+        self, engine: Engine, schema: str | None, other: Engine, other_schema: str
+    ) -> bool:
+        """The same database (by URL, passwords aside) and schema."""
+        return engine.url.set(password=None) == other.url.set(password=None) and (
+            schema == other_schema
+        )
+
+    # -- transactions ------------------------------------------------------------------
+
+    def begin_write(self, conn: Connection) -> None:
+        return  # the conditional updates take their row locks
+
+    def begin_snapshot(self, conn: Connection) -> None:
+        # Under READ COMMITTED each statement takes a fresh snapshot.
+        conn.execution_options(isolation_level="REPEATABLE READ")
+
+    def begin_raw_write(self, cursor: Any) -> None:
+        return  # psycopg opens the transaction implicitly with the first statement
+
+    def lock_schema_init(self, conn: Connection, schema: str | None) -> None:
+        """A transaction-level advisory lock on a key derived from the schema name, so that
+        two first opens cannot both see an empty schema and both create it."""
+        digest = hashlib.blake2b(f"session_sql:init:{schema}".encode(), digest_size=8).digest()
+        key = int.from_bytes(digest, "big", signed=True)
+        conn.execute(select(func.pg_advisory_xact_lock(bindparam("key", key, BigInteger))))
+
+    def analyze(self, conn: Connection, tables: Sequence[Table]) -> None:
+        """PostgreSQL samples anyway, and skips (with a warning, not an error) a table the
+        role does not own."""
+        preparer = conn.dialect.identifier_preparer
+        conn.exec_driver_sql("ANALYZE " + ", ".join(preparer.format_table(t) for t in tables))
+
+    # -- connections kept outside a checkout -------------------------------------------
+
+    def keeps_idle(self, engine: Engine) -> bool:
+        return True
+
+    def open_idle(self, dbapi_connection: Any, tenant: str) -> None:
+        """Autocommit, with the store's tenant set for the session: the connection serves
+        that store alone and never returns to the pool, so each read stays one statement."""
+        dbapi_connection.rollback()  # out of whatever the pool's ping began
+        dbapi_connection.autocommit = True
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(_set_tenant_sql("false"), (tenant, default_tenant_flag(tenant)))
+        finally:
+            cursor.close()
+
+    # -- following ---------------------------------------------------------------------
+
+    def listener(self, ctx: StoreContext, session_id: str) -> Listener | None:
+        # Imported here: the listeners translate errors with the package's wrapper, which
+        # dispatches to this module.
+        from session_sql._store.backends.listening import ListenConnection  # noqa: PLC0415
+
+        return ListenConnection(ctx, session_id)
+
+    async def async_listener(
+        self,
+        ctx: StoreContext,
+        session_id: str,
+        call: Callable[[Callable[[], Any]], Awaitable[Any]],
+    ) -> AsyncListener | None:
+        from session_sql._store.backends.listening import AsyncListenConnection  # noqa: PLC0415
+
+        return await AsyncListenConnection.open(ctx, session_id, call)
+
+    def notify(self, conn: Connection, ctx: StoreContext, session_id: str, head: int) -> None:
+        """``pg_notify`` on the store's channel: delivered at commit, dropped on rollback."""
+        payload = ctx.payload(session_id, head)
+        conn.execute(ctx.statements.notify, {"b_channel": ctx.channel, "b_payload": payload})
+
+    # -- errors ------------------------------------------------------------------------
+
+    def translate_error(
+        self, orig: Exception, session_id: str | None, database: str | None
+    ) -> SessionSQLError:
+        assert isinstance(orig, psycopg.Error)
+        return translate(orig, session_id)
+
+    # -- statements --------------------------------------------------------------------
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        return pg_insert(table).on_conflict_do_nothing()
+
+    def insert_unnest(self, table: Table) -> Insert | None:
+        """Each column bound as an array and unnested into rows: one parse, one plan, one
+        execution for the whole batch, where executemany runs the insert once per row."""
+        return _insert_unnest(table)
+
+    def join_events(
+        self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]
+    ) -> tuple[FromClause, list[ColumnElement[Any]]]:
+        """A LATERAL subquery with LIMIT 1, which cannot be flattened into a join, so it
+        stays one lookup per node (the planner may otherwise pick a hash join that reads
+        every event of the session, as it does while the table has no statistics yet)."""
+        e = events
+        by_key = (
+            (e.c.tenant == nodes.c.tenant)
+            & (e.c.session_id == nodes.c.session_id)
+            & (e.c.seq == nodes.c.event_seq)
+        )
+        lookup = select(*columns).where(by_key).limit(1).lateral("ev")
+        return nodes.join(lookup, true()), list(lookup.c)
+
+    def last_nodes(
+        self,
+        nodes: Table,
+        where: Sequence[ColumnElement[bool]],
+        limit: Any,
+        with_events: Callable[[FromClause], Select[Any]],
+    ) -> Select[Any]:
+        """The rows taken from the surface key in a subquery first, so that only their
+        events are looked up, whatever join the planner picks."""
+        tail = (
+            select(nodes.c.tenant, nodes.c.session_id, nodes.c.pos, nodes.c.event_seq)
+            .where(*where)
+            .order_by(nodes.c.pos.desc())
+            .limit(limit)
+            .subquery("tail")
+        )
+        return with_events(tail).order_by(tail.c.pos.desc())
+
+    # -- listing, stats, schema gate, migrate ------------------------------------------
+
+    def labels_match(
+        self, labels: ColumnElement[Any], wanted: Mapping[str, str]
+    ) -> list[ColumnElement[bool]]:
+        if not wanted:
+            return []
+        return [type_coerce(labels, JSONB).contains(wanted)]  # the GIN index
+
+    def events_by_type(
+        self, tables: SchemaTables, own: FromClause, tenant: str, session_id: str | None
+    ) -> Select[Any]:
+        """One (parallel) pass over the events, grouped."""
+        e = tables.events
+        return (
+            select(e.c.type, func.count().label("n"))
+            .select_from(own)
+            .group_by(e.c.type)
+            .order_by(func.count().desc(), e.c.type)
+        )
+
+    def replacing_rows(
+        self, conn: Connection, query: Select[Any], types: Any, candidates: Sequence[str]
+    ) -> Any:
+        return conn.execute(query)  # one (parallel) pass
+
+    def same_column_type(self, expected: str, live: str) -> bool:
+        return expected == live
+
+    def structure_differences(self, conn: Connection, tables: SchemaTables) -> list[str]:
+        """Row-level security is on for the three tables, each with its tenant policy
+        (policies an administrator added beside it are allowed)."""
+        names = [t.name for t in (tables.sessions, tables.events, tables.surface)]
+        params = {"policy": TENANT_POLICY, "schema": tables.metadata.schema, "names": names}
+        found = {row.relname: row for row in conn.execute(_ROW_SECURITY, params)}
+        out: list[str] = []
+        for name in names:
+            row = found.get(name)
+            if row is None:
+                continue  # a missing table is reported already
+            if not row.relrowsecurity:
+                out.append(f"{name}: row-level security is not enabled")
+            if not row.has_policy:
+                out.append(f"{name}: missing row-level security policy {TENANT_POLICY}")
+        return out
+
+    def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
+        """A role kept to one tenant would see no session, or only some, and a migration
+        must see them all."""
+        # Imported here: the package imports this module.
+        from session_sql._store.backends import read_tx, translate_errors  # noqa: PLC0415
+
+        label = self.database_label(engine)
+        name = engine.dialect.identifier_preparer.format_table(sessions)
+        with translate_errors(database=label), read_tx(engine) as conn:
+            active, role = conn.execute(
+                select(func.row_security_active(literal(name, Text)), func.current_user())
+            ).one()
+        if active:
+            raise ConfigurationError(
+                f"the {side} {label}: role {role!r} is subject to row-level "
+                "security and sees one tenant's sessions at most; migrate reads and checks every "
+                "tenant's: connect as the owner of the tables (the role that ran 'session-sql "
+                "init') or a superuser",
+                option="url",
+            )
+
+
+POSTGRESQL: Final = PostgreSQLBackend()

@@ -1,0 +1,467 @@
+"""SQLite: pysqlite engines, ``BEGIN IMMEDIATE``, WAL, error names, and its forms of queries.
+
+WAL, foreign keys, a busy timeout and ``synchronous`` are set on every connection; pysqlite's
+own transaction handling is switched off so that we emit ``BEGIN`` ourselves — ``BEGIN
+IMMEDIATE`` for writes (the write lock is taken up front, so a transaction never has to
+upgrade a read lock, which SQLite refuses with ``SQLITE_BUSY`` without waiting) and a deferred
+``BEGIN`` for reads. ``begin_raw_write`` is the same ``BEGIN IMMEDIATE`` for the fast path's
+DBAPI connection. An in-memory database is one connection, which every thread shares in turn
+(a pool of exactly that connection). WAL is switched on by ``prepare_store`` once the schema
+gate has accepted (or created) the store, never on connect, so opening a database that is not
+ours changes nothing in it. Followers poll: nothing notifies them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote, urlencode
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    FromClause,
+    Insert,
+    Select,
+    Table,
+    and_,
+    event,
+    func,
+    literal_column,
+    make_url,
+    select,
+    union_all,
+)
+from sqlalchemy import create_engine as _sa_create_engine
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
+
+from session_sql._store.backends.base import (
+    AsyncListener,
+    Backend,
+    EngineOptions,
+    Listener,
+    synchronous_mode,
+)
+from session_sql._store.opening_failures import driver_cause, explain_wal_reader
+from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError, TransientStoreError
+
+if TYPE_CHECKING:
+    from session_sql._store.appending import AppendDialect
+    from session_sql._store.context import StoreContext
+    from session_sql._store.schema import SchemaTables
+
+__all__ = ["SQLITE", "SQLiteBackend", "sqlite_pragmas"]
+
+WRITE_OPTION: Final = "session_sql_write"
+"""Execution option that makes the ``begin`` hook emit ``BEGIN IMMEDIATE``."""
+
+BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
+BEGIN_READ: Final = "BEGIN"
+
+ANALYZE_SAMPLE_ROWS: Final = 1000
+"""SQLite's ``analysis_limit``: rows sampled per index, so ANALYZE stays fast on any size."""
+
+
+def sqlite_pragmas(synchronous: str = "FULL") -> tuple[str, ...]:
+    """The pragmas every SQLite connection runs first, in order, for the given options.
+
+    Foreign keys and ``synchronous`` (``FULL`` or ``NORMAL``, any case); ``ConfigurationError``
+    for another mode. WAL is a property of the file, switched once by ``prepare_store``. The
+    engine's connect hook runs them, and so does ``session-sql bench``'s raw-driver baseline.
+    """
+    mode = synchronous_mode(synchronous)
+    return (
+        "PRAGMA foreign_keys = ON",
+        f"PRAGMA synchronous = {mode}",
+    )
+
+
+def _in_memory(database: str | None) -> bool:
+    return database in (None, "", ":memory:")
+
+
+_URI_PARAMETERS: Final = frozenset(
+    {"cache", "immutable", "mode", "modeof", "nolock", "psow", "vfs"}
+)
+"""Query parameters of SQLite's URI filenames (https://sqlite.org/uri.html)."""
+
+
+def _uri_parameters(url: URL, connect_args: dict[str, Any], kw: dict[str, Any]) -> URL:
+    """Honour SQLite URI parameters on a plain ``sqlite:///path?mode=ro`` URL.
+
+    pysqlite applies them only in ``file:`` URI form with ``uri=true``, and ignores them (with
+    a warning) otherwise, so ``?immutable=1``, the way to read a WAL store on a read-only
+    medium, would silently do nothing. Here they are taken off the URL, which keeps naming
+    the file, and each connection opens the ``file:`` URI with them instead.
+    """
+    given = {k: v for k, v in url.query.items() if k in _URI_PARAMETERS}
+    if not given or url.query.get("uri") or "creator" in kw or url.database is None:
+        return url
+    plain = url.difference_update_query(given)
+    _, options = url.get_dialect()().create_connect_args(plain)
+    options = {**options, **connect_args, "uri": True}
+    target = f"file:{quote(url.database, safe='/')}?{urlencode(given, doseq=True)}"
+    kw["creator"] = functools.partial(sqlite3.connect, target, **options)
+    return plain
+
+
+def _one_connection(connect_args: dict[str, Any]) -> Any:
+    """A ``creator`` that opens one in-memory database, usable from any thread, and always
+    returns it (the pool of one never holds it in two threads at once)."""
+    opened: list[sqlite3.Connection] = []
+    lock = threading.Lock()
+
+    def creator() -> sqlite3.Connection:
+        with lock:
+            if not opened:
+                opened.append(sqlite3.connect(":memory:", check_same_thread=False, **connect_args))
+            return opened[0]
+
+    return creator
+
+
+def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
+    """Switch the file to WAL, waiting like the busy timeout.
+
+    SQLite answers SQLITE_BUSY at once, without calling the busy handler, when several
+    connections switch a fresh file to WAL together; so retry here, bounded by the timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    delay = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            busy = str(getattr(error, "sqlite_errorname", "")).startswith("SQLITE_BUSY")
+            if not busy or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
+def translate(orig: sqlite3.Error, session_id: str | None, database: str | None) -> SessionSQLError:
+    """The session_sql error for an SQLite error, by its error name (``sqlite_errorname``)."""
+    name: str = getattr(orig, "sqlite_errorname", None) or ""
+    where = f": {database}" if database else ""
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return TransientStoreError(
+            f"database is locked{where}: another connection held it beyond the busy timeout",
+            session_id=session_id,
+        )
+    if name.startswith("SQLITE_READONLY"):
+        return PermanentStoreError(f"database is read-only{where} ({name})", session_id=session_id)
+    if name == "SQLITE_NOTADB":
+        return PermanentStoreError(
+            f"not a session_sql database: {database or 'the file is not an SQLite database'}",
+            session_id=session_id,
+        )
+    if name.startswith("SQLITE_CANTOPEN"):
+        return PermanentStoreError(
+            f"cannot open database file{where} ({name})", session_id=session_id
+        )
+    if name.startswith("SQLITE_CORRUPT"):
+        return PermanentStoreError(
+            f"database file is corrupt{where} ({name})", session_id=session_id
+        )
+    if name == "SQLITE_FULL":
+        return PermanentStoreError(f"database or disk is full{where}", session_id=session_id)
+    # SQLite reports no constraint name, so a constraint violation stays a StoreError; the
+    # store avoids duplicate inserts by checking inside its BEGIN IMMEDIATE transaction.
+    label = name or type(orig).__name__
+    return StoreError(f"SQLite error {label}{where}: {orig}", session_id=session_id)
+
+
+def _affinity(declared: str) -> str:
+    """SQLite's rules for a declared column type (https://sqlite.org/datatype3.html §3.1)."""
+    declared = declared.upper()
+    if "INT" in declared:
+        return "INTEGER"
+    if any(word in declared for word in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if "BLOB" in declared or not declared or declared == "NULLTYPE":
+        return "BLOB"
+    if any(word in declared for word in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+class SQLiteBackend(Backend):
+    """SQLite through pysqlite (the stdlib's ``sqlite3``)."""
+
+    name = "sqlite"
+    driver = "sqlite+pysqlite"
+    schemes = frozenset({"sqlite", "sqlite+pysqlite"})
+    driver_error = sqlite3.Error
+    listens = False
+    async_threads = True
+
+    @functools.cached_property
+    def appends(self) -> AppendDialect:
+        from session_sql._store.backends import append_sqlite  # noqa: PLC0415 - a cycle
+
+        return append_sqlite
+
+    # -- engines -----------------------------------------------------------------------
+
+    def create_engine(self, url: URL, options: EngineOptions, kw: dict[str, Any]) -> Engine:
+        pragmas = sqlite_pragmas(options.synchronous)
+        busy_timeout_ms = options.busy_timeout_ms
+        connect_args = dict(kw.pop("connect_args", {}))
+        # sqlite3's ``timeout`` is the busy timeout, set before any statement runs — including
+        # the journal_mode pragma, which must wait too when another process holds the file.
+        connect_args["timeout"] = busy_timeout_ms / 1000
+        if _in_memory(url.database):
+            # One database per connection, so every thread must use the same one: a pool of
+            # exactly that connection, which threads take in turn (waiting like the busy
+            # timeout).
+            kw.setdefault("poolclass", QueuePool)
+            kw.update(pool_size=1, max_overflow=0, creator=_one_connection(connect_args))
+            kw.setdefault("pool_timeout", busy_timeout_ms / 1000)
+        else:
+            kw.setdefault("poolclass", QueuePool)
+            kw.setdefault("pool_size", options.pool_size)
+            url = _uri_parameters(url, connect_args, kw)
+        engine = _sa_create_engine(url, connect_args=connect_args, **kw)
+
+        def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+            # Take over BEGIN from pysqlite (see module docstring); sqlite3 still issues
+            # COMMIT and ROLLBACK correctly with isolation_level None.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            try:
+                for pragma in pragmas:
+                    cursor.execute(pragma)
+            finally:
+                cursor.close()
+
+        def on_begin(conn: Connection) -> None:
+            write = conn.get_execution_options().get(WRITE_OPTION)
+            conn.exec_driver_sql(BEGIN_WRITE if write else BEGIN_READ)
+
+        event.listen(engine, "connect", on_connect)
+        event.listen(engine, "begin", on_begin)
+        return engine
+
+    def prepare_store(self, engine: Engine) -> None:
+        """Switch the store's file to WAL (a persistent, one-time change).
+
+        Called once the schema gate has accepted the database, so that a file that is not a
+        session_sql store is never switched. Raises driver errors (wrap in
+        ``translate_errors``).
+        """
+        raw = engine.raw_connection()
+        try:
+            cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
+            try:
+                timeout_ms = cursor.execute("PRAGMA busy_timeout").fetchone()[0]
+                _enable_wal(cursor, int(timeout_ms))
+            finally:
+                cursor.close()
+        finally:
+            raw.close()
+
+    def scope_transactions(self, engine: Engine, tenant: str) -> None:
+        return  # no row-level security: every statement filters on the tenant itself
+
+    def require_existing(self, url: URL) -> None:
+        """A missing file is an error; connecting would create it."""
+        parsed = make_url(url)
+        database = parsed.database or ""
+        path = database.removeprefix("file:") if parsed.query.get("uri") else database
+        if path in ("", ":memory:") or not Path(path).exists():
+            raise PermanentStoreError.no_store(database or ":memory:", "the file does not exist")
+
+    def target_schema(self, schema: str | None) -> str | None:
+        return None  # the file
+
+    def notify_channel(self, schema: str | None) -> str | None:
+        return None
+
+    def database_label(self, engine: Engine) -> str:
+        return engine.url.database or ":memory:"
+
+    def database_file(self, engine: Engine) -> str | None:
+        file = engine.url.database
+        return None if _in_memory(file) else file
+
+    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+        return explain_wal_reader(engine.url, driver_cause(error))
+
+    def same_store(
+        self, engine: Engine, schema: str | None, other: Engine, other_schema: str
+    ) -> bool:
+        """The same file (two in-memory databases never are)."""
+        paths = [e.url.database or "" for e in (engine, other)]
+        if any(p in ("", ":memory:") for p in paths):
+            return False
+        return os.path.realpath(paths[0]) == os.path.realpath(paths[1])
+
+    # -- transactions ------------------------------------------------------------------
+
+    def begin_write(self, conn: Connection) -> None:
+        """``BEGIN IMMEDIATE``: the write lock up front (waiting up to the busy timeout), so
+        a read-then-write cannot fail half-way on a lock upgrade."""
+        conn.execution_options(**{WRITE_OPTION: True})
+
+    def begin_snapshot(self, conn: Connection) -> None:
+        return  # a WAL read transaction is one snapshot already
+
+    def begin_raw_write(self, cursor: Any) -> None:
+        cursor.execute(BEGIN_WRITE)  # the driver's own transaction handling is off
+
+    def lock_schema_init(self, conn: Connection, schema: str | None) -> None:
+        return  # the BEGIN IMMEDIATE of write_tx already serialises it
+
+    def analyze(self, conn: Connection, tables: Sequence[Table]) -> None:
+        """The sample is capped (``analysis_limit``), so this takes milliseconds."""
+        preparer = conn.dialect.identifier_preparer
+        conn.exec_driver_sql("PRAGMA analysis_limit = " + str(int(ANALYZE_SAMPLE_ROWS)))
+        for t in tables:
+            conn.exec_driver_sql("ANALYZE " + preparer.format_table(t))
+
+    # -- connections kept outside a checkout -------------------------------------------
+
+    def keeps_idle(self, engine: Engine) -> bool:
+        # An in-memory database is one connection, which the pool hands to every user.
+        return not _in_memory(engine.url.database)
+
+    def open_idle(self, dbapi_connection: Any, tenant: str) -> None:
+        return  # the connect hook set everything
+
+    # -- following ---------------------------------------------------------------------
+
+    def listener(self, ctx: StoreContext, session_id: str) -> Listener | None:
+        return None
+
+    async def async_listener(
+        self,
+        ctx: StoreContext,
+        session_id: str,
+        call: Callable[[Callable[[], Any]], Awaitable[Any]],
+    ) -> AsyncListener | None:
+        return None
+
+    def notify(self, conn: Connection, ctx: StoreContext, session_id: str, head: int) -> None:
+        return
+
+    # -- errors ------------------------------------------------------------------------
+
+    def translate_error(
+        self, orig: Exception, session_id: str | None, database: str | None
+    ) -> SessionSQLError:
+        assert isinstance(orig, sqlite3.Error)
+        return translate(orig, session_id, database)
+
+    # -- statements --------------------------------------------------------------------
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        return sqlite_insert(table).on_conflict_do_nothing()
+
+    def insert_unnest(self, table: Table) -> Insert | None:
+        return None  # executemany of one prepared statement is SQLite's fastest
+
+    def join_events(
+        self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]
+    ) -> tuple[FromClause, list[ColumnElement[Any]]]:
+        """A plain join: SQLite always runs it as a nested loop over ``nodes``."""
+        e = events
+        by_key = (
+            (e.c.tenant == nodes.c.tenant)
+            & (e.c.session_id == nodes.c.session_id)
+            & (e.c.seq == nodes.c.event_seq)
+        )
+        return nodes.join(e, by_key), list(columns)
+
+    def last_nodes(
+        self,
+        nodes: Table,
+        where: Sequence[ColumnElement[bool]],
+        limit: Any,
+        with_events: Callable[[FromClause], Select[Any]],
+    ) -> Select[Any]:
+        """The surface key walked backwards, each event looked up as it goes (the nested
+        loop of ``join_events``), so the LIMIT stops it after ``limit`` rows; a subquery
+        would be materialised and sorted again, a third of a tail read."""
+        return with_events(nodes).where(*where).order_by(nodes.c.pos.desc()).limit(limit)
+
+    # -- listing, stats, schema gate, migrate ------------------------------------------
+
+    def labels_match(
+        self, labels: ColumnElement[Any], wanted: Mapping[str, str]
+    ) -> list[ColumnElement[bool]]:
+        return [labels[name].as_string() == value for name, value in wanted.items()]
+
+    def events_by_type(
+        self, tables: SchemaTables, own: FromClause, tenant: str, session_id: str | None
+    ) -> Select[Any]:
+        """Each type counted in the ``(type, tenant, session_id, seq)`` index alone, never
+        reading an event row: one thread, where PostgreSQL groups a parallel pass. The types
+        are listed by skipping through that index (one search per distinct type, the
+        recursive ``event_types``), then each is counted by a range search in it. Read row by
+        row, the same count was most of ``stats``' time."""
+        e, s = tables.events, tables.sessions
+        first = e.alias("first_type")
+        types = select(func.min(first.c.type).label("type")).cte("event_types", recursive=True)
+        after = e.alias("next_type")
+        types = types.union_all(
+            select(
+                select(func.min(after.c.type)).where(after.c.type > types.c.type).scalar_subquery()
+            ).where(types.c.type.is_not(None))
+        )
+        counted = e.alias("counted")
+        n = (
+            select(func.count())
+            .select_from(
+                counted.join(
+                    s,
+                    and_(
+                        s.c.tenant == counted.c.tenant,
+                        s.c.id == counted.c.session_id,
+                        counted.c.seq >= s.c.inherited_event_count,
+                    ),
+                )
+            )
+            .where(counted.c.type == types.c.type, counted.c.tenant == tenant)
+        )
+        if session_id is not None:
+            n = n.where(counted.c.session_id == session_id)
+        count = n.scalar_subquery()
+        return (
+            select(types.c.type, count.label("n"))
+            .where(types.c.type.is_not(None))
+            .order_by(literal_column("n").desc(), types.c.type)
+        )
+
+    def replacing_rows(
+        self, conn: Connection, query: Select[Any], types: Any, candidates: Sequence[str]
+    ) -> Any:
+        """Only the rows of the types that can replace, one range of the type index per
+        type: chunks, steps, turns and tool calls, most of a log, are never read."""
+        if not candidates:
+            return []
+        # One branch per type: an equality on the type is what makes SQLite take the type
+        # index (an IN list of them it may read through the primary key instead, row by row).
+        return conn.execute(union_all(*(query.where(types == name) for name in candidates)))
+
+    def same_column_type(self, expected: str, live: str) -> bool:
+        # SQLite only honours type affinity, so BIGINT and INTEGER are the same column here.
+        return _affinity(expected) == _affinity(live)
+
+    def structure_differences(self, conn: Connection, tables: SchemaTables) -> list[str]:
+        return []
+
+    def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
+        return  # no row-level security
+
+
+SQLITE: Final = SQLiteBackend()
