@@ -10,9 +10,9 @@ load), and :func:`append_async` / :func:`read_new_async` (the async store's, on 
 ``AsyncConnection``). The transactions themselves are the dialects' (``backends.append_sqlite``,
 ``backends.append_postgresql``, ``backends.append_postgresql_async``), sharing what
 ``appending`` holds, the rule that says what a failed append means included; the store's
-backend names its own (``Backend.appends``). Every write's connection is checked out of the pool for one
-transaction and returned, whatever thread runs it; a tail read runs on the store's idle
-connection when it is free.
+backend names its own (``Backend.appends``). Every write's connection is checked out of
+the pool for one transaction and returned, whatever thread runs it; a tail read runs on the
+store's idle connection when it is free.
 """
 
 from __future__ import annotations
