@@ -1,8 +1,8 @@
 """Writing a new session's rows: a whole session in one transaction (:func:`insert_session`,
 with appends to other sessions in it), and an import's batches (:class:`BulkWriter`).
 
-The dialect's inserts come from its module (``appending.AppendDialect``), which ``fastpath``
-picks; so does the appends' outcome (``appending.classify``).
+The dialect's inserts come from its module (``appends.AppendDialect``), which ``fastpath``
+picks; so does the appends' outcome (``appends.classify``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, insert
 
-from session_sql._store.appending import (
+from session_sql._store.appends import (
     AppendDialect,
     AppendPart,
     Check,
@@ -24,8 +24,8 @@ from session_sql._store.appending import (
     surface_upkeep,
     whole,
 )
+from session_sql._store.appends.postgresql import SURFACE_COLUMNS, copy_statement
 from session_sql._store.backends import write_tx
-from session_sql._store.backends.append_postgresql import SURFACE_COLUMNS, copy_statement
 from session_sql._store.context import StoreContext
 from session_sql._store.rows import EVENT_VALUE_COLUMNS
 from session_sql.errors import SessionExistsError, StoreError
@@ -110,7 +110,7 @@ def _append_in(
 ) -> tuple[list[Any], list[Check]]:
     """One append part in ``conn``'s transaction, statement by statement, up to the first
     that says it cannot be written: its head update cursor and counted inserts, for
-    ``appending.whole`` and ``appending.classify``."""
+    ``appends.whole`` and ``appends.classify``."""
     raw = conn.connection
     heads: list[Any] = []
     if queue_head(ctx, raw, part, heads).rowcount != 1:

@@ -25,12 +25,12 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    insert,
     literal_column,
     select,
     true,
 )
 from sqlalchemy import update as sa_update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Dialect
 
 from session_sql._store import following
@@ -112,8 +112,8 @@ class Statements:
         self.guarded_advance = select(
             (literal_column("1", Integer) // func.count()).label("advanced")
         ).select_from(advanced)
-        self.insert_event_strict = pg_insert(e)
-        self.insert_node_strict = pg_insert(sf)
+        self.insert_event_strict = insert(e)
+        self.insert_node_strict = insert(sf)
         self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
         # SET LOCAL of the tenant settings that row-level security reads (PostgreSQL).
         self.set_tenant = select(
@@ -175,6 +175,12 @@ class Statements:
 
         # -- reads
         self.exists = select(s.c.id).where(*own_session)
+        self.head_seq = select(s.c.head_seq).where(*own_session)
+        # -- the store's one-statement writes of a row: its deletion (the events and surface
+        # rows go with it, by their foreign keys) and its metadata (the columns to set are
+        # the execution's parameters besides ``b_id``)
+        self.delete_session = delete(s).where(*own_session)
+        self.update_metadata = sa_update(s).where(*own_session)
         # A walk of the surface primary key with one events primary-key lookup per node
         # (``Backend.join_events``), so the cost follows the surface, never the length of
         # the log.

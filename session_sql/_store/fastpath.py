@@ -7,12 +7,12 @@ the interactive path. This module is the one the rest of the store calls: :func:
 :func:`append_parts`), :func:`insert_session` and :class:`BulkWriter` (a new session's rows,
 ``bulk``), :func:`surface_tail` (the tail read), :func:`fetch_rows` (the page reads of a
 load), and :func:`append_async` / :func:`read_new_async` (the async store's, on a psycopg
-``AsyncConnection``). The transactions themselves are the dialects' (``backends.append_sqlite``,
-``backends.append_postgresql``, ``backends.append_postgresql_async``), sharing what
-``appending`` holds, the rule that says what a failed append means included; :func:`dialect`
-is the one place that picks them. Every write's connection is checked out of the pool for one
-transaction and returned, whatever thread runs it; a tail read runs on the store's idle
-connection when it is free.
+``AsyncConnection``). The transactions themselves are the dialects' (``appends/sqlite.py``,
+``appends/postgresql.py``, ``appends/postgresql_async.py``), sharing what
+the package holds, the rule that says what a failed append means included; the store's
+backend names its own (``Backend.appends``). Every write's connection is checked out of
+the pool for one transaction and returned, whatever thread runs it; a tail read runs on the
+store's idle connection when it is free.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from session_sql._store import bulk
-from session_sql._store.appending import AppendDialect, AppendPart, SurfaceOp
-from session_sql._store.backends.append_postgresql import COPY_MIN_ROWS
-from session_sql._store.backends.append_postgresql_async import (
+from session_sql._store.appends import AppendDialect, AppendPart, SurfaceOp
+from session_sql._store.appends.postgresql import COPY_MIN_ROWS
+from session_sql._store.appends.postgresql_async import (
     StoredHead,
     append_async,
     read_new_async,
@@ -83,7 +83,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
 
     Returns ``None`` once committed, or the index of the first part whose head update matched
     no row (nothing written: that session's writer lost a race). Raises as :func:`append`;
-    what a failure means is ``appending.classify``'s rule, the same for every dialect.
+    what a failure means is ``appends.classify``'s rule, the same for every dialect.
     """
     return dialect(ctx).append_parts(ctx, parts)
 

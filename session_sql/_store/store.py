@@ -6,11 +6,11 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, Literal
 
-from sqlalchemy import delete, make_url, select, update
+from sqlalchemy import make_url
 
 from session_sql._store import connecting, listing, loading, reader, transfer, verifying
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
-from session_sql._store.listing import SessionInfo, own
+from session_sql._store.listing import SessionInfo
 from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
 from session_sql._store.rows import frozen_header
 from session_sql._store.schema import DEFAULT_SCHEMA
@@ -195,9 +195,8 @@ class SessionStore:
     def delete_session(self, session_id: str) -> None:
         """Delete a session with its events and surface rows."""
         lookup_id(session_id)
-        s = self._ctx.tables.sessions
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
-            gone = conn.execute(delete(s).where(own(self._ctx, s), s.c.id == session_id)).rowcount
+            gone = conn.execute(self._ctx.statements.delete_session, {"b_id": session_id}).rowcount
         if gone != 1:
             raise SessionNotFoundError.for_session(session_id)
 
@@ -362,11 +361,8 @@ class SessionStore:
     def head_seq(self, session_id: str) -> int:
         """The last seq of a session (-1 when its log is empty), from its row."""
         lookup_id(session_id)
-        s = self._ctx.tables.sessions
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
-            head = conn.execute(
-                select(s.c.head_seq).where(own(self._ctx, s), s.c.id == session_id)
-            ).scalar()
+            head = conn.execute(self._ctx.statements.head_seq, {"b_id": session_id}).scalar()
         if head is None:
             raise SessionNotFoundError.for_session(session_id)
         return int(head)
@@ -396,12 +392,9 @@ class SessionStore:
         if not isinstance(labels, _Unset):
             changes["labels"] = check_labels(labels, "labels")
         lookup_id(session_id)
-        s = self._ctx.tables.sessions
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
             if changes:
-                conn.execute(
-                    update(s).where(own(self._ctx, s), s.c.id == session_id).values(changes)
-                )
+                conn.execute(self._ctx.statements.update_metadata, {"b_id": session_id, **changes})
             return listing.session_info(conn, self._ctx, session_id)
 
     def stats(self, session_id: str | None = None) -> StoreStats:

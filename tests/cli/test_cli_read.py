@@ -252,11 +252,6 @@ def test_schema_help_names_the_public_module(sqlite_cli):
     assert "session_sql.schema.render_ddl" in " ".join(out.stdout.split())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the header line is written by render_ddl in the store's schema module, which still "
-    "names session_sql/store/schema.py; when it names session_sql.schema, drop this mark",
-)
 @pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
 def test_schema_header_names_the_public_module(sqlite_cli, dialect):
     header = sqlite_cli("schema", "--dialect", dialect).stdout.splitlines()[:2]

@@ -1,4 +1,4 @@
-"""The one rule for what a failed append transaction means (``appending.classify``), on its
+"""The one rule for what a failed append transaction means (``appends.classify``), on its
 own (no database): a head update that matched no row is a lost race, whatever else failed; a
 taken key under a matched head is a row already past the head; anything else is re-raised."""
 
@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from session_sql import CorruptSessionError
-from session_sql._store.appending import AppendPart, classify, taken_key
+from session_sql._store.appends import AppendPart, classify, taken_key
 
 PARTS = [AppendPart(f"s{i}", {}, [], [], 0, 0) for i in range(3)]
 

@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL
 from session_sql.errors import ConfigurationError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.appending import AppendDialect
+    from session_sql._store.appends import AppendDialect
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
 
@@ -90,7 +90,7 @@ class Backend(ABC):
     @property
     @abstractmethod
     def appends(self) -> AppendDialect:
-        """The module holding this database's append transactions (``backends.append_*``),
+        """The module holding this database's append transactions (``appends.*``),
         which the append path (``fastpath``) runs. Imported on first use: they import the
         store context, which imports this package."""
 

@@ -67,7 +67,7 @@ from session_sql.errors import (
 )
 
 if TYPE_CHECKING:
-    from session_sql._store.appending import AppendDialect
+    from session_sql._store.appends import AppendDialect
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
 
@@ -327,9 +327,9 @@ class PostgreSQLBackend(Backend):
 
     @functools.cached_property
     def appends(self) -> AppendDialect:
-        from session_sql._store.backends import append_postgresql  # noqa: PLC0415 - a cycle
+        from session_sql._store.appends import postgresql as appends  # noqa: PLC0415 - a cycle
 
-        return append_postgresql
+        return appends
 
     # -- engines -----------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ from session_sql._store.opening_failures import driver_cause, explain_wal_reader
 from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError, TransientStoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.appending import AppendDialect
+    from session_sql._store.appends import AppendDialect
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
 
@@ -207,9 +207,9 @@ class SQLiteBackend(Backend):
 
     @functools.cached_property
     def appends(self) -> AppendDialect:
-        from session_sql._store.backends import append_sqlite  # noqa: PLC0415 - a cycle
+        from session_sql._store.appends import sqlite as appends  # noqa: PLC0415 - a cycle
 
-        return append_sqlite
+        return appends
 
     # -- engines -----------------------------------------------------------------------
 

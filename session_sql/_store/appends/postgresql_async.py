@@ -1,6 +1,6 @@
 """The async store's appends and refresh reads on PostgreSQL, on a psycopg
-``AsyncConnection``: the sync store's one query (``append_postgresql.one_query``), natively
-awaited, with the same outcome rule (``append_postgresql.one_trip_outcome``).
+``AsyncConnection``: the sync store's one query (``appends.postgresql.one_query``), natively
+awaited, with the same outcome rule (``appends.postgresql.one_trip_outcome``).
 
 The two modules import each other as modules (each uses the other's functions only when
 called), so either may be imported first.
@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from session_sql._store.appending import AppendPart
-from session_sql._store.backends import append_postgresql as pg
+from session_sql._store.appends import AppendPart
+from session_sql._store.appends import postgresql as pg
 from session_sql._store.context import StoreContext
 
 
@@ -25,7 +25,7 @@ async def append_async(
 
     ``cur`` is a client-binding cursor on a connection that is idle, in autocommit, and the
     caller's alone. Each await on the asyncio driver costs a trip through the event loop, so
-    the statements of ``append_postgresql.one_trip`` are bound on the client and sent as one
+    the statements of ``appends.postgresql.one_trip`` are bound on the client and sent as one
     query: one await, one round trip, and (several statements in one query being one implicit
     transaction) committed when it returns, or rolled back whole by the first error.
     Afterwards the connection is idle again, unless it broke.

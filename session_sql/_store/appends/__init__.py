@@ -5,7 +5,7 @@ An append transaction writes one or more :class:`AppendPart`: per session, a con
 update (``Statements.advance``: it matches only the head the writer expected), the event rows
 (``rows.event_values``), the surface statements of the planner's Transitions
 (:func:`surface_ops`) and, on PostgreSQL, a ``NOTIFY``. The dialects run them differently
-(``backends.append_sqlite``, ``backends.append_postgresql``, ``backends.append_postgresql_async``)
+(``appends/sqlite.py``, ``appends/postgresql.py``, ``appends/postgresql_async.py``)
 and every one of them decides its outcome with :func:`classify`:
 
 **The rule.** A part whose head update matched no row lost the race: another writer appended

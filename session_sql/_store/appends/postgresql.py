@@ -3,7 +3,7 @@
 One session's append is one query in autocommit (:func:`one_query`: one round trip that also
 commits); several sessions' go through one pipeline, every insert counted; a big batch
 (``COPY_MIN_ROWS`` events or more) copies its rows. Each reads its outcome with
-``appending.classify``; the one query, which cannot count rows, makes the server fail it
+``appends.classify``; the one query, which cannot count rows, makes the server fail it
 instead (a lost race is a division by zero, a row past the head a unique violation), and
 maps those errors onto the same rule.
 """
@@ -18,7 +18,7 @@ from psycopg import sql as pgsql
 from sqlalchemy import Table
 from sqlalchemy.util import await_
 
-from session_sql._store.appending import (
+from session_sql._store.appends import (
     AppendPart,
     Check,
     Planned,
@@ -33,7 +33,7 @@ from session_sql._store.appending import (
     surface_upkeep,
     whole,
 )
-from session_sql._store.backends import append_postgresql_async as pg_async
+from session_sql._store.appends import postgresql_async as pg_async
 from session_sql._store.backends.postgresql import PG_IDLE, pipeline
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.rows import EVENT_VALUE_COLUMNS
@@ -46,7 +46,7 @@ SURFACE_COLUMNS: Final = ("tenant", "session_id", "pos", "event_seq")
 
 
 def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
-    """Append ``parts`` in one transaction (``appending.AppendDialect.append_parts``): one
+    """Append ``parts`` in one transaction (``appends.AppendDialect.append_parts``): one
     session's as one query, a big batch by ``COPY``, else in one pipeline."""
     bulk = sum(len(p.events) for p in parts) >= COPY_MIN_ROWS
     if len(parts) == 1 and not bulk:
@@ -91,7 +91,7 @@ def _append_pipelined(
     first, then each part's head update, inserts and upkeep. The counts are known once the
     pipeline has synced; the inserts run even when a head update matched no row (their
     ``ON CONFLICT DO NOTHING`` keeps a taken key from aborting the pipeline), and
-    ``appending.classify`` reads that as the lost race it is."""
+    ``appends.classify`` reads that as the lost race it is."""
     cur = raw.cursor()
     heads: list[Any] = []
     checks: list[Check] = []
@@ -124,7 +124,7 @@ def _append_bulk(
     ``COPY_MIN_ROWS`` surface rows or more by ``COPY`` (the server checks a surface row's two
     foreign keys either way, but a statement per row costs it more than the row); then one
     pipeline with the rest of the surface upkeep and ``NOTIFY``. The same transaction, checks
-    and outcomes (``appending.classify``) as the pipeline's.
+    and outcomes (``appends.classify``) as the pipeline's.
     """
     c = ctx.compiled
     raw = ctx.engine.raw_connection()
@@ -244,7 +244,7 @@ def one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[A
             out.append((c.drop_node, params))
         else:
             out.append((c.retarget_node, [params]))
-    if ctx.channel is not None:
+    if ctx.backend.listens:
         payload = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
         out.append((c.notify, [c.notify.bind(payload)]))
     return out
@@ -272,7 +272,7 @@ def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPa
 
 
 def one_trip_outcome(exc: psycopg.Error, part: AppendPart) -> bool:
-    """What a failed one query means (nothing was written), by ``appending.classify``: its
+    """What a failed one query means (nothing was written), by ``appends.classify``: its
     statements run in order, so the guard's division by zero is the head update matching no
     row, and any later error ran under the matched head. False for a lost race;
     ``CorruptSessionError`` raised for a taken key; anything else re-raised."""
@@ -310,7 +310,7 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
             return True
         except BaseException:
             # Lost, or interrupted inside the query (its transaction then runs or rolls back
-            # on the server alone): the pool drops the connection (see appending.abandon).
+            # on the server alone): the pool drops the connection (see appends.abandon).
             if driver.broken or driver.info.transaction_status != PG_IDLE:
                 raw.invalidate()
             raise

@@ -1,6 +1,6 @@
 """SQLite's append transaction: ``BEGIN IMMEDIATE`` (``Backend.begin_raw_write``), then each
 part's head update, read at once, its event rows and surface upkeep, every insert counted
-(``ON CONFLICT DO NOTHING``), and the outcome by ``appending.classify``.
+(``ON CONFLICT DO NOTHING``), and the outcome by ``appends.classify``.
 
 The write lock is the database's, taken by ``BEGIN IMMEDIATE``: a head update that matches
 no row is a lost race known before anything else of the part runs, so the transaction stops
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from session_sql._store.appending import (
+from session_sql._store.appends import (
     AppendPart,
     Check,
     Planned,
@@ -29,7 +29,7 @@ from session_sql.errors import SessionSQLError
 
 
 def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
-    """Append ``parts`` in one transaction (``appending.AppendDialect.append_parts``).
+    """Append ``parts`` in one transaction (``appends.AppendDialect.append_parts``).
 
     It runs on the store's idle connection when it is free, as a tail read does (no checkout,
     no reset: the transaction ends in a commit or a rollback either way), else on a pooled
