@@ -16,7 +16,7 @@ the writer expected until the transaction ends, so no other writer can add rows 
 taken key among its inserts (SQLSTATE 23505, or SQLite's primary key or unique constraint, or an
 ``ON CONFLICT DO NOTHING`` insert that counts short) is a row *already* past the head:
 ``CorruptSessionError``, nothing written. A unique violation on ``events`` seen without a matched
-head update (``engine.translate_errors``' generic reading of a statement) is the lost race:
+head update (``backends.translate_errors``' generic reading of a statement) is the lost race:
 ``ConcurrencyError``.
 """
 
