@@ -34,7 +34,7 @@ from sqlalchemy.types import TypeEngine
 from session_sql._store.engine import (
     database_label,
     lock_schema_init,
-    read_tx,
+    snapshot_tx,
     target_schema,
     translate_errors,
     write_tx,
@@ -79,7 +79,12 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
     tables = tables_for(schema)
     label = database_label(engine) + (f" (schema {schema})" if schema is not None else "")
     with translate_errors(database=label):
-        with read_tx(engine) as conn:
+        # One snapshot for the whole look (REPEATABLE READ on PostgreSQL): under READ
+        # COMMITTED each reflection query sees what committed since the one before, so a
+        # rival's initialisation committing between them would show its views but none of
+        # its tables, and be refused as a store without a version. (Under the init lock
+        # below no rival can commit one, so READ COMMITTED is right there.)
+        with snapshot_tx(engine) as conn:
             insp = inspect(conn)
             if _present_objects(insp, tables):
                 _check(conn, insp, tables, label)
@@ -154,7 +159,7 @@ def stored_version(engine: Engine, schema: str | None) -> int:
     schema = target_schema(engine, schema)
     tables = tables_for(schema)
     label = database_label(engine) + (f" (schema {schema})" if schema is not None else "")
-    with translate_errors(database=label), read_tx(engine) as conn:
+    with translate_errors(database=label), snapshot_tx(engine) as conn:
         insp = inspect(conn)
         if not _present_objects(insp, tables):
             _refuse_foreign(insp, tables, label)
