@@ -32,7 +32,7 @@ from sqlalchemy.types import TypeEngine
 
 from session_sql._store.backends import (
     backend_for,
-    read_tx,
+    snapshot_tx,
     store_label,
     target_schema,
     translate_errors,
@@ -77,7 +77,12 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
     schema = target_schema(engine, schema)
     tables = tables_for(schema)
     with translate_errors(database=label):
-        with read_tx(engine) as conn:
+        # One snapshot for the whole look (REPEATABLE READ on PostgreSQL): under READ
+        # COMMITTED each reflection query sees what committed since the one before, so a
+        # rival's initialisation committing between them would show its views but none of
+        # its tables, and be refused as a store without a version. (Under the init lock
+        # below no rival can commit one, so READ COMMITTED is right there.)
+        with snapshot_tx(engine) as conn:
             insp = inspect(conn)
             if _present_objects(insp, tables):
                 _check(conn, insp, tables, label)
@@ -151,7 +156,7 @@ def stored_version(engine: Engine, schema: str | None) -> int:
     label = store_label(engine, schema)
     schema = target_schema(engine, schema)
     tables = tables_for(schema)
-    with translate_errors(database=label), read_tx(engine) as conn:
+    with translate_errors(database=label), snapshot_tx(engine) as conn:
         insp = inspect(conn)
         if not _present_objects(insp, tables):
             _refuse_foreign(insp, tables, label)
