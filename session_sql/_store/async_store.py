@@ -40,7 +40,6 @@ from session_sql import loopsafe
 from session_sql._store import forwarding, reader
 from session_sql._store.async_handle import AsyncStoredSession, sync_of
 from session_sql._store.backends import backend_for
-from session_sql._store.backends.connections import AsyncWriteConnections
 from session_sql._store.following import Follower, Read, Sleep, Wait
 from session_sql._store.running import _OffloadedFile, _Runner, _settle
 from session_sql._store.schema import DEFAULT_SCHEMA
@@ -115,7 +114,11 @@ class AsyncSessionStore:
                 except BaseException:
                     self._runner.shutdown()
                     raise
-                if not self._runner.threaded:
+                if not self._runner.threaded:  # PostgreSQL: psycopg's, imported once opened
+                    from session_sql._store.backends.connections import (  # noqa: PLC0415
+                        AsyncWriteConnections,
+                    )
+
                     self._runner.writers = AsyncWriteConnections(opened.engine, self._size)
                 self._opened = opened
         if cancelled:

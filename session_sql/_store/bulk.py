@@ -24,10 +24,9 @@ from session_sql._store.appends import (
     surface_upkeep,
     whole,
 )
-from session_sql._store.appends.postgresql import SURFACE_COLUMNS, copy_statement
 from session_sql._store.backends import write_tx
 from session_sql._store.context import StoreContext
-from session_sql._store.rows import EVENT_VALUE_COLUMNS
+from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 from session_sql.errors import SessionExistsError, StoreError
 
 INSERT_CHUNK = 1000
@@ -161,6 +160,10 @@ class BulkWriter:
         self.dialect = dialect
         self.cursor = conn.connection.cursor()
         self.copy = dialect.copy_allowed(self.cursor, ctx)
+        if self.copy:  # PostgreSQL's (its appends are loaded: ``dialect`` is them)
+            from session_sql._store.appends.postgresql import copy_statement  # noqa: PLC0415
+
+            self._copy_statement = copy_statement
 
     def close(self) -> None:
         self.cursor.close()
@@ -188,7 +191,7 @@ class BulkWriter:
         self._check(len(rows), "surface")
 
     def _copy(self, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
-        with self.cursor.copy(copy_statement(table, columns)) as copy:
+        with self.cursor.copy(self._copy_statement(table, columns)) as copy:
             for row in rows:
                 copy.write_row(row)
         self._check(len(rows), table.name)

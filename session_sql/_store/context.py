@@ -35,7 +35,7 @@ from sqlalchemy.engine import Dialect
 
 from session_sql._store import following
 from session_sql._store.backends import Backend, backend_for
-from session_sql._store.backends.connections import IdleConnection
+from session_sql._store.backends.idle import IdleConnection
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,

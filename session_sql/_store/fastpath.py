@@ -17,23 +17,26 @@ store's idle connection when it is free.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection
 
 from session_sql._store import bulk
 from session_sql._store.appends import AppendDialect, AppendPart, SurfaceOp
-from session_sql._store.appends.postgresql import COPY_MIN_ROWS
-from session_sql._store.appends.postgresql_async import (
-    StoredHead,
-    append_async,
-    read_new_async,
-)
 from session_sql._store.bulk import INSERT_CHUNK
 from session_sql._store.context import Compiled, StoreContext
 from session_sql.events import SessionEvent
 from session_sql.surface import Transition
+
+if TYPE_CHECKING:
+    from session_sql._store.appends.postgresql import COPY_MIN_ROWS
+    from session_sql._store.appends.postgresql_async import (
+        StoredHead,
+        append_async,
+        read_new_async,
+    )
 
 __all__ = [
     "COPY_MIN_ROWS",
@@ -52,6 +55,26 @@ __all__ = [
     "read_new_async",
     "surface_tail",
 ]
+
+_POSTGRESQL_NAMES: Final = {
+    "COPY_MIN_ROWS": "postgresql",
+    "StoredHead": "postgresql_async",
+    "append_async": "postgresql_async",
+    "read_new_async": "postgresql_async",
+}
+"""PostgreSQL's names, by module of ``appends``: imported when first asked for, so that a
+process using only SQLite never imports psycopg (docs/performance.md, "CLI startup")."""
+
+
+def __getattr__(name: str) -> Any:
+    """A PostgreSQL name of ``_POSTGRESQL_NAMES``, imported and kept here (one import: later
+    lookups are plain attribute reads, on the async store's append path)."""
+    module = _POSTGRESQL_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"session_sql._store.appends.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def dialect(ctx: StoreContext) -> AppendDialect:
@@ -134,7 +157,7 @@ def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) ->
     One statement reads one consistent snapshot on both backends, so it needs no explicit
     transaction; this takes the Core connection and BEGIN/COMMIT overhead off the interactive
     read (a framework's ``get_items(limit=10)``, an agent's ``messages(last=20)``). It runs on
-    the store's idle connection (``engine.IdleConnection``: no checkout, no pre-ping round
+    the store's idle connection (``backends.idle.IdleConnection``: no checkout, no pre-ping round
     trip), or, when that is in use, not kept, broken, or checkouts are watched by listeners,
     on a pooled connection.
     """

@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from psycopg import sql
-
 POLL_START = 0.002
 """The first sleep of a polling follower (SQLite) after an empty read; doubled after each."""
 POLL_MAX = 0.05
@@ -59,11 +57,6 @@ def parse_payload(note: str) -> tuple[object, object, object] | None:
     except (ValueError, TypeError):
         return None
     return tenant, session_id, head
-
-
-def listen_statement(channel: str) -> sql.Composed:
-    """``LISTEN`` on the store's channel (a quoted identifier)."""
-    return sql.SQL("LISTEN {}").format(sql.Identifier(channel))
 
 
 class Follower:

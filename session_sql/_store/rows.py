@@ -50,6 +50,9 @@ EVENT_VALUE_COLUMNS: Final = (
 """The ``events`` columns a writer writes, in the table's order: the order of
 :func:`event_values` (the database computes the others)."""
 
+SURFACE_COLUMNS: Final = ("tenant", "session_id", "pos", "event_seq")
+"""The ``surface`` columns a writer writes, in the order of its rows."""
+
 _APPEND_TEXT: Final = json.dumps("append")
 
 

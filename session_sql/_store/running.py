@@ -15,12 +15,14 @@ import functools
 import queue
 import threading
 from collections.abc import Callable, Coroutine, Generator, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.util import await_, greenlet_spawn
 
-from session_sql._store.backends.connections import AsyncWriteConnections
 from session_sql.errors import PermanentStoreError
+
+if TYPE_CHECKING:
+    from session_sql._store.backends.connections import AsyncWriteConnections
 
 T = TypeVar("T")
 

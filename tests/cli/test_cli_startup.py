@@ -1,6 +1,7 @@
 """What each command imports: --help and --version start without the store, SQLAlchemy or
-rich, and the reading commands without the demo or the benchmark (docs/performance.md, "CLI
-startup"). The modules loaded are checked, not the time, which depends on the machine."""
+rich, the reading commands without the demo or the benchmark, and none on SQLite with
+psycopg or the PostgreSQL backend (docs/performance.md, "CLI startup"). The modules loaded
+are checked, not the time, which depends on the machine."""
 
 from __future__ import annotations
 
@@ -21,6 +22,17 @@ print(code, *sorted(sys.modules))
 
 HEAVY = ("sqlalchemy", "psycopg", "pydantic", "rich", "session_sql._store", "session_sql.schema")
 CLI_EXTRAS = ("session_sql.cli.bench", "session_sql.cli.demo", "session_sql.cli._bench_raw")
+POSTGRESQL_ONLY = (
+    "psycopg",
+    "session_sql._store.appends.postgresql",
+    "session_sql._store.appends.postgresql_async",
+    "session_sql._store.backends.connections",
+    "session_sql._store.backends.listening",
+    "session_sql._store.backends.postgresql",
+    "session_sql._store.backends.refused",
+    "session_sql._store.pool_queue",
+)
+"""What only a PostgreSQL store uses: imported when one is opened, never for SQLite."""
 
 
 def loaded(cli, *args: str) -> set[str]:
@@ -61,3 +73,16 @@ def test_reading_commands_load_neither_the_demo_nor_the_benchmark(sqlite_cli):
     assert "session_sql._store" in listing  # (the check sees what the command needs)
     for args in (["show", "startup"], ["tail", "startup"], ["show", "startup", "--events"]):
         assert among(loaded(sqlite_cli, *args), CLI_EXTRAS) == [], args
+
+
+def test_reading_commands_on_sqlite_load_neither_psycopg_nor_the_postgresql_backend(sqlite_cli):
+    store = sqlite_cli.store()
+    try:
+        session = store.create_session("startup-2")
+        session.append("todo/write", {"items": [{"text": "one"}]})
+    finally:
+        store.close()
+    for args in (["ls"], ["show", "startup"], ["tail", "startup"], ["show", "startup", "--events"]):
+        modules = loaded(sqlite_cli, *args)
+        assert "session_sql._store.backends.sqlite" in modules, args  # (the store was used)
+        assert among(modules, POSTGRESQL_ONLY) == [], args

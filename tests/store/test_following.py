@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from session_sql._store.backends.listening import listen_statement
 from session_sql._store.following import (
     LISTEN_MAX,
     POLL_MAX,
@@ -13,7 +14,6 @@ from session_sql._store.following import (
     Sleep,
     Stop,
     Wait,
-    listen_statement,
     parse_payload,
     payload,
 )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -273,3 +276,46 @@ def test_async_open_session_gives_the_sync_readers_on_the_loop(backend):
             assert [e.seq for e in handle.events] == list(range(7))
 
     asyncio.run(body())
+
+
+# Opens, writes and reads a SQLite store, sync and async, then prints the modules loaded.
+SQLITE_ONLY = """
+import asyncio, sys
+import session_sql
+
+url = sys.argv[1]
+store = session_sql.open_store(url)
+session = store.create_session()
+session.append("todo/write", {"items": []})
+session.append_many([{"type": "todo/write", "data": {"n": n}} for n in range(40)])
+store.load_session(session.id)
+store.messages(session.id)
+store.list_sessions()
+store.close()
+
+async def main() -> None:
+    store = await session_sql.open_async_store(url)
+    session = await store.create_session()
+    await session.append("todo/write", {"items": []})
+    await store.close()
+
+asyncio.run(main())
+print(*sorted(sys.modules))
+"""
+
+
+def test_a_sqlite_store_never_imports_psycopg_or_the_postgresql_backend(tmp_path: Path) -> None:
+    """Which imports the PostgreSQL backend on first use, so SQLite starts without it."""
+    done = subprocess.run(
+        [sys.executable, "-c", SQLITE_ONLY, f"sqlite:///{tmp_path / 'store.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = done.stdout.split()
+    assert "session_sql._store.backends.sqlite" in loaded
+    postgresql_only = ("psycopg", "session_sql._store.backends.postgresql")
+    postgresql_only += ("session_sql._store.appends.postgresql", "session_sql._store.pool_queue")
+    assert [m for m in loaded if m.split(".")[0] == "psycopg" or m in postgresql_only] == []

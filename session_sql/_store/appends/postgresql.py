@@ -36,13 +36,12 @@ from session_sql._store.appends import (
 from session_sql._store.appends import postgresql_async as pg_async
 from session_sql._store.backends.postgresql import PG_IDLE, pipeline
 from session_sql._store.context import Compiled, StoreContext
-from session_sql._store.rows import EVENT_VALUE_COLUMNS
+from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 
 COPY_MIN_ROWS: Final = 32
 """From this many events in one append transaction, PostgreSQL's events go in by ``COPY``."""
 
 ROW_SECURITY_ACTIVE: Final = "SELECT row_security_active(CAST(%s AS regclass))"
-SURFACE_COLUMNS: Final = ("tenant", "session_id", "pos", "event_seq")
 
 
 def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:

@@ -7,6 +7,10 @@ that object. What is the same on both lives here, in terms of the backend: ``mak
 ``read_tx``, ``snapshot_tx``), and ``translate_errors``, the one place where driver
 exceptions become session_sql errors (each backend translates its driver's, by structured
 fields, never by text).
+
+The PostgreSQL backend (psycopg, SQLAlchemy's PostgreSQL dialect) is imported the first time
+a PostgreSQL URL or engine is seen, so a process using only SQLite never loads it
+(docs/performance.md, "CLI startup").
 """
 
 from __future__ import annotations
@@ -14,16 +18,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, Engine, Table, exc, make_url
 from sqlalchemy.engine import URL, Dialect
 
 from session_sql._store.backends.base import Backend, EngineOptions, synchronous_mode
-from session_sql._store.backends.postgresql import POSTGRESQL
 from session_sql._store.backends.sqlite import SQLITE, sqlite_pragmas
 from session_sql.errors import ConfigurationError, SessionSQLError, StoreError, TransientStoreError
 from session_sql.jsoncodec import dumps_compact
+
+if TYPE_CHECKING:
+    from session_sql._store.backends.postgresql import PostgreSQLBackend
 
 __all__ = [
     "BACKENDS",
@@ -44,9 +50,40 @@ __all__ = [
     "write_tx",
 ]
 
-BACKENDS: Final[tuple[Backend, ...]] = (SQLITE, POSTGRESQL)
-_BY_NAME: Final = {b.name: b for b in BACKENDS}
-_DRIVER_ERRORS: Final = tuple(b.driver_error for b in BACKENDS)
+
+_BY_NAME: Final[dict[str, Backend]] = {SQLITE.name: SQLITE}
+"""The backends imported so far, by dialect name (PostgreSQL's joins on its first use)."""
+_driver_errors: tuple[type[Exception], ...] = (SQLITE.driver_error,)
+"""The driver exceptions ``translate_errors`` catches: those of the backends loaded (no other
+driver can have raised one)."""
+_postgresql_backend: PostgreSQLBackend | None = None
+
+
+def _postgresql() -> PostgreSQLBackend:
+    """The PostgreSQL backend, imported and registered on first use."""
+    global _driver_errors, _postgresql_backend  # set once, on the first PostgreSQL use
+    if _postgresql_backend is None:
+        from session_sql._store.backends.postgresql import POSTGRESQL  # noqa: PLC0415 - lazy
+
+        _BY_NAME[POSTGRESQL.name] = POSTGRESQL
+        _driver_errors = (*_driver_errors, POSTGRESQL.driver_error)
+        _postgresql_backend = POSTGRESQL
+    return _postgresql_backend
+
+
+def _named(name: str) -> Backend:
+    """The backend of dialect ``name``, when it is not loaded yet (PostgreSQL's)."""
+    if name != "postgresql":
+        raise KeyError(name)
+    return _postgresql()
+
+
+def __getattr__(name: str) -> object:
+    """``BACKENDS``, every backend: asking for it imports PostgreSQL's."""
+    if name == "BACKENDS":
+        return (SQLITE, _postgresql())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 dumps_json = dumps_compact
 """The serialiser every engine binds JSON with (floats stay floats on JSONB)."""
@@ -63,11 +100,17 @@ def backend_for(target: Engine | Connection | Dialect | URL | str) -> Backend:
     other backend (``make_engine`` refuses a scheme neither accepts).
     """
     if isinstance(target, (Engine, Connection)):  # first: on every transaction's path
-        return _BY_NAME[target.dialect.name]
+        try:
+            return _BY_NAME[target.dialect.name]
+        except KeyError:
+            return _named(target.dialect.name)
     if isinstance(target, Dialect):
-        return _BY_NAME[target.name]
+        try:
+            return _BY_NAME[target.name]
+        except KeyError:
+            return _named(target.name)
     scheme = target if isinstance(target, str) else target.drivername
-    return SQLITE if scheme.startswith("sqlite") else POSTGRESQL
+    return SQLITE if scheme.startswith("sqlite") else _postgresql()
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,9 +138,9 @@ def _normalise_url(url: str | URL) -> tuple[Backend, URL]:
             raise ConfigurationError(
                 f"invalid database URL {url!r}: {_url_hint(url)}", option="url"
             ) from error
-    for backend in BACKENDS:
-        if parsed.drivername in backend.schemes:
-            return backend, parsed.set(drivername=backend.driver)
+    backend: Backend = SQLITE if parsed.drivername in SQLITE.schemes else _postgresql()
+    if parsed.drivername in backend.schemes:
+        return backend, parsed.set(drivername=backend.driver)
     raise ConfigurationError(
         f"unsupported database URL scheme {parsed.drivername!r}: use {_SUPPORTED}", option="url"
     )
@@ -248,7 +291,7 @@ def translate_errors(
         raise
     except exc.DBAPIError as error:
         raise _translate_driver_error(error.orig, session_id, database) from error
-    except _DRIVER_ERRORS as error:
+    except _driver_errors as error:
         raise _translate_driver_error(error, session_id, database) from error
     except (exc.TimeoutError, exc.DisconnectionError) as error:
         raise TransientStoreError(f"database connection unavailable: {error}") from error
@@ -261,7 +304,7 @@ def translate_errors(
 def _translate_driver_error(
     orig: BaseException | None, session_id: str | None, database: str | None
 ) -> SessionSQLError:
-    for backend in BACKENDS:
+    for backend in tuple(_BY_NAME.values()):
         if isinstance(orig, backend.driver_error):
             return backend.translate_error(orig, session_id, database)
     return StoreError(f"database error: {orig}", session_id=session_id)

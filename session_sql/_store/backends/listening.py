@@ -13,14 +13,19 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg import sql
 
 from session_sql._store.backends import translate_errors
-from session_sql._store.following import listen_statement
 
 if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
 
-__all__ = ["AsyncListenConnection", "ListenConnection"]
+__all__ = ["AsyncListenConnection", "ListenConnection", "listen_statement"]
+
+
+def listen_statement(channel: str) -> sql.Composed:
+    """``LISTEN`` on the store's channel (a quoted identifier)."""
+    return sql.SQL("LISTEN {}").format(sql.Identifier(channel))
 
 
 class ListenConnection:

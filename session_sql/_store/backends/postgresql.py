@@ -47,7 +47,8 @@ from sqlalchemy.util import await_
 
 from session_sql._store import pool_queue
 from session_sql._store.backends.base import AsyncListener, Backend, EngineOptions, Listener
-from session_sql._store.opening_failures import driver_cause, explain_refused_connection
+from session_sql._store.backends.refused import explain_refused_connection
+from session_sql._store.opening_failures import driver_cause
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
     NAMING_CONVENTION,
