@@ -23,14 +23,29 @@ head update (``backends.translate_errors``' generic reading of a statement) is t
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from session_sql._store.context import StoreContext
 from session_sql._store.rows import event_values
 from session_sql.errors import CorruptSessionError, StoreError
 from session_sql.events import SessionEvent
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
+
+T = TypeVar("T")
+
+
+def on_pooled(ctx: StoreContext, run: Callable[[Any, Any], T]) -> T:
+    """``run(raw, dbapi)`` on a connection checked out of the pool for one transaction (the
+    DBAPI connection; an async engine's adapts psycopg's AsyncConnection to it), then
+    returned: the pool resets it, or drops it when the transaction invalidated it."""
+    raw = ctx.engine.raw_connection()
+    try:
+        dbapi = raw.dbapi_connection
+        assert dbapi is not None
+        return run(raw, dbapi)
+    finally:
+        raw.close()
 
 
 class AppendPart(NamedTuple):

@@ -26,6 +26,7 @@ from session_sql._store.appends import (
     abandon,
     classify,
     event_rows,
+    on_pooled,
     queue_head,
     queue_rows,
     refuse,
@@ -66,15 +67,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
             planned.append(Planned(p, c.insert_event_values, values, count, ops))
     if bulk:
         return _append_bulk(ctx, parts, planned)
-    raw = ctx.engine.raw_connection()
-    try:
-        # The DBAPI connection (the async engine's adapts psycopg's AsyncConnection to it);
-        # the driver's own connection only for the pipeline.
-        dbapi = raw.dbapi_connection
-        assert dbapi is not None
-        return _append_pipelined(ctx, raw, dbapi, parts, planned)
-    finally:
-        raw.close()  # back to the pool, which resets it (or drops it when invalidated)
+    return on_pooled(ctx, lambda raw, dbapi: _append_pipelined(ctx, raw, dbapi, parts, planned))
 
 
 def tenant_params(ctx: StoreContext) -> Any:
@@ -125,36 +118,37 @@ def _append_bulk(
     pipeline with the rest of the surface upkeep and ``NOTIFY``. The same transaction, checks
     and outcomes (``appends.classify``) as the pipeline's.
     """
+    return on_pooled(ctx, lambda raw, dbapi: _bulk_transaction(ctx, raw, dbapi, parts, planned))
+
+
+def _bulk_transaction(
+    ctx: StoreContext, raw: Any, dbapi: Any, parts: Sequence[AppendPart], planned: list[Planned]
+) -> int | None:
+    """:func:`_append_bulk`'s transaction on a pooled connection."""
     c = ctx.compiled
-    raw = ctx.engine.raw_connection()
+    cur = raw.cursor()
+    heads: list[Any] = []
+    checks: list[Check] = []
+    running: list[int] = []  # the part whose inserts run, while they do
     try:
-        dbapi = raw.dbapi_connection
-        assert dbapi is not None
-        cur = raw.cursor()
-        heads: list[Any] = []
-        checks: list[Check] = []
-        running: list[int] = []  # the part whose inserts run, while they do
-        try:
-            with pipeline(raw.driver_connection):
-                cur.execute(c.set_tenant.sql, tenant_params(ctx))
-                security = raw.cursor()
-                table = ctx.engine.dialect.identifier_preparer.format_table(ctx.tables.events)
-                security.execute(ROW_SECURITY_ACTIVE, (table,))
-                for p in planned:
-                    queue_head(ctx, raw, p.part, heads)
+        with pipeline(raw.driver_connection):
+            cur.execute(c.set_tenant.sql, tenant_params(ctx))
+            security = raw.cursor()
+            table = ctx.engine.dialect.identifier_preparer.format_table(ctx.tables.events)
+            security.execute(ROW_SECURITY_ACTIVE, (table,))
+            for p in planned:
+                queue_head(ctx, raw, p.part, heads)
+        if whole(parts, heads, checks):
+            row = security.fetchone()
+            # The async adapter's cursor has no COPY.
+            copying = row is not None and not row[0] and hasattr(cur, "copy")
+            checks = _bulk_rows(ctx, raw, cur, planned, copying, running)
             if whole(parts, heads, checks):
-                row = security.fetchone()
-                # The async adapter's cursor has no COPY.
-                copying = row is not None and not row[0] and hasattr(cur, "copy")
-                checks = _bulk_rows(ctx, raw, cur, planned, copying, running)
-                if whole(parts, heads, checks):
-                    dbapi.commit()
-                    return None
-        except BaseException as exc:
-            return abandon(raw, dbapi, parts, heads, exc, running[-1] if running else None)
-        return refuse(dbapi, parts, heads, checks)
-    finally:
-        raw.close()
+                dbapi.commit()
+                return None
+    except BaseException as exc:
+        return abandon(raw, dbapi, parts, heads, exc, running[-1] if running else None)
+    return refuse(dbapi, parts, heads, checks)
 
 
 def _bulk_rows(

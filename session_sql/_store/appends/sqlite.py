@@ -18,6 +18,7 @@ from session_sql._store.appends import (
     Planned,
     abandon,
     event_rows,
+    on_pooled,
     queue_head,
     queue_rows,
     refuse,
@@ -51,13 +52,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
                     refused = exc  # so it is kept (an error inside borrow() discards it)
         if refused is not None:
             raise refused
-    raw = ctx.engine.raw_connection()
-    try:
-        dbapi = raw.dbapi_connection
-        assert dbapi is not None
-        return _transaction(ctx, raw, dbapi, parts, planned)
-    finally:
-        raw.close()  # back to the pool, which resets it (or drops it when invalidated)
+    return on_pooled(ctx, lambda raw, dbapi: _transaction(ctx, raw, dbapi, parts, planned))
 
 
 def _transaction(

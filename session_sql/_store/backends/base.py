@@ -9,10 +9,12 @@ it works on.
 
 from __future__ import annotations
 
+import functools
+import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Connection, Engine, FromClause, Insert, Select, Table
 from sqlalchemy.engine import URL
@@ -87,12 +89,17 @@ class Backend(ABC):
     """Whether the async store runs this backend in worker threads (else on the event loop,
     through the async driver: ``make_engine(..., async_driver=True)``)."""
 
-    @property
-    @abstractmethod
+    appends_module: ClassVar[str]
+    """The module of ``session_sql._store.appends`` that holds this database's append
+    transactions."""
+
+    @functools.cached_property
     def appends(self) -> AppendDialect:
         """The module holding this database's append transactions (``appends.*``),
         which the append path (``fastpath``) runs. Imported on first use: they import the
         store context, which imports this package."""
+        module = importlib.import_module(f"session_sql._store.appends.{self.appends_module}")
+        return cast("AppendDialect", module)
 
     # -- engines -----------------------------------------------------------------------
 

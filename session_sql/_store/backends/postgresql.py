@@ -68,7 +68,6 @@ from session_sql.errors import (
 )
 
 if TYPE_CHECKING:
-    from session_sql._store.appends import AppendDialect
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
 
@@ -326,11 +325,7 @@ class PostgreSQLBackend(Backend):
     listens = True
     async_threads = False
 
-    @functools.cached_property
-    def appends(self) -> AppendDialect:
-        from session_sql._store.appends import postgresql as appends  # noqa: PLC0415 - a cycle
-
-        return appends
+    appends_module = "postgresql"
 
     # -- engines -----------------------------------------------------------------------
 

@@ -55,7 +55,6 @@ from session_sql._store.opening_failures import driver_cause, explain_wal_reader
 from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError, TransientStoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.appends import AppendDialect
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
 
@@ -205,11 +204,7 @@ class SQLiteBackend(Backend):
     listens = False
     async_threads = True
 
-    @functools.cached_property
-    def appends(self) -> AppendDialect:
-        from session_sql._store.appends import sqlite as appends  # noqa: PLC0415 - a cycle
-
-        return appends
+    appends_module = "sqlite"
 
     # -- engines -----------------------------------------------------------------------
 
