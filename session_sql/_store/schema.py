@@ -69,7 +69,7 @@ __all__ = [
     "tables_for",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Bumped on any change to the structure below; a database of another version is refused."""
 
 APPLICATION = "session_sql"
@@ -202,7 +202,9 @@ def tables_for(schema: str | None) -> SchemaTables:
         Column("seq", BigInteger, nullable=False),
         Column("type", Text, nullable=False),
         Column("time", BigInteger, nullable=False),
-        Column("data", JSONText().with_variant(JSONB(), "postgresql"), nullable=False),
+        # json, not JSONB, on PostgreSQL: the text as appended, key order included (SPEC §12.1;
+        # JSONB sorts keys, and a resumed session would miss its provider's prompt cache).
+        Column("data", JSONText(), nullable=False),
         Column("source_event_seqs", Text, nullable=True),
         Column("surface_op", Text, nullable=True),
         Column("ignorable", Boolean, nullable=True),

@@ -34,7 +34,7 @@ _NODES = "('user/message', 'assistant/message', 'tool/result')"
 # as on PostgreSQL fails in SQLite builds before 3.40 (DuckDB's sqlite extension ships one).
 _IS_ERROR = {
     "sqlite": "r.data -> 'message' -> 'content' -> 0 ->> 'isError' = 1",
-    "postgresql": "r.data -> 'message' -> 'content' -> 0 -> 'isError' = 'true'",
+    "postgresql": "r.data -> 'message' -> 'content' -> 0 ->> 'isError' = 'true'",
 }
 
 _TOOL_CALLS = f"""
