@@ -33,10 +33,11 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, cast
 
-from sqlalchemy import ClauseElement, Connection, Insert, Update, and_, event, inspect
+from sqlalchemy import ClauseElement, Connection, Insert, Update, and_, event, inspect, select
 from sqlalchemy.orm import (
     Mapped,
     Mapper,
+    column_property,
     ORMExecuteState,
     Session,
     UOWTransaction,
@@ -76,6 +77,7 @@ class ReadModel:
 
 
 class _SessionRow(ReadModel):
+    session_key: Mapped[int]
     tenant: Mapped[str]
     id: Mapped[str]
     format_version: Mapped[int]
@@ -96,8 +98,10 @@ class _SessionRow(ReadModel):
 
 
 class _Event(ReadModel):
+    session_key: Mapped[int]
     tenant: Mapped[str]
     session_id: Mapped[str]
+    """The session's public id (read from ``sessions``; the table holds ``session_key``)."""
     seq: Mapped[int]
     type: Mapped[str]
     time: Mapped[int]
@@ -112,8 +116,10 @@ class _Event(ReadModel):
 
 
 class _SurfaceNode(ReadModel):
+    session_key: Mapped[int]
     tenant: Mapped[str]
     session_id: Mapped[str]
+    """The session's public id (read from ``sessions``; the table holds ``session_key``)."""
     pos: Mapped[int]
     event_seq: Mapped[int]
     session: Mapped[_SessionRow]
@@ -149,6 +155,12 @@ Replaced, never changed in place, so a guard can iterate it while another thread
 schema."""
 
 
+def _public_id(sessions: Any, table: Any) -> Any:
+    """The session's public id beside a row of ``table`` (which holds its ``session_key``)."""
+    owner = select(sessions.c.id).where(sessions.c.session_key == table.c.session_key)
+    return column_property(owner.scalar_subquery())
+
+
 @functools.cache
 def _build(schema: str | None) -> OrmModels:
     tables = tables_for(schema)
@@ -174,14 +186,14 @@ def _build(schema: str | None) -> OrmModels:
         },
     )
     on_surface = and_(
-        surface.c.tenant == events.c.tenant,
-        surface.c.session_id == events.c.session_id,
+        surface.c.session_key == events.c.session_key,
         surface.c.event_seq == events.c.seq,
     )
     reg.map_imperatively(
         ev,
         events,
         properties={
+            "session_id": _public_id(sessions, events),
             "session": relationship(row, back_populates="events", viewonly=True),
             "surface_node": relationship(
                 node, primaryjoin=on_surface, back_populates="event", viewonly=True, uselist=False
@@ -192,6 +204,7 @@ def _build(schema: str | None) -> OrmModels:
         node,
         surface,
         properties={
+            "session_id": _public_id(sessions, surface),
             "session": relationship(row, back_populates="surface", viewonly=True),
             "event": relationship(
                 ev, primaryjoin=on_surface, back_populates="surface_node", viewonly=True

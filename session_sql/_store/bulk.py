@@ -8,7 +8,7 @@ picks; so does the appends' outcome (``appends.classify``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, insert
 
@@ -26,7 +26,12 @@ from session_sql._store.appends import (
 )
 from session_sql._store.backends import write_tx
 from session_sql._store.context import StoreContext
-from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
+from session_sql._store.rows import (
+    EVENT_VALUE_COLUMNS,
+    NEW_SESSION_KEY,
+    SURFACE_COLUMNS,
+    with_session_key,
+)
 from session_sql.errors import SessionExistsError, StoreError
 
 INSERT_CHUNK = 1000
@@ -40,6 +45,23 @@ class _LostRaceError(Exception):
         self.index = index
 
 
+class Inserted(NamedTuple):
+    """What :func:`insert_session` did."""
+
+    lost: int | None
+    """``None`` once committed, or the index of the first part whose head update matched no
+    row (nothing written)."""
+    session_key: int
+    """The new session's key (meaningless when ``lost`` is set)."""
+
+
+def insert_session_row(conn: Connection, ctx: StoreContext, row: Mapping[str, Any]) -> int:
+    """Insert a new ``sessions`` row in ``conn``'s transaction; returns its ``session_key``
+    (assigned by the database: an identity on PostgreSQL, the rowid on SQLite)."""
+    s = ctx.tables.sessions
+    return int(conn.execute(insert(s).returning(s.c.session_key), dict(row)).scalar_one())
+
+
 def insert_session(
     ctx: StoreContext,
     dialect: AppendDialect,
@@ -47,20 +69,19 @@ def insert_session(
     event_rows: Sequence[tuple[Any, ...]],
     surface_rows: Sequence[tuple[int, int]],
     parts: Sequence[AppendPart] = (),
-) -> int | None:
+) -> Inserted:
     """Write a whole new session (its ``sessions`` row, events, surface rows) in one transaction,
     with the appends ``parts`` to other sessions in it (as ``fastpath.append_parts`` does them).
 
     ``event_rows`` are ``rows.event_values`` rows (the JSON text already serialised and
-    checked); raises ``SessionExistsError`` when the id is taken. Returns ``None`` once
-    committed, or the index of the first part whose head update matched no row (nothing
-    written).
+    checked; their ``session_key`` is replaced by the new row's); raises
+    ``SessionExistsError`` when the id is taken.
     """
     try:
-        _insert_session(ctx, dialect, row, event_rows, surface_rows, parts)
+        key = _insert_session(ctx, dialect, row, event_rows, surface_rows, parts)
     except _LostRaceError as lost:
-        return lost.index
-    return None
+        return Inserted(lost.index, NEW_SESSION_KEY)
+    return Inserted(None, key)
 
 
 def _insert_session(
@@ -70,21 +91,22 @@ def _insert_session(
     event_rows: Sequence[tuple[Any, ...]],
     surface_rows: Sequence[tuple[int, int]],
     parts: Sequence[AppendPart],
-) -> None:
+) -> int:
     t = ctx.tables
     session_id = str(row["id"])
     with write_tx(ctx.engine) as conn:
         taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
         if taken.first() is not None:
             raise SessionExistsError.for_session(session_id)
-        conn.execute(insert(t.sessions), dict(row))
+        key = insert_session_row(conn, ctx, row)
         for i in range(0, len(event_rows), INSERT_CHUNK):
-            insert_events(conn, ctx, dialect, event_rows[i : i + INSERT_CHUNK])
+            chunk = with_session_key(event_rows[i : i + INSERT_CHUNK], key)
+            insert_events(conn, ctx, dialect, chunk)
         for i in range(0, len(surface_rows), INSERT_CHUNK):
             conn.execute(
                 insert(t.surface),
                 [
-                    {"tenant": ctx.tenant, "session_id": session_id, "pos": pos, "event_seq": seq}
+                    {"session_key": key, "pos": pos, "event_seq": seq, "tenant": ctx.tenant}
                     for pos, seq in surface_rows[i : i + INSERT_CHUNK]
                 ],
             )
@@ -102,6 +124,7 @@ def _insert_session(
                 # transaction rolls back.
                 classify([part], [h.rowcount for h in heads], at=first_short(checks))
                 raise _LostRaceError(i)
+    return key
 
 
 def _append_in(
@@ -121,7 +144,7 @@ def _append_in(
         checks: list[Check] = [(cur, len(rows), 0)]
         if cur.rowcount != len(rows):
             return heads, checks
-        ops = surface_ops(ctx, part.session_id, part.transitions, part.next_pos)
+        ops = surface_ops(ctx, part.session_key, part.transitions, part.next_pos)
         surface_upkeep(ctx, raw, cur, part, ops, 0, checks)
         checks = checks[1:]  # cur's count is the upkeep's now
     finally:
@@ -178,12 +201,12 @@ class BulkWriter:
         self.dialect.insert_rows(self.cursor, self.ctx, rows)
         self._check(len(rows), "event")
 
-    def surface(self, session_id: str, rows: Sequence[tuple[int, int]]) -> None:
-        """Insert the surface rows ``(pos, event_seq)`` of ``session_id``."""
+    def surface(self, session_key: int, rows: Sequence[tuple[int, int]]) -> None:
+        """Insert the surface rows ``(pos, event_seq)`` of the session ``session_key``."""
         if not rows:
             return
         tenant = self.ctx.tenant
-        values = [(tenant, session_id, pos, seq) for pos, seq in rows]
+        values = [(session_key, pos, seq, tenant) for pos, seq in rows]
         if self.copy:
             self._copy(self.ctx.tables.surface, SURFACE_COLUMNS, values)
             return

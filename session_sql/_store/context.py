@@ -57,6 +57,12 @@ class Statements:
         # here; the fast path binds ``b_tenant`` (and the ``tenant`` column) itself.
         tn = bindparam("b_tenant", tenant, type_=Text)
         self.tenant_param = tn
+        own_session = (s.c.tenant == tn, s.c.id == bindparam("b_id"))
+        # The session's number in ``events`` and ``surface``, looked up by its public id in the
+        # statement itself (one search of the sessions' unique index), so every statement
+        # keeps binding the id.
+        key = select(s.c.session_key).where(*own_session).scalar_subquery()
+        self.session_key = key
         # The conditional head update is the optimistic lock: zero rows means another writer
         # won, the row was edited underneath us, or the session was deleted (and perhaps
         # recreated: the incarnation differs). On PostgreSQL it also takes the row lock that
@@ -82,15 +88,13 @@ class Statements:
         self.retarget_node = (
             sa_update(sf)
             .where(
-                sf.c.tenant == tn,
-                sf.c.session_id == bindparam("b_id"),
+                sf.c.session_key == bindparam("b_key"),
                 sf.c.event_seq == bindparam("b_old"),
             )
             .values(event_seq=bindparam("b_new"))
         )
         self.drop_node = delete(sf).where(
-            sf.c.tenant == tn,
-            sf.c.session_id == bindparam("b_id"),
+            sf.c.session_key == bindparam("b_key"),
             sf.c.event_seq == bindparam("b_seq"),
         )
         # ON CONFLICT DO NOTHING, then counting the rows: a lost race on PostgreSQL (whose
@@ -127,7 +131,6 @@ class Statements:
         # The session row, and its header alone, the header as JSON text (parsed by
         # ``rows.frozen_header``): built once, as every load, open and ``events()`` reads one.
         header = cast(s.c.header, Text).label("header")
-        own_session = (s.c.tenant == tn, s.c.id == bindparam("b_id"))
         self.session_row = select(*[c for c in s.c if c.name != "header"], header).where(
             *own_session
         )
@@ -135,8 +138,7 @@ class Statements:
         self.events_from = (
             select(*event_columns(tables.events))
             .where(
-                e.c.tenant == tn,
-                e.c.session_id == bindparam("b_id"),
+                e.c.session_key == key,
                 e.c.seq >= bindparam("b_from"),
                 e.c.seq <= bindparam("b_to"),
             )
@@ -158,8 +160,7 @@ class Statements:
                 s.outerjoin(
                     e,
                     and_(
-                        e.c.tenant == s.c.tenant,
-                        e.c.session_id == s.c.id,
+                        e.c.session_key == s.c.session_key,
                         e.c.seq >= bindparam("b_from"),
                         e.c.seq <= s.c.head_seq,
                     ),
@@ -171,7 +172,7 @@ class Statements:
 
         # -- open_session: the row (``session_row``), and the surface with its whole events
         # (see opening.py)
-        self.surface_events = _surface_events(tables, backend, tn)
+        self.surface_events = _surface_events(tables, backend, key)
 
         # -- reads
         self.exists = select(s.c.id).where(*own_session)
@@ -185,41 +186,29 @@ class Statements:
         # (``Backend.join_events``), so the cost follows the surface, never the length of
         # the log.
         with_events = functools.partial(_with_events, e=e, backend=backend)
-        self.surface_messages = (
-            with_events(sf)
-            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
-            .order_by(sf.c.pos)
-        )
+        self.surface_messages = with_events(sf).where(sf.c.session_key == key).order_by(sf.c.pos)
         # Tail reads: the last ``b_limit`` rows before position ``b_before`` (exclusive), taken
         # from the surface key in a subquery first, so that only those rows' events are looked
         # up, whatever join the planner picks; the caller reverses them into surface order.
         before = (
-            sf.c.tenant == tn,
-            sf.c.session_id == bindparam("b_id"),
+            sf.c.session_key == key,
             sf.c.pos < bindparam("b_before"),
         )
         self.surface_tail = backend.last_nodes(sf, before, bindparam("b_limit"), with_events)
-        self.surface_seqs = (
-            select(sf.c.event_seq)
-            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
-            .order_by(sf.c.pos)
-        )
+        self.surface_seqs = select(sf.c.event_seq).where(sf.c.session_key == key).order_by(sf.c.pos)
         self.surface_seqs_tail = (
             select(sf.c.event_seq)
-            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
+            .where(sf.c.session_key == key)
             .order_by(sf.c.pos.desc())
             .limit(bindparam("b_limit"))
         )
         self.surface_rows = (
-            select(sf.c.pos, sf.c.event_seq)
-            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
-            .order_by(sf.c.pos)
+            select(sf.c.pos, sf.c.event_seq).where(sf.c.session_key == key).order_by(sf.c.pos)
         )
         self.events_page = (
             select(*event_columns(tables.events))
             .where(
-                e.c.tenant == tn,
-                e.c.session_id == bindparam("b_id"),
+                e.c.session_key == key,
                 e.c.seq > bindparam("b_after"),
                 e.c.seq <= bindparam("b_to"),
             )
@@ -229,8 +218,7 @@ class Statements:
         self.events_after = (
             select(*event_columns(tables.events))
             .where(
-                e.c.tenant == tn,
-                e.c.session_id == bindparam("b_id"),
+                e.c.session_key == key,
                 e.c.seq > bindparam("b_after"),
             )
             .order_by(e.c.seq)
@@ -246,13 +234,13 @@ def _with_events(nodes: FromClause, *, e: Any, backend: Backend) -> Select[Any]:
     return select(nodes.c.pos, nodes.c.event_seq, type_, data).select_from(joined)
 
 
-def _surface_events(tables: SchemaTables, backend: Backend, tn: Any) -> Select[Any]:
+def _surface_events(tables: SchemaTables, backend: Backend, key: Any) -> Select[Any]:
     """``(pos, *event_columns)`` of a session's surface rows in ``pos`` order: one events
     primary-key lookup per node, as in ``_with_events``."""
     sf = tables.surface
     joined, columns = backend.join_events(sf, tables.events, event_columns(tables.events))
     query = select(sf.c.pos, *columns).select_from(joined)
-    return query.where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id")).order_by(sf.c.pos)
+    return query.where(sf.c.session_key == key).order_by(sf.c.pos)
 
 
 class Compiled:

@@ -85,6 +85,7 @@ def dialect(ctx: StoreContext) -> AppendDialect:
 def append(
     ctx: StoreContext,
     session_id: str,
+    session_key: int,
     advance: dict[str, Any],
     events: list[SessionEvent],
     transitions: list[Transition],
@@ -97,7 +98,7 @@ def append(
     the store's limits before the transaction starts, and ``CorruptSessionError`` (nothing
     written) when rows already sit past the head.
     """
-    part = AppendPart(session_id, advance, events, transitions, next_pos, head)
+    part = AppendPart(session_id, session_key, advance, events, transitions, next_pos, head)
     return append_parts(ctx, [part]) is None
 
 
@@ -117,9 +118,9 @@ def insert_session(
     event_rows: Sequence[tuple[Any, ...]],
     surface_rows: Sequence[tuple[int, int]],
     parts: Sequence[AppendPart] = (),
-) -> int | None:
+) -> bulk.Inserted:
     """``bulk.insert_session`` with ``ctx``'s dialect: a whole new session in one transaction,
-    with appends to other sessions in it; ``None`` once committed, or the lost part's index."""
+    with appends to other sessions in it."""
     return bulk.insert_session(ctx, dialect(ctx), row, event_rows, surface_rows, parts)
 
 

@@ -37,10 +37,13 @@ class ImportFold:
     and the surface rows; ``close`` releases the cursor.
     """
 
-    def __init__(self, conn: Connection, ctx: StoreContext, session_id: str, seeded: bool) -> None:
+    def __init__(
+        self, conn: Connection, ctx: StoreContext, session_id: str, session_key: int, seeded: bool
+    ) -> None:
         self.conn = conn
         self.ctx = ctx
         self.session_id = session_id
+        self.session_key = session_key
         self.seeded = seeded
         self.state = Replay()
         self.inherited = 0
@@ -60,7 +63,7 @@ class ImportFold:
             state.fold(event, ctx.catalog, self._lookup)
         except (InvalidEventError, NotJSONError) as exc:  # SurfaceError included
             raise source.corrupt(position, exc, self.session_id) from exc
-        self.rows.append(event_values(ctx.tenant, self.session_id, event, ctx.max_event_bytes))
+        self.rows.append(event_values(ctx.tenant, self.session_key, event, ctx.max_event_bytes))
         self.batch.append(event)
         if self.seeded and is_inherited_marker(event):
             self.inherited = event.seq
@@ -70,7 +73,7 @@ class ImportFold:
     def flush(self) -> None:
         """Write the pending events, then the surface rows."""
         self._write_batch()
-        self.writer.surface(self.session_id, self.state.rows())
+        self.writer.surface(self.session_key, self.state.rows())
 
     def close(self) -> None:
         self.writer.close()

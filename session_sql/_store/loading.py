@@ -24,6 +24,7 @@ from session_sql._store.metadata import (
     check_user_id,
 )
 from session_sql._store.rows import (
+    NEW_SESSION_KEY,
     check_header_limits,
     event_from_row,
     event_values,
@@ -82,8 +83,8 @@ def create(
     )
     log = list(session.events)
     state = session._state  # the seed's replay: the session is not used again
-    incarnation = insert_session(ctx, session.header, log, 0, state, metadata, prepared)
-    handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, state)
+    incarnation, key = insert_session(ctx, session.header, log, 0, state, metadata, prepared)
+    handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, key, state)
     handle.first_live_seq = session.first_live_seq
     return handle
 
@@ -98,8 +99,8 @@ def fork(
     state = Replay()
     for _ in replay(log, state, ctx.catalog, log.__getitem__):
         pass
-    incarnation = insert_session(ctx, header, log, inherited, state, loaded.metadata)
-    return StoredSession._attach(ctx, header, log, inherited, incarnation, state)
+    incarnation, key = insert_session(ctx, header, log, inherited, state, loaded.metadata)
+    return StoredSession._attach(ctx, header, log, inherited, incarnation, key, state)
 
 
 def session_row(conn: Connection, ctx: StoreContext, session_id: str) -> Any:
@@ -166,15 +167,16 @@ def insert_session(
     state: Replay,
     metadata: Metadata,
     prepared: Sequence[Prepared] = (),
-) -> str:
+) -> tuple[str, int]:
     """Write a whole new session in one transaction (with ``prepared``, see
     ``SessionStore._create``); returns its incarnation (new at every creation, so a recreated
-    session differs). ``state`` is the replay of ``log``: its rows and counters are what gets
-    stored."""
+    session differs) and its ``session_key``. ``state`` is the replay of ``log``: its rows
+    and counters are what gets stored."""
     session_id = str(header["id"])
     surface_rows = state.rows()
     check_header_limits(header, ctx.max_event_bytes)  # the limits, before the transaction
-    event_rows = [event_values(ctx.tenant, session_id, e, ctx.max_event_bytes) for e in log]
+    limit = ctx.max_event_bytes
+    event_rows = [event_values(ctx.tenant, NEW_SESSION_KEY, e, limit) for e in log]
     incarnation = uuid.uuid4().hex
     row = new_row(
         ctx.tenant,
@@ -190,12 +192,12 @@ def insert_session(
     )
     parts = [pending.session._append_part(pending) for pending in prepared]
     with translate_errors(session_id):
-        failed = fastpath.insert_session(ctx, row, event_rows, surface_rows, parts)
-    if failed is not None:
-        loser = prepared[failed].session
+        inserted = fastpath.insert_session(ctx, row, event_rows, surface_rows, parts)
+    if inserted.lost is not None:
+        loser = prepared[inserted.lost].session
         with translate_errors(loser.id), read_tx(ctx.engine) as conn:
             loser._raise_lost_race(conn)
-    return incarnation
+    return incarnation, inserted.session_key
 
 
 def new_row(

@@ -8,6 +8,7 @@ naming the session and seq.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Final
 
 from sqlalchemy import Table, Text, cast
@@ -37,27 +38,27 @@ MAX_STORED_DEPTH = 512
 """Data nested deeper is refused by the store: every backend must be able to read it back."""
 
 EVENT_VALUE_COLUMNS: Final = (
-    "tenant",
-    "session_id",
+    "session_key",
     "seq",
-    "type",
     "time",
-    "data",
-    "source_event_seqs",
-    "surface_op",
     "ignorable",
+    "tenant",
+    "type",
+    "surface_op",
+    "source_event_seqs",
+    "data",
 )
 """The ``events`` columns a writer writes, in the table's order: the order of
 :func:`event_values` (the database computes the others)."""
 
-SURFACE_COLUMNS: Final = ("tenant", "session_id", "pos", "event_seq")
+SURFACE_COLUMNS: Final = ("session_key", "pos", "event_seq", "tenant")
 """The ``surface`` columns a writer writes, in the order of its rows."""
 
 _APPEND_TEXT: Final = json.dumps("append")
 
 
 def event_values(
-    tenant: str, session_id: str, event: SessionEvent, max_event_bytes: int | None
+    tenant: str, session_key: int, event: SessionEvent, max_event_bytes: int | None
 ) -> tuple[Any, ...]:
     """The stored ``events`` row of an event, in ``EVENT_VALUE_COLUMNS`` order: the one codec.
 
@@ -72,17 +73,28 @@ def event_values(
     op = event.surface_op
     seqs = event.source_event_seqs
     return (
-        tenant,
-        session_id,
+        session_key,
         event.seq,
-        event.type,
         event.time,
-        text,
+        True if event.ignorable else None,
+        tenant,
+        event.type,
+        None if op is None else _APPEND_TEXT if isinstance(op, str) else json.dumps(op.to_json()),
         # Checked ints (never bools): what json.dumps writes for the list.
         None if seqs is None else "[" + ", ".join(map(str, seqs)) + "]",
-        None if op is None else _APPEND_TEXT if isinstance(op, str) else json.dumps(op.to_json()),
-        True if event.ignorable else None,
+        text,
     )
+
+
+NEW_SESSION_KEY: Final = 0
+"""The ``session_key`` of rows built before their session's row exists (a creation's, an
+import's): :func:`with_session_key` gives them the key the row insert returned. Never a
+stored key (keys start at 1)."""
+
+
+def with_session_key(rows: Sequence[tuple[Any, ...]], key: int) -> list[tuple[Any, ...]]:
+    """``rows`` (``event_values`` tuples) with their ``session_key`` set to ``key``."""
+    return [(key, *row[1:]) for row in rows]
 
 
 def check_stored_text(text: str, event: SessionEvent, max_event_bytes: int | None) -> None:

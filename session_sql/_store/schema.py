@@ -21,6 +21,7 @@ from sqlalchemy import (
     Computed,
     Connection,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -145,8 +146,17 @@ def tables_for(schema: str | None) -> SchemaTables:
     sessions = Table(
         "sessions",
         md,
-        # Every table leads with the tenant: ids are unique per tenant, a row-level policy
-        # needs no join, and the tables can be distributed by it (Citus).
+        # The session's key in the other tables: a number assigned once per creation (create,
+        # fork, import) and never reused, so each event row and index entry carries 8 bytes
+        # instead of the tenant and the public id (SPEC §12.1; the views give the id back).
+        # SQLite: the rowid itself (INTEGER PRIMARY KEY AUTOINCREMENT never reuses a key).
+        Column(
+            "session_key",
+            BigInteger().with_variant(Integer(), "sqlite"),
+            Identity(always=True),
+            nullable=False,
+        ),
+        # Ids are unique per tenant; a row-level policy reads the tenant column of each table.
         _tenant_column(),
         Column("id", Text, nullable=False),
         Column("format_version", Integer, nullable=False),
@@ -175,7 +185,10 @@ def tables_for(schema: str | None) -> SchemaTables:
             nullable=False,
             server_default=text("'{}'"),
         ),
-        PrimaryKeyConstraint("tenant", "id"),
+        PrimaryKeyConstraint("session_key"),
+        # id first: a filter on the public id alone (an analyst's, through the views) finds
+        # the row without naming the tenant.
+        UniqueConstraint("id", "tenant"),
         # list_sessions pages newest-updated first (and, for complete scans, oldest-created
         # first), within a tenant and optionally within one user of it.
         Index(None, "tenant", "updated_at", "id"),
@@ -192,29 +205,39 @@ def tables_for(schema: str | None) -> SchemaTables:
             postgresql_ops={"labels": "jsonb_path_ops"},
             info={"dialect": "postgresql"},
         ),
+        sqlite_autoincrement=True,
     )
 
+    # Fixed-width columns first: PostgreSQL aligns each bigint on 8 bytes, so this order
+    # leaves no padding between them (docs/performance.md, W8).
     events = Table(
         "events",
         md,
-        _tenant_column(),
-        Column("session_id", Text, nullable=False),
+        Column("session_key", BigInteger, nullable=False),
         Column("seq", BigInteger, nullable=False),
-        Column("type", Text, nullable=False),
         Column("time", BigInteger, nullable=False),
+        Column("ignorable", Boolean, nullable=True),
+        _tenant_column(),
+        Column("type", Text, nullable=False),
+        Column("surface_op", Text, nullable=True),
+        Column("source_event_seqs", Text, nullable=True),
         # json, not JSONB, on PostgreSQL: the text as appended, key order included (SPEC §12.1;
         # JSONB sorts keys, and a resumed session would miss its provider's prompt cache).
         Column("data", JSONText(), nullable=False),
-        Column("source_event_seqs", Text, nullable=True),
-        Column("surface_op", Text, nullable=True),
-        Column("ignorable", Boolean, nullable=True),
-        PrimaryKeyConstraint("tenant", "session_id", "seq"),
-        ForeignKeyConstraint(
-            ["tenant", "session_id"], [sessions.c.tenant, sessions.c.id], ondelete="CASCADE"
+        PrimaryKeyConstraint("session_key", "seq"),
+        ForeignKeyConstraint(["session_key"], [sessions.c.session_key], ondelete="CASCADE"),
+        # Turn boundaries only (a tenth of a typical log): the turns view walks them in log
+        # order. Other questions by type are range scans of one session's primary key, or
+        # store-wide scans; an index of every event by type cost more than the document
+        # itself on PostgreSQL (docs/performance.md).
+        Index(
+            "ix_events_turn_bounds",
+            "session_key",
+            "seq",
+            postgresql_where=text("type IN ('turn/start', 'turn/end')"),
+            sqlite_where=text("type IN ('turn/start', 'turn/end')"),
         ),
-        # Events of one type, store-wide, in one tenant or in one session in log order: stats,
-        # the views (a turn's end and its message counts are range scans here).
-        Index(None, "type", "tenant", "session_id", "seq"),
+        sqlite_with_rowid=False,
     )
     # The call a tool/call or tool/result belongs to, computed by the database (never written):
     # calls meet their results through the index below instead of comparing JSON row by row.
@@ -241,8 +264,7 @@ def tables_for(schema: str | None) -> SchemaTables:
     # primary key (PostgreSQL chose it over the PK for messages()' lookups before ANALYZE).
     Index(
         None,
-        events.c.tenant,
-        events.c.session_id,
+        events.c.session_key,
         events.c.call_id,
         events.c.type,
         postgresql_where=text("call_id IS NOT NULL"),  # unqualified, as the gate reads it back
@@ -252,21 +274,20 @@ def tables_for(schema: str | None) -> SchemaTables:
     surface = Table(
         "surface",
         md,
-        _tenant_column(),
-        Column("session_id", Text, nullable=False),
+        Column("session_key", BigInteger, nullable=False),
         Column("pos", BigInteger, nullable=False),
         Column("event_seq", BigInteger, nullable=False),
-        PrimaryKeyConstraint("tenant", "session_id", "pos"),
-        UniqueConstraint("tenant", "session_id", "event_seq"),
+        _tenant_column(),
+        PrimaryKeyConstraint("session_key", "pos"),
+        UniqueConstraint("session_key", "event_seq"),
+        ForeignKeyConstraint(["session_key"], [sessions.c.session_key], ondelete="CASCADE"),
+        # A surface entry always names a logged event of its own session.
         ForeignKeyConstraint(
-            ["tenant", "session_id"], [sessions.c.tenant, sessions.c.id], ondelete="CASCADE"
-        ),
-        # A surface entry always names a logged event of its own session (and tenant).
-        ForeignKeyConstraint(
-            ["tenant", "session_id", "event_seq"],
-            [events.c.tenant, events.c.session_id, events.c.seq],
+            ["session_key", "event_seq"],
+            [events.c.session_key, events.c.seq],
             ondelete="CASCADE",
         ),
+        sqlite_with_rowid=False,
     )
 
     # No ORDER BY in the view: a view's order is not guaranteed, so readers order by
@@ -274,17 +295,16 @@ def tables_for(schema: str | None) -> SchemaTables:
     view = CreateView(
         select(
             surface.c.tenant,
-            surface.c.session_id,
+            sessions.c.id.label("session_id"),
             surface.c.pos,
             events.c.seq,
             events.c.type,
             events.c.time,
             events.c.data,
         ).select_from(
-            surface.join(
+            surface.join(sessions, surface.c.session_key == sessions.c.session_key).join(
                 events,
-                (surface.c.tenant == events.c.tenant)
-                & (surface.c.session_id == events.c.session_id)
+                (surface.c.session_key == events.c.session_key)
                 & (surface.c.event_seq == events.c.seq),
             )
         ),

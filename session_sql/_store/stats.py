@@ -23,9 +23,7 @@ from sqlalchemy import (
     select,
 )
 
-from session_sql._store.backends import backend_for
 from session_sql._store.schema import SchemaTables
-from session_sql.catalog import CORE_TYPES, SURFACE_TYPES
 from session_sql.errors import CorruptSessionError, SessionNotFoundError
 
 __all__ = ["ModelTokens", "StoreStats", "ToolStats", "collect_stats"]
@@ -87,15 +85,13 @@ def _own_events(t: SchemaTables, tenant: str, session_id: str | None) -> Any:
     """A tenant's events joined to their session row, skipping inherited copies; optionally
     one session.
 
-    The session is chosen on the session row, never as ``events.session_id = ?``: given that
-    constant, SQLite took the primary key's range (every row of the session) over the type
-    index for the statements below that read one type's rows.
+    The session is chosen on the session row (by its public id), and its events through their
+    ``session_key``.
     """
     e, s = t.events, t.sessions
     condition = and_(
         s.c.tenant == tenant,
-        e.c.tenant == s.c.tenant,
-        e.c.session_id == s.c.id,
+        e.c.session_key == s.c.session_key,
         e.c.seq >= s.c.inherited_event_count,
     )
     if session_id is not None:
@@ -113,31 +109,16 @@ def _where_session(query: Select[Any], column: Any, session_id: str | None) -> S
 _UNMERGED = 2**62
 
 
-# The rules refuse a surfaceOp on these core types (SPEC §4), so none of them can replace.
-_NEVER_REPLACING = frozenset(CORE_TYPES) - SURFACE_TYPES
-
-
-def _replacing_rows(
-    conn: Connection,
-    t: SchemaTables,
-    tenant: str,
-    session_id: str | None,
-    by_type: dict[str, int],
-) -> Any:
-    """``(type, source_event_seqs)`` of each replacing event.
-
-    No index holds ``surface_op``, so this reads event rows, as the backend reads them
-    fastest (``Backend.replacing_rows``); the candidates are the types present
-    (``by_type``) less the core types that never replace.
-    """
+def _replacing_rows(conn: Connection, t: SchemaTables, tenant: str, session_id: str | None) -> Any:
+    """``(type, source_event_seqs)`` of each replacing event: one pass over the events (no
+    index holds ``surface_op``)."""
     e = t.events
     query = (
         select(e.c.type, e.c.source_event_seqs)
         .select_from(_own_events(t, tenant, session_id))
         .where(e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
     )
-    candidates = sorted(set(by_type) - _NEVER_REPLACING)
-    return backend_for(conn).replacing_rows(conn, query, e.c.type, candidates)
+    return conn.execute(query)
 
 
 def collect_stats(
@@ -165,15 +146,13 @@ def collect_stats(
         s,
         and_(
             s.c.tenant == tenant,
-            call.c.tenant == s.c.tenant,
-            call.c.session_id == s.c.id,
+            call.c.session_key == s.c.session_key,
             call.c.seq >= s.c.inherited_event_count,
         ),
     ).outerjoin(
         result,
         and_(
-            result.c.tenant == call.c.tenant,
-            result.c.session_id == call.c.session_id,
+            result.c.session_key == call.c.session_key,
             result.c.type == "tool/result",
             result.c.surface_op == APPEND_OP,
             result.c.call_id == call.c.call_id,
@@ -225,8 +204,12 @@ def collect_stats(
         .order_by(replies.c.model)
     )
     # ``(type, n)`` for each event type, most frequent first (some may count 0).
-    by_type_query = backend_for(conn).events_by_type(
-        t, _own_events(t, tenant, session_id), tenant, session_id
+    # One pass over the events (a session's: a range of its primary key), grouped.
+    by_type_query = (
+        select(e.c.type, func.count().label("n"))
+        .select_from(_own_events(t, tenant, session_id))
+        .group_by(e.c.type)
+        .order_by(func.count().desc(), e.c.type)
     )
     sessions_query = _where_session(
         select(
@@ -259,7 +242,7 @@ def collect_stats(
     ]
     replacements: Counter[str] = Counter()
     shadowed = 0
-    for row in _replacing_rows(conn, t, tenant, session_id, by_type):
+    for row in _replacing_rows(conn, t, tenant, session_id):
         replacements[row.type] += 1
         shadowed += _cited(session_id, row.source_event_seqs)
     return StoreStats(

@@ -8,11 +8,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Protocol
 
-from sqlalchemy import Text, cast, insert, select, update
+from sqlalchemy import Text, cast, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from session_sql._store import reader
 from session_sql._store.backends import analyze, snapshot_tx, translate_errors, write_tx
+from session_sql._store.bulk import insert_session_row
 from session_sql._store.context import StoreContext
 from session_sql._store.importer import ImportFold
 from session_sql._store.listing import labels_value, own
@@ -90,8 +91,8 @@ def import_source(
             # The row goes first (the events reference it); its counters are set at the end.
             now = ctx.clock() if updated_at is None else updated_at
             row = new_row(ctx.tenant, header, 0, -1, 0, 0, 0, now, uuid.uuid4().hex, metadata)
-            conn.execute(insert(s), row)
-            folded = ImportFold(conn, ctx, session_id, bool(header["isSeeded"]))
+            key = insert_session_row(conn, ctx, row)
+            folded = ImportFold(conn, ctx, session_id, key, bool(header["isSeeded"]))
             try:
                 for position, raw in source.raw_events():
                     folded.add(raw, position, source)

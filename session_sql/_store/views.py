@@ -3,8 +3,10 @@
 Each view is plain SQL over ``events`` and ``sessions``, one text per dialect (they differ only
 where a JSON list is expanded into rows), created with the tables and checked by the schema
 gate like them. Every join a view makes is served by an index: calls meet their results through
-the generated ``events.call_id`` column, a turn finds its end and counts its messages through
-the ``(type, tenant, session_id, seq)`` index, and a list of source seqs is expanded in place.
+the generated ``events.call_id`` column, a turn finds its end through the turn-boundary index
+and counts its messages in its own range of the primary key, and a list of source seqs is
+expanded in place. ``events`` holds the session's number (``session_key``); each view joins
+``sessions`` and gives back its tenant and public id.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ _IS_ERROR = {
 }
 
 _TOOL_CALLS = f"""
-SELECT c.tenant AS tenant,
-       c.session_id AS session_id,
+SELECT s.tenant AS tenant,
+       s.id AS session_id,
        c.seq AS call_seq,
        c.call_id AS call_id,
        c.data ->> 'name' AS tool,
@@ -51,11 +53,11 @@ SELECT c.tenant AS tenant,
        r.time - c.time AS latency_ms,
        {_OWN.format(alias="c")}
 FROM {{p}}events AS c
-JOIN {{p}}sessions AS s ON s.tenant = c.tenant AND s.id = c.session_id
+JOIN {{p}}sessions AS s ON s.session_key = c.session_key
 LEFT JOIN {{p}}events AS r
-  ON r.tenant = c.tenant AND r.session_id = c.session_id AND r.call_id = c.call_id
+  ON r.session_key = c.session_key AND r.call_id = c.call_id
  AND r.type = 'tool/result' AND r.surface_op = {_APPENDED}
-WHERE c.type = 'tool/call'
+WHERE c.type = 'tool/call' AND c.call_id IS NOT NULL
 """
 
 
@@ -65,14 +67,16 @@ def _count_in_turn(
     """Events of ``event_type`` after the turn/start ``t`` and before the seq ``end``."""
     return (
         f"(SELECT COUNT(m.seq) FROM {{p}}events AS m WHERE m.type = '{event_type}'"
-        " AND m.tenant = t.tenant AND m.session_id = t.session_id AND m.seq > t.seq"
+        " AND m.session_key = t.session_key AND m.seq > t.seq"
         f" AND m.seq < {end}) AS {label}"
     )
 
 
 # Starts and ends in log order, each start next to the event that follows it among them (one
-# range scan of the type index, no lookup per turn); that event is the turn's end when it is
-# the turn/end of the same turn number. The counts are range scans of the same index.
+# range scan of the turn-boundary index, no lookup per turn); that event is the turn's end when
+# it is the turn/end of the same turn number. The counts are range scans of the primary key.
+# The window is partitioned by the public (tenant, id), which is one session_key, so that a
+# filter on `session_id` or `tenant` is pushed into the window's subquery.
 _TURNS = f"""
 SELECT t.tenant AS tenant,
        t.session_id AS session_id,
@@ -88,7 +92,8 @@ SELECT t.tenant AS tenant,
        {_count_in_turn("tool/call", "tool_calls")},
        {_count_in_turn("tool/result", "tool_results")},
        {_OWN.format(alias="t")}
-FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.type AS type,
+FROM (SELECT o.tenant AS tenant, o.id AS session_id, b.session_key AS session_key,
+             b.seq AS seq, b.type AS type,
              b.time AS time, b.data AS data,
              LEAD(b.seq) OVER w AS next_seq,
              LEAD(b.time) OVER w AS next_time,
@@ -96,9 +101,10 @@ FROM (SELECT b.tenant AS tenant, b.session_id AS session_id, b.seq AS seq, b.typ
              COALESCE(LEAD(b.type) OVER w = 'turn/end'
                       AND LEAD(b.data ->> 'turn') OVER w = (b.data ->> 'turn'), FALSE) AS ended
       FROM {{p}}events AS b
+      JOIN {{p}}sessions AS o ON o.session_key = b.session_key
       WHERE b.type IN ('turn/start', 'turn/end')
-      WINDOW w AS (PARTITION BY b.tenant, b.session_id ORDER BY b.seq)) AS t
-JOIN {{p}}sessions AS s ON s.tenant = t.tenant AND s.id = t.session_id
+      WINDOW w AS (PARTITION BY o.tenant, o.id ORDER BY b.seq)) AS t
+JOIN {{p}}sessions AS s ON s.session_key = t.session_key
 WHERE t.type = 'turn/start'
 """
 
@@ -111,14 +117,17 @@ WHERE t.type = 'turn/start'
 # first and has the same turn number (parenthesised: DuckDB, which runs this text when it
 # attaches the file, binds `->>` more loosely than `=`). The four counts then stop at the first
 # of the two, as the window's next boundary did.
+# Turn boundaries: the predicate of the partial index ``ix_events_turn_bounds``, written out
+# beside each equality so that SQLite (which proves no implication) uses that index too.
+_BOUNDS = "('turn/start', 'turn/end')"
 _NEXT = (
-    "(SELECT MIN(x.seq) FROM {{p}}events AS x WHERE x.type = '{event_type}'"
-    " AND x.tenant = t.tenant AND x.session_id = t.session_id AND x.seq > t.seq)"
+    "(SELECT MIN(x.seq) FROM {{p}}events AS x WHERE x.type IN {bounds} AND x.type = '{event_type}'"
+    " AND x.session_key = t.session_key AND x.seq > t.seq)"
 )
 _BOUNDARY = "COALESCE(ne.seq, ns.seq, s.head_seq + 1)"  # the first of the two, or past the head
 _TURNS_SQLITE = f"""
-SELECT t.tenant AS tenant,
-       t.session_id AS session_id,
+SELECT s.tenant AS tenant,
+       s.id AS session_id,
        CAST(t.data ->> 'turn' AS BIGINT) AS turn,
        t.seq AS start_seq,
        e.seq AS end_seq,
@@ -132,18 +141,18 @@ SELECT t.tenant AS tenant,
        {_count_in_turn("tool/result", "tool_results", _BOUNDARY)},
        {_OWN.format(alias="t")}
 FROM {{p}}events AS t
-JOIN {{p}}sessions AS s ON s.tenant = t.tenant AND s.id = t.session_id
+JOIN {{p}}sessions AS s ON s.session_key = t.session_key
 LEFT JOIN {{p}}events AS ns
-  ON ns.type = 'turn/start' AND ns.tenant = t.tenant AND ns.session_id = t.session_id
- AND ns.seq = {_NEXT.format(event_type="turn/start")}
+  ON ns.type = 'turn/start' AND ns.session_key = t.session_key
+ AND ns.seq = {_NEXT.format(event_type="turn/start", bounds=_BOUNDS)}
 LEFT JOIN {{p}}events AS ne
-  ON ne.type = 'turn/end' AND ne.tenant = t.tenant AND ne.session_id = t.session_id
- AND ne.seq = {_NEXT.format(event_type="turn/end")}
+  ON ne.type = 'turn/end' AND ne.session_key = t.session_key
+ AND ne.seq = {_NEXT.format(event_type="turn/end", bounds=_BOUNDS)}
  AND ne.seq < COALESCE(ns.seq, s.head_seq + 1)
 LEFT JOIN {{p}}events AS e
-  ON e.tenant = ne.tenant AND e.session_id = ne.session_id AND e.seq = ne.seq
+  ON e.session_key = ne.session_key AND e.seq = ne.seq
  AND (e.data ->> 'turn') = (t.data ->> 'turn')
-WHERE t.type = 'turn/start'
+WHERE t.type IN {_BOUNDS} AND t.type = 'turn/start'
 """
 
 # How each dialect expands the JSON list in `source_event_seqs` into rows:
@@ -169,14 +178,14 @@ def _source_event_seqs(dialect: str) -> str:
     # alone still reads that session's events only.
     item, seq, ordinal = _EXPLODE[dialect]
     return f"""
-SELECT e.tenant AS tenant,
-       e.session_id AS session_id,
+SELECT s.tenant AS tenant,
+       s.id AS session_id,
        e.seq AS seq,
        e.type AS type,
        {ordinal} AS ordinal,
        {seq} AS source_seq
 FROM {{p}}events AS e
-JOIN {{p}}sessions AS s ON s.tenant = e.tenant AND s.id = e.session_id
+JOIN {{p}}sessions AS s ON s.session_key = e.session_key
 JOIN {item.format(alias="e")} ON TRUE
 WHERE e.source_event_seqs IS NOT NULL
 """
@@ -193,12 +202,12 @@ _CITED = {
 def _replacements(dialect: str) -> str:
     seq = _EXPLODE[dialect][1]
     shadowed = (
-        f"FROM {_CITED[dialect]} JOIN {{p}}events AS x ON x.tenant = r.tenant"
-        f" AND x.session_id = r.session_id AND x.seq = {seq} AND x.type IN {_NODES}"
+        f"FROM {_CITED[dialect]} JOIN {{p}}events AS x ON x.session_key = r.session_key"
+        f" AND x.seq = {seq} AND x.type IN {_NODES}"
     )
     return f"""
-SELECT r.tenant AS tenant,
-       r.session_id AS session_id,
+SELECT s.tenant AS tenant,
+       s.id AS session_id,
        r.seq AS seq,
        r.type AS type,
        CASE WHEN r.type = 'surface/removed' THEN 'remove' ELSE 'replace' END AS op,
@@ -211,7 +220,7 @@ SELECT r.tenant AS tenant,
             ELSE length(CAST(r.data AS TEXT)) END AS bytes_after,
        {_OWN.format(alias="r")}
 FROM {{p}}events AS r
-JOIN {{p}}sessions AS s ON s.tenant = r.tenant AND s.id = r.session_id
+JOIN {{p}}sessions AS s ON s.session_key = r.session_key
 WHERE r.surface_op IS NOT NULL AND r.surface_op <> {_APPENDED}
 """
 

@@ -42,6 +42,7 @@ class StoredSession(Session):
 
     _ctx: StoreContext
     _incarnation: str
+    _session_key: int
 
     @classmethod
     def _attach(
@@ -51,6 +52,7 @@ class StoredSession(Session):
         log: list[SessionEvent],
         inherited_event_count: int,
         incarnation: str,
+        session_key: int,
         state: Replay,
     ) -> StoredSession:
         """A handle on a stored log; ``state`` is its replay (the stored rows' positions)."""
@@ -66,6 +68,7 @@ class StoredSession(Session):
         assert isinstance(session, StoredSession)
         session._ctx = ctx
         session._incarnation = incarnation
+        session._session_key = session_key
         return session
 
     @classmethod
@@ -87,6 +90,7 @@ class StoredSession(Session):
         session.first_live_seq = len(log)
         session._ctx = ctx
         session._incarnation = incarnation
+        session._session_key = row.session_key
         return session
 
     def _check_event_size(self, event: SessionEvent) -> None:
@@ -115,7 +119,9 @@ class StoredSession(Session):
             "b_digest": digest,
             "b_now": ctx.clock(),
         }
-        return fastpath.AppendPart(self.id, advance, events, transitions, state.next_pos, head)
+        return fastpath.AppendPart(
+            self.id, self._session_key, advance, events, transitions, state.next_pos, head
+        )
 
     def _raise_lost_race(self, conn: Connection) -> None:
         row = conn.execute(self._ctx.statements.session_row, {"b_id": self.id}).first()

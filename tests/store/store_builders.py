@@ -215,6 +215,16 @@ def execute(store: SessionStore, *statements: Any) -> None:
             conn.execute(statement)
 
 
+def key_of(store: SessionStore, session_id: str, tenant: str | None = None) -> Any:
+    """The ``session_key`` of a session, as a scalar subquery (``events`` and ``surface``
+    hold the key, not the public id); ``tenant`` narrows it where ids repeat."""
+    s = tables(store).sessions
+    query = select(s.c.session_key).where(s.c.id == session_id)
+    if tenant is not None:
+        query = query.where(s.c.tenant == tenant)
+    return query.scalar_subquery()
+
+
 def session_row(store: SessionStore, session_id: str) -> Any:
     s = tables(store).sessions
     with store.engine.connect() as conn:
@@ -224,13 +234,13 @@ def session_row(store: SessionStore, session_id: str) -> Any:
 def surface_table(store: SessionStore, session_id: str) -> list[tuple[int, int]]:
     """The ``(pos, event_seq)`` rows of a session's surface, by position."""
     sf = tables(store).surface
-    query = select(sf.c.pos, sf.c.event_seq).where(sf.c.session_id == session_id)
+    query = select(sf.c.pos, sf.c.event_seq).where(sf.c.session_key == key_of(store, session_id))
     with store.engine.connect() as conn:
         return [tuple(r) for r in conn.execute(query.order_by(sf.c.pos))]  # type: ignore[misc]
 
 
 def event_rows(store: SessionStore, session_id: str) -> list[Any]:
     e = tables(store).events
-    query = select(e).where(e.c.session_id == session_id).order_by(e.c.seq)
+    query = select(e).where(e.c.session_key == key_of(store, session_id)).order_by(e.c.seq)
     with store.engine.connect() as conn:
         return list(conn.execute(query))

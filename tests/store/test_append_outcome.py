@@ -12,7 +12,7 @@ import pytest
 from session_sql import CorruptSessionError
 from session_sql._store.appends import AppendPart, classify, taken_key
 
-PARTS = [AppendPart(f"s{i}", {}, [], [], 0, 0) for i in range(3)]
+PARTS = [AppendPart(f"s{i}", i + 1, {}, [], [], 0, 0) for i in range(3)]
 
 
 def test_the_first_unmatched_head_is_the_lost_race_whatever_else_failed():

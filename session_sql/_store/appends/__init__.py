@@ -52,6 +52,7 @@ class AppendPart(NamedTuple):
     """One session's share of an append transaction (see ``fastpath.append_parts``)."""
 
     session_id: str
+    session_key: int  # the session's number in ``events`` and ``surface``
     advance: dict[str, Any]  # binds ``Statements.advance``
     events: list[SessionEvent]
     transitions: list[Transition]
@@ -72,7 +73,7 @@ class AppendDialect(Protocol):
         ...
 
     def insert_nodes(self, cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert surface rows ``(tenant, session_id, pos, event_seq)`` on ``cur``; the caller
+        """Insert surface rows ``(session_key, pos, event_seq, tenant)`` on ``cur``; the caller
         checks ``cur.rowcount``."""
         ...
 
@@ -94,7 +95,7 @@ class SurfaceOp(enum.Enum):
 
 
 def surface_ops(
-    ctx: StoreContext, session_id: str, transitions: list[Transition], next_pos: int
+    ctx: StoreContext, session_key: int, transitions: list[Transition], next_pos: int
 ) -> list[tuple[SurfaceOp, Any]]:
     """The planner's Transitions as batches of driver parameters, in order."""
     c = ctx.compiled
@@ -103,7 +104,12 @@ def surface_ops(
     pending: list[Any] = []
     for t in transitions:
         if type(t) is AppendNode:
-            row = {"tenant": tenant, "session_id": session_id, "pos": next_pos, "event_seq": t.seq}
+            row = {
+                "session_key": session_key,
+                "pos": next_pos,
+                "event_seq": t.seq,
+                "tenant": tenant,
+            }
             pending.append(c.insert_node.bind(row))
             next_pos += 1
         elif type(t) is ReplaceNodes:
@@ -114,15 +120,13 @@ def surface_ops(
             # (seq None) deletes every shadowed row, and surface_next_pos stays.
             kept = 0 if t.seq is None else 1
             drops = [
-                c.drop_node.bind({"b_tenant": tenant, "b_id": session_id, "b_seq": s})
-                for s in t.shadowed[kept:]
+                c.drop_node.bind({"b_key": session_key, "b_seq": s}) for s in t.shadowed[kept:]
             ]
             if drops:
                 ops.append((SurfaceOp.DROP_NODES, drops))
             if t.seq is not None:
                 retarget = {
-                    "b_tenant": tenant,
-                    "b_id": session_id,
+                    "b_key": session_key,
                     "b_old": t.shadowed[0],
                     "b_new": t.seq,
                 }
@@ -135,8 +139,8 @@ def surface_ops(
 def event_rows(ctx: StoreContext, part: AppendPart) -> list[tuple[Any, ...]]:
     """The part's ``events`` rows (``rows.event_values``: checked against the store's limits,
     so an event too big raises ``InvalidEventError`` before anything is sent)."""
-    tenant, session_id, limit = ctx.tenant, part.session_id, ctx.max_event_bytes
-    return [event_values(tenant, session_id, e, limit) for e in part.events]
+    tenant, key, limit = ctx.tenant, part.session_key, ctx.max_event_bytes
+    return [event_values(tenant, key, e, limit) for e in part.events]
 
 
 class Planned(NamedTuple):

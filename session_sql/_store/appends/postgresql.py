@@ -58,7 +58,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     for p in parts:
         values = event_rows(ctx, p)
         count = len(values)
-        ops = surface_ops(ctx, p.session_id, p.transitions, p.next_pos)
+        ops = surface_ops(ctx, p.session_key, p.transitions, p.next_pos)
         if count > 1 and not bulk:
             # The whole batch as one statement over column arrays (a big batch copies the
             # tuples instead, see _append_bulk).
@@ -177,7 +177,7 @@ def _bulk_rows(
                 # other surface statements).
                 with cur.copy(copy_statement(ctx.tables.surface, SURFACE_COLUMNS)) as copy:
                     for r in rows:
-                        copy.write_row((r["tenant"], r["session_id"], r["pos"], r["event_seq"]))
+                        copy.write_row((r["session_key"], r["pos"], r["event_seq"], r["tenant"]))
                 if cur.rowcount != len(rows):
                     return [(cur, len(rows), i)]
                 ops = ops[1:]
@@ -230,7 +230,7 @@ def one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[A
         (c.guarded_advance, [c.guarded_advance.bind(part.advance)]),
     ]
     out.append((c.insert_event_strict, event_rows(ctx, part)))  # in the statement's order
-    for op, params in surface_ops(ctx, part.session_id, part.transitions, part.next_pos):
+    for op, params in surface_ops(ctx, part.session_key, part.transitions, part.next_pos):
         if op is SurfaceOp.INSERT_NODES:
             out.append((c.insert_node_strict, params))
         elif op is SurfaceOp.DROP_NODES:

@@ -40,7 +40,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     planned = []
     for p in parts:
         values = event_rows(ctx, p)
-        ops = surface_ops(ctx, p.session_id, p.transitions, p.next_pos)
+        ops = surface_ops(ctx, p.session_key, p.transitions, p.next_pos)
         planned.append(Planned(p, insert_sql, values, len(values), ops))
     if not ctx.engine.pool.dispatch.checkout:
         refused: SessionSQLError | None = None

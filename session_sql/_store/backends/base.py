@@ -244,20 +244,6 @@ class Backend(ABC):
         """Conditions that a session's ``labels`` include every ``wanted`` pair."""
 
     @abstractmethod
-    def events_by_type(
-        self, tables: SchemaTables, own: FromClause, tenant: str, session_id: str | None
-    ) -> Select[Any]:
-        """``(type, n)`` for each event type of ``own`` (a tenant's events joined to their
-        session rows, inherited copies skipped), most frequent first."""
-
-    @abstractmethod
-    def replacing_rows(
-        self, conn: Connection, query: Select[Any], types: Any, candidates: Sequence[str]
-    ) -> Any:
-        """The rows of ``query`` (replacing events), read the way this database reads them
-        fastest; ``candidates``: the event types present that can replace."""
-
-    @abstractmethod
     def same_column_type(self, expected: str, live: str) -> bool:
         """Whether a live column's type is the declared one, as this database compares."""
 

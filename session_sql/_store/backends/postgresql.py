@@ -77,7 +77,11 @@ PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
 _PQ_OK: Final = psycopg.pq.ConnStatus.OK
 
 # Driver errors are mapped by constraint name, and the names come from the naming convention.
-PK_SESSIONS: Final = NAMING_CONVENTION["pk"] % {"table_name": "sessions"}
+# A session id is unique per tenant by ``uq_sessions_id_tenant``.
+ID_SESSIONS: Final = NAMING_CONVENTION["uq"] % {
+    "table_name": "sessions",
+    "column_0_N_name": "id_tenant",
+}
 PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
 
 
@@ -260,7 +264,7 @@ def translate(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
     """The session_sql error for a psycopg error, by SQLSTATE and constraint name."""
     sqlstate = orig.sqlstate or ""
     constraint = orig.diag.constraint_name
-    if sqlstate == "23505" and constraint == PK_SESSIONS:
+    if sqlstate == "23505" and constraint == ID_SESSIONS:
         return SessionExistsError.for_session(session_id)
     if sqlstate == "23505" and constraint == PK_EVENTS:
         return ConcurrencyError.appended_first(session_id)
@@ -475,11 +479,7 @@ class PostgreSQLBackend(Backend):
         stays one lookup per node (the planner may otherwise pick a hash join that reads
         every event of the session, as it does while the table has no statistics yet)."""
         e = events
-        by_key = (
-            (e.c.tenant == nodes.c.tenant)
-            & (e.c.session_id == nodes.c.session_id)
-            & (e.c.seq == nodes.c.event_seq)
-        )
+        by_key = (e.c.session_key == nodes.c.session_key) & (e.c.seq == nodes.c.event_seq)
         lookup = select(*columns).where(by_key).limit(1).lateral("ev")
         return nodes.join(lookup, true()), list(lookup.c)
 
@@ -493,7 +493,7 @@ class PostgreSQLBackend(Backend):
         """The rows taken from the surface key in a subquery first, so that only their
         events are looked up, whatever join the planner picks."""
         tail = (
-            select(nodes.c.tenant, nodes.c.session_id, nodes.c.pos, nodes.c.event_seq)
+            select(nodes.c.session_key, nodes.c.pos, nodes.c.event_seq)
             .where(*where)
             .order_by(nodes.c.pos.desc())
             .limit(limit)
@@ -509,23 +509,6 @@ class PostgreSQLBackend(Backend):
         if not wanted:
             return []
         return [type_coerce(labels, JSONB).contains(wanted)]  # the GIN index
-
-    def events_by_type(
-        self, tables: SchemaTables, own: FromClause, tenant: str, session_id: str | None
-    ) -> Select[Any]:
-        """One (parallel) pass over the events, grouped."""
-        e = tables.events
-        return (
-            select(e.c.type, func.count().label("n"))
-            .select_from(own)
-            .group_by(e.c.type)
-            .order_by(func.count().desc(), e.c.type)
-        )
-
-    def replacing_rows(
-        self, conn: Connection, query: Select[Any], types: Any, candidates: Sequence[str]
-    ) -> Any:
-        return conn.execute(query)  # one (parallel) pass
 
     def same_column_type(self, expected: str, live: str) -> bool:
         return expected == live

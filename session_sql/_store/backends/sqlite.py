@@ -31,13 +31,8 @@ from sqlalchemy import (
     Insert,
     Select,
     Table,
-    and_,
     event,
-    func,
-    literal_column,
     make_url,
-    select,
-    union_all,
 )
 from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -370,11 +365,7 @@ class SQLiteBackend(Backend):
     ) -> tuple[FromClause, list[ColumnElement[Any]]]:
         """A plain join: SQLite always runs it as a nested loop over ``nodes``."""
         e = events
-        by_key = (
-            (e.c.tenant == nodes.c.tenant)
-            & (e.c.session_id == nodes.c.session_id)
-            & (e.c.seq == nodes.c.event_seq)
-        )
+        by_key = (e.c.session_key == nodes.c.session_key) & (e.c.seq == nodes.c.event_seq)
         return nodes.join(e, by_key), list(columns)
 
     def last_nodes(
@@ -395,58 +386,6 @@ class SQLiteBackend(Backend):
         self, labels: ColumnElement[Any], wanted: Mapping[str, str]
     ) -> list[ColumnElement[bool]]:
         return [labels[name].as_string() == value for name, value in wanted.items()]
-
-    def events_by_type(
-        self, tables: SchemaTables, own: FromClause, tenant: str, session_id: str | None
-    ) -> Select[Any]:
-        """Each type counted in the ``(type, tenant, session_id, seq)`` index alone, never
-        reading an event row: one thread, where PostgreSQL groups a parallel pass. The types
-        are listed by skipping through that index (one search per distinct type, the
-        recursive ``event_types``), then each is counted by a range search in it. Read row by
-        row, the same count was most of ``stats``' time."""
-        e, s = tables.events, tables.sessions
-        first = e.alias("first_type")
-        types = select(func.min(first.c.type).label("type")).cte("event_types", recursive=True)
-        after = e.alias("next_type")
-        types = types.union_all(
-            select(
-                select(func.min(after.c.type)).where(after.c.type > types.c.type).scalar_subquery()
-            ).where(types.c.type.is_not(None))
-        )
-        counted = e.alias("counted")
-        n = (
-            select(func.count())
-            .select_from(
-                counted.join(
-                    s,
-                    and_(
-                        s.c.tenant == counted.c.tenant,
-                        s.c.id == counted.c.session_id,
-                        counted.c.seq >= s.c.inherited_event_count,
-                    ),
-                )
-            )
-            .where(counted.c.type == types.c.type, counted.c.tenant == tenant)
-        )
-        if session_id is not None:
-            n = n.where(counted.c.session_id == session_id)
-        count = n.scalar_subquery()
-        return (
-            select(types.c.type, count.label("n"))
-            .where(types.c.type.is_not(None))
-            .order_by(literal_column("n").desc(), types.c.type)
-        )
-
-    def replacing_rows(
-        self, conn: Connection, query: Select[Any], types: Any, candidates: Sequence[str]
-    ) -> Any:
-        """Only the rows of the types that can replace, one range of the type index per
-        type: chunks, steps, turns and tool calls, most of a log, are never read."""
-        if not candidates:
-            return []
-        # One branch per type: an equality on the type is what makes SQLite take the type
-        # index (an IN list of them it may read through the primary key instead, row by row).
-        return conn.execute(union_all(*(query.where(types == name) for name in candidates)))
 
     def same_column_type(self, expected: str, live: str) -> bool:
         # SQLite only honours type affinity, so BIGINT and INTEGER are the same column here.
