@@ -56,7 +56,7 @@ CREATE TABLE session_sql.events (
 	CONSTRAINT fk_events_session_key_sessions FOREIGN KEY(session_key) REFERENCES session_sql.sessions (session_key) ON DELETE CASCADE
 );
 
-CREATE INDEX ix_events_session_key_call_id_type ON session_sql.events (session_key, call_id, type) WHERE call_id IS NOT NULL;
+CREATE INDEX ix_events_session_key_call_id ON session_sql.events (session_key, call_id) WHERE call_id IS NOT NULL;
 
 CREATE INDEX ix_events_turn_bounds ON session_sql.events (session_key, seq) WHERE type IN ('turn/start', 'turn/end');
 

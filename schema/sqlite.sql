@@ -52,7 +52,7 @@ CREATE TABLE events (
 )
  WITHOUT ROWID;
 
-CREATE INDEX ix_events_session_key_call_id_type ON events (session_key, call_id, type) WHERE call_id IS NOT NULL;
+CREATE INDEX ix_events_session_key_call_id ON events (session_key, call_id) WHERE call_id IS NOT NULL;
 
 CREATE INDEX ix_events_turn_bounds ON events (session_key, seq) WHERE type IN ('turn/start', 'turn/end');
 

@@ -258,15 +258,14 @@ def tables_for(schema: str | None) -> SchemaTables:
             nullable=True,
         )
     )
-    # type last: the three equalities of a call-to-result join make this index the planner's
-    # choice over (type, session_id, seq) even before ANALYZE.
+    # A call and its results share a call_id, so an entry per (session_key, call_id) finds
+    # both; the type is read from the row (a third of each entry, were it indexed).
     # Partial: only calls and results are in it, so a lookup by seq never mistakes it for the
     # primary key (PostgreSQL chose it over the PK for messages()' lookups before ANALYZE).
     Index(
         None,
         events.c.session_key,
         events.c.call_id,
-        events.c.type,
         postgresql_where=text("call_id IS NOT NULL"),  # unqualified, as the gate reads it back
         sqlite_where=text("call_id IS NOT NULL"),
     )
