@@ -58,7 +58,7 @@ CREATE TABLE session_sql.events (
 
 CREATE INDEX ix_events_session_key_call_id ON session_sql.events (session_key, call_id) WHERE call_id IS NOT NULL;
 
-CREATE INDEX ix_events_turn_bounds ON session_sql.events (session_key, seq) WHERE type IN ('turn/start', 'turn/end');
+CREATE INDEX ix_events_turn_bounds ON session_sql.events (session_key, seq) WHERE type = ANY (ARRAY['turn/start'::text, 'turn/end'::text]);
 
 CREATE TABLE session_sql.surface (
 	session_key BIGINT NOT NULL,

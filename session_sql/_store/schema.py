@@ -234,7 +234,8 @@ def tables_for(schema: str | None) -> SchemaTables:
             "ix_events_turn_bounds",
             "session_key",
             "seq",
-            postgresql_where=text("type IN ('turn/start', 'turn/end')"),
+            # As PostgreSQL reads the predicate back (the gate compares them).
+            postgresql_where=text("type = ANY (ARRAY['turn/start'::text, 'turn/end'::text])"),
             sqlite_where=text("type IN ('turn/start', 'turn/end')"),
         ),
         sqlite_with_rowid=False,
