@@ -22,6 +22,7 @@ from session_sql.errors import NotJSONError
 from session_sql.jsonvalue import (
     _FAST_DEPTH,
     MAX_SAFE_INTEGER,
+    NUL_ADVICE,
     FrozenDict,
     FrozenList,
     JSONValue,
@@ -326,7 +327,7 @@ def _loads_exact(text: str, root: str) -> JSONValue:
     if type(value) is list:
         return _freeze_lists(value)
     if type(value) is str and "\x00" in value:
-        raise NotJSONError(f"{root}: string contains U+0000", path=root)
+        raise NotJSONError(f"{root}: string contains U+0000{NUL_ADVICE}", path=root)
     return value
 
 

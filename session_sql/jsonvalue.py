@@ -104,6 +104,13 @@ def _deep_equal(a: Any, b: Any) -> bool:
     return True
 
 
+NUL_ADVICE = (
+    ", which the store refuses: PostgreSQL's JSON operators cannot read a document holding "
+    "it (SPEC §12.1); encode binary data first (base64, or an escape of your own)"
+)
+"""Why U+0000 is refused, and what to do instead (tool output read from binary files)."""
+
+
 def _fail(path: list[Any], why: str) -> NoReturn:
     where = str(path[0]) + "".join(
         f"[{json.dumps(p, ensure_ascii=False)}]" if type(p) is str else f"[{p!r}]" for p in path[1:]
@@ -113,7 +120,7 @@ def _fail(path: list[Any], why: str) -> NoReturn:
 
 def _str_problem(s: str) -> str | None:
     if "\x00" in s:
-        return "string contains U+0000"
+        return "string contains U+0000" + NUL_ADVICE
     if not s.isascii():
         try:
             s.encode("utf-8")
