@@ -347,13 +347,14 @@ def _listed(items: Sequence[Any]) -> list[Any]:
 
 
 def _text_parts(content: Any) -> bool:
-    """Content made of ``input_text`` parts only, with nothing else in them."""
+    """Content made of ``input_text`` parts only, with nothing else in them, each keyed in the
+    order they are rebuilt in (another order is kept verbatim as an item, SPEC §12.1)."""
     return (
         isinstance(content, list)
         and len(content) > 0
         and all(
             isinstance(part, dict)
-            and part.keys() == {"type", "text"}
+            and list(part) == ["type", "text"]
             and part["type"] == "input_text"
             and type(part["text"]) is str
             for part in content
@@ -375,15 +376,19 @@ def _event_of(item: Any) -> dict[str, Any]:
         if type(content) is str or _text_parts(content):
             texts = [content] if type(content) is str else [part["text"] for part in content]
             rest = {key: value for key, value in item.items() if key != "content"}
+            source: dict[str, Any] = {
+                "kind": SOURCE_KIND,
+                "item": rest,
+                "content": "text" if type(content) is str else "parts",
+            }
+            at = list(item).index("content")
+            if at < len(rest):  # not the last key: say where it goes back (SPEC §12.1)
+                source["contentAt"] = at
             message = {
                 "id": f"oa_{uuid.uuid4().hex}",
                 "role": "user",
                 "content": [{"type": "text", "text": text} for text in texts],
-                "source": {
-                    "kind": SOURCE_KIND,
-                    "item": rest,
-                    "content": "text" if type(content) is str else "parts",
-                },
+                "source": source,
             }
             return {"type": "user/message", "data": message}
     return {"type": ITEM_TYPE, "data": item}
@@ -397,13 +402,16 @@ def _item_of(node: SurfaceMessage) -> Any:
     source = message.get("source") if node.type == "user/message" else None
     if source is None or source.get("kind") != SOURCE_KIND:
         return None
-    item = thaw(source["item"])
     texts = [block["text"] for block in message["content"]]
     if source.get("content") == "text":
-        item["content"] = texts[0]
+        content: Any = texts[0]
     else:
-        item["content"] = [{"type": "input_text", "text": text} for text in texts]
-    return item
+        content = [{"type": "input_text", "text": text} for text in texts]
+    # The item's keys in their order, ``content`` where it was (last when not recorded), so
+    # that the item serialises as it did when it was added (SPEC §12.1).
+    pairs = list(thaw(source["item"]).items())
+    pairs.insert(source.get("contentAt", len(pairs)), ("content", content))
+    return dict(pairs)
 
 
 def _removed(start: int, end: int, sources: list[int], reason: str) -> dict[str, Any]:
