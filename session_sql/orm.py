@@ -39,10 +39,10 @@ from sqlalchemy import ClauseElement, Connection, Insert, Update, and_, event, i
 from sqlalchemy.orm import (
     Mapped,
     Mapper,
-    column_property,
     ORMExecuteState,
     Session,
     UOWTransaction,
+    column_property,
     registry,
     relationship,
 )
