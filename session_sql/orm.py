@@ -3,11 +3,13 @@
 ``SessionRow``, ``Event`` and ``SurfaceNode`` map the ``sessions``, ``events`` and ``surface``
 tables of ``session_sql._store.schema`` as they are (every column of those ``Table`` objects,
 nothing redeclared), for analysts and services that query sessions with the ORM, in their own
-``Session`` and engine:
+``Session`` and engine. ``SessionRow``'s primary key is the internal ``session_key`` (a new one
+per creation); look a session up by ``tenant`` and ``id``. ``Event`` and ``SurfaceNode`` hold
+that key, and add a read-only ``session_id``, the public id read from ``sessions``:
 
 - ``SessionRow.events`` — the log, ordered by ``seq``; ``Event.session`` back;
 - ``SessionRow.surface`` — the surface, ordered by ``pos``; ``SurfaceNode.session`` back;
-- ``SurfaceNode.event`` — the event on that position (``tenant``, ``session_id`` and
+- ``SurfaceNode.event`` — the event on that position (``session_key`` and
   ``event_seq = seq``);
   ``Event.surface_node`` back (``None`` when the event is not on the surface).
 

@@ -430,11 +430,16 @@ def _view_fingerprint(definition: str, schema: str | None, dialect: Dialect) -> 
     return sorted(tokens)
 
 
+_CAST = re.compile(r"::[a-z_][a-z0-9_]*(?:\s+varying)?(?:\[\])?")
+
+
 def _predicate(where: Any) -> str | None:
-    """A partial index's WHERE, compared without the server's parentheses, quotes and case."""
+    """A partial index's WHERE, compared without the server's parentheses, quotes, case and
+    re-printing (PostgreSQL gives ``IN ('a', 'b')`` back as ``= ANY (ARRAY['a'::text, ...])``)."""
     if where is None:
         return None
-    text = re.sub(r'[()"]', "", str(where)).lower()
+    text = _ANY_ARRAY.sub(" in (", str(where).lower())
+    text = re.sub(r'[()"\]]', "", _CAST.sub("", text))
     return re.sub(r"\s+", " ", text).strip()
 
 

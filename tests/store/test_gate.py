@@ -314,14 +314,9 @@ def _mismatch(engine: Engine, backend: Any) -> SchemaMismatchError:
 def test_dropped_index_is_a_mismatch(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
     with write_tx(engine) as conn:
-        conn.exec_driver_sql(
-            f"DROP INDEX {_qualified(backend, 'ix_events_type_tenant_session_id_seq')}"
-        )
+        conn.exec_driver_sql(f"DROP INDEX {_qualified(backend, 'ix_events_turn_bounds')}")
     error = _mismatch(engine, backend)
-    assert error.differences == (
-        "events: missing index ix_events_type_tenant_session_id_seq "
-        "(type, tenant, session_id, seq)",
-    )
+    assert error.differences == ("events: missing index ix_events_turn_bounds (session_key, seq)",)
 
 
 def test_extra_column_is_a_mismatch(backend, engine: Engine):
@@ -353,24 +348,19 @@ def test_changed_type_is_a_mismatch(backend, engine: Engine):
         engine,
         backend.schema,
         lambda ddl: (
-            # tool_calls compares JSONB values, which json cannot: that view is left out.
-            re.sub(r"CREATE VIEW \S*tool_calls .*?;\n", "", ddl, flags=re.DOTALL)
-            .replace("data TEXT NOT NULL", "data BLOB NOT NULL")
-            .replace("data JSONB NOT NULL", "data JSON NOT NULL")
+            ddl.replace("data TEXT NOT NULL", "data BLOB NOT NULL")
+            .replace("data JSON NOT NULL", "data JSONB NOT NULL")
             .replace("\tpos BIGINT NOT NULL", "\tpos INTEGER NOT NULL")
         ),
     )
     error = _mismatch(engine, backend)
     if backend.name == "sqlite":
-        assert set(error.differences) == {
-            "events.data: type is BLOB, expected TEXT",
-            "missing view tool_calls",
-        }
+        assert set(error.differences) == {"events.data: type is BLOB, expected TEXT"}
     else:
+        # JSONB would sort the keys of every event (SPEC §12.1): the gate refuses it.
         assert set(error.differences) == {
-            "events.data: type is JSON, expected JSONB",
+            "events.data: type is JSONB, expected JSON",
             "surface.pos: type is INTEGER, expected BIGINT",
-            "missing view tool_calls",
         }
 
 
@@ -381,29 +371,28 @@ def test_missing_constraints_and_view_are_mismatches(backend, engine: Engine):
         lambda ddl: (
             re.sub(r"(CREATE|ALTER) VIEW .*?;\n", "", ddl, flags=re.DOTALL)
             .replace(
-                ", \n\tCONSTRAINT uq_surface_tenant_session_id_event_seq "
-                "UNIQUE (tenant, session_id, event_seq)",
+                "\tCONSTRAINT uq_surface_session_key_event_seq UNIQUE (session_key, event_seq),\n",
                 "",
             )
+            # The foreign key of events (the last line of its table), without its ON DELETE.
             .replace(
-                ",\n\tCONSTRAINT uq_surface_tenant_session_id_event_seq "
-                "UNIQUE (tenant, session_id, event_seq)",
-                "",
+                " ON DELETE CASCADE\n)\n WITHOUT ROWID;\n\nCREATE INDEX ix_events_",
+                "\n)\n WITHOUT ROWID;\n\nCREATE INDEX ix_events_",
             )
             .replace(
-                " ON DELETE CASCADE\n);\n\nCREATE INDEX ix_events_tenant_session_id_call_id_type",
-                "\n);\n\nCREATE INDEX ix_events_tenant_session_id_call_id_type",
+                " ON DELETE CASCADE\n);\n\nCREATE INDEX ix_events_",
+                "\n);\n\nCREATE INDEX ix_events_",
             )
         ),
     )
     error = _mismatch(engine, backend)
     assert set(error.differences) == {
-        "surface: missing unique constraint uq_surface_tenant_session_id_event_seq "
-        "(tenant, session_id, event_seq)",
-        "events: foreign key fk_events_tenant_session_id_sessions is "
-        "fk_events_tenant_session_id_sessions (tenant, session_id) -> sessions (tenant, id), "
-        "expected fk_events_tenant_session_id_sessions (tenant, session_id) -> sessions "
-        "(tenant, id) ON DELETE CASCADE",
+        "surface: missing unique constraint uq_surface_session_key_event_seq "
+        "(session_key, event_seq)",
+        "events: foreign key fk_events_session_key_sessions is "
+        "fk_events_session_key_sessions (session_key) -> sessions (session_key), "
+        "expected fk_events_session_key_sessions (session_key) -> sessions "
+        "(session_key) ON DELETE CASCADE",
         "missing view surface_messages",
         "missing view tool_calls",
         "missing view turns",
@@ -434,17 +423,24 @@ def test_every_difference_is_listed(backend, engine: Engine):
 _TAMPERING = {
     "partial index": (
         lambda ddl: ddl.replace(
-            "(type, tenant, session_id, seq);", "(type, tenant, session_id, seq) WHERE seq > 0;"
+            "(tenant, parent_session);",
+            "(tenant, parent_session) WHERE parent_session IS NOT NULL;",
         ),
-        "events: index ix_events_type_tenant_session_id_seq is partial (WHERE ",
+        "sessions: index ix_sessions_tenant_parent_session is partial (WHERE ",
+    ),
+    "another partial index predicate": (
+        lambda ddl: ddl.replace(
+            "WHERE type IN ('turn/start', 'turn/end');", "WHERE type IN ('turn/start');"
+        ),
+        "events: index ix_events_turn_bounds is partial (WHERE ",
     ),
     "deferrable foreign key": (
         lambda ddl: ddl.replace(
-            "(tenant, id) ON DELETE CASCADE",
-            "(tenant, id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED",
+            "(session_key) ON DELETE CASCADE",
+            "(session_key) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED",
             1,
         ),
-        "events: foreign key fk_events_tenant_session_id_sessions is DEFERRABLE INITIALLY "
+        "events: foreign key fk_events_session_key_sessions is DEFERRABLE INITIALLY "
         "DEFERRED, "
         "expected NOT DEFERRABLE",
     ),
@@ -464,15 +460,15 @@ _TAMPERING = {
         "view tool_calls: its definition differs from this build's",
     ),
     "changed analytics view literal": (
-        lambda ddl: ddl.replace("WHERE t.type = 'turn/start'", "WHERE t.type = 'turn/end'"),
+        lambda ddl: ddl.replace("m.type = 'user/message'", "m.type = 'user/note'"),
         "view turns: its definition differs from this build's",
     ),
     "full index for a partial one": (
         lambda ddl: ddl.replace(
-            "(tenant, session_id, call_id, type) WHERE call_id IS NOT NULL",
-            "(tenant, session_id, call_id, type)",
+            "(session_key, call_id, type) WHERE call_id IS NOT NULL",
+            "(session_key, call_id, type)",
         ),
-        "events: index ix_events_tenant_session_id_call_id_type is a full one, expected WHERE "
+        "events: index ix_events_session_key_call_id_type is a full one, expected WHERE "
         "call_id is not null",
     ),
     "plain column for a generated one": (

@@ -41,7 +41,16 @@ from session_sql import ReadOnlyError, SessionSQLError, SessionStore, open_store
 from session_sql._store.schema import tables_for
 from session_sql.orm import OrmModels, ReadModel, orm_models
 
-from .store_builders import begin_turn, dump_tables, end_turn, recorded, say, summarize, tool_turn
+from .store_builders import (
+    begin_turn,
+    dump_tables,
+    end_turn,
+    recorded,
+    say,
+    session_row,
+    summarize,
+    tool_turn,
+)
 
 # The ORM reads rows around the store, by key; tenants are covered by tests/store/test_tenants.
 DEFAULT_TENANT_ONLY = True
@@ -74,6 +83,23 @@ def models(store: SessionStore) -> OrmModels:
     return orm_models(store.schema)
 
 
+def row_of(db: Session, m: OrmModels, session_id: str) -> Any:
+    """The ``SessionRow`` of ``session_id`` in the default tenant, found by its public id (the
+    primary key is the internal ``session_key``)."""
+    query = select(m.SessionRow).where(m.SessionRow.tenant == "", m.SessionRow.id == session_id)
+    return db.scalars(query).one()
+
+
+def key_of(db: Session, m: OrmModels, session_id: str) -> int:
+    """The ``session_key`` of ``session_id`` in the default tenant."""
+    return int(row_of(db, m, session_id).session_key)
+
+
+def event_of(db: Session, m: OrmModels, session_id: str, seq: int) -> Any:
+    """An ``Event`` loaded by its primary key, ``(session_key, seq)``."""
+    return db.get_one(m.Event, (key_of(db, m, session_id), seq))
+
+
 def plain(value: Any) -> Any:
     """Frozen store data as plain JSON values, for comparing with what the ORM loads."""
     return json.loads(json.dumps(thaw(value)))
@@ -92,7 +118,10 @@ def test_models_map_every_column_of_the_store_tables_and_only_those() -> None:
             mapper = inspect(cls)
             assert mapper.local_table is table  # the store's own Table object, not a copy
             assert cls.__table__ is table
-            assert {c.key for c in mapper.columns} == {c.name for c in table.columns}
+            # events and surface hold the session's key; their public id is read from sessions.
+            derived = set() if table is tables.sessions else {"session_id"}
+            assert {c.key for c in mapper.columns} == {c.name for c in table.columns} | derived
+            assert not derived & set(table.c.keys())
             # The typing annotations describe only real columns and relationships.
             annotated = set(cls.__mro__[1].__annotations__)
             assert annotated <= set(mapper.attrs.keys())
@@ -154,7 +183,7 @@ def test_session_events_and_surface_follow_seq_and_pos(store, user_engine) -> No
     m = models(store)
     with Session(user_engine) as db:
         for session_id in ("parent", "child"):
-            row = db.get_one(m.SessionRow, ("", session_id))
+            row = row_of(db, m, session_id)
             assert [e.seq for e in row.events] == list(range(row.head_seq + 1))
             assert all(e.session is row for e in row.events)
             nodes = row.surface
@@ -165,7 +194,7 @@ def test_session_events_and_surface_follow_seq_and_pos(store, user_engine) -> No
             assert all(n.event.surface_node is n and n.session is row for n in nodes)
         # The compaction: the summary took the first position; what it shadows is off the
         # surface but still in the log.
-        parent = db.get_one(m.SessionRow, ("", "parent"))
+        parent = row_of(db, m, "parent")
         assert parent.surface[0].event.seq == seqs["summary"]
         assert parent.replace_generation == 1
         shadowed = [e for e in parent.events if e.seq in (seqs["user"], seqs["reply"])]
@@ -183,7 +212,7 @@ def test_surface_events_project_to_the_stored_messages(store, user_engine) -> No
     build(store)
     m = models(store)
     with Session(user_engine) as db:
-        row = db.get_one(m.SessionRow, ("", "parent"))
+        row = row_of(db, m, "parent")
         projected = [
             n.event.data if n.event.type == "user/message" else n.event.data["message"]
             for n in row.surface
@@ -270,7 +299,7 @@ def test_the_default_classes_work_on_either_backend_with_a_schema_translate_map(
     build(store)
     mapped = user_engine.execution_options(schema_translate_map={"session_sql": store.schema})
     with Session(mapped) as db:
-        row = db.get_one(orm.SessionRow, ("", "parent"))
+        row = row_of(db, orm_models(), "parent")
         assert tuple(n.event.seq for n in row.surface) == tuple(store.surface("parent"))
 
 
@@ -310,7 +339,7 @@ def test_an_existing_app_joins_its_own_tables_and_keeps_writing_them(
         ]
         # A flush that mixes the app's rows with a change to a read model is refused whole.
         db.add(Note(session_id="parent", text="lost"))
-        db.get_one(m.SessionRow, ("", "parent")).header = {}
+        row_of(db, m, "parent").header = {}
         with recorded(user_engine) as rec, pytest.raises(ReadOnlyError):
             db.commit()
         assert rec.writes == []  # refused before the flush began: not even the app's row
@@ -327,7 +356,7 @@ def test_a_refused_flush_leaves_the_app_transaction_intact(store, user_engine, b
     md.create_all(user_engine)
     with Session(user_engine) as db:
         db.execute(insert(notes).values(id=1, text="kept"))  # the app's own uncommitted work
-        stray = _new_event(m)
+        stray = _new_event(db, m)
         db.add(stray)
         with pytest.raises(ReadOnlyError):
             db.flush()
@@ -342,7 +371,7 @@ def test_a_read_model_changed_during_the_flush_is_still_refused(store, user_engi
     m = models(store)
     before = dump_tables(store)
     with Session(user_engine) as db, recorded(user_engine) as rec:
-        row = db.get_one(m.SessionRow, ("", "parent"))
+        row = row_of(db, m, "parent")
 
         def late_change(session: Session, context: Any, instances: Any) -> None:
             row.head_seq = 0  # an app listener changing a read model inside the flush
@@ -382,55 +411,64 @@ def test_an_app_table_with_a_foreign_key_to_sessions(store, user_engine, backend
 # -- read-only -------------------------------------------------------------------------------
 
 
-def _new_event(m: OrmModels) -> Any:
-    return m.Event(session_id="parent", seq=99, type="session/title", time=0, data={"title": "x"})
+def _new_event(db: Session, m: OrmModels) -> Any:
+    return m.Event(
+        session_key=key_of(db, m, "parent"),
+        seq=99,
+        tenant="",
+        type="session/title",
+        time=0,
+        data={"title": "x"},
+    )
 
 
 Change = Callable[[Session, OrmModels], object]
 
 # name -> (the operation refused, the class refused, the change)
 CHANGES: dict[str, tuple[str, str, Change]] = {
-    "add an event": ("insert", "Event", lambda db, m: db.add(_new_event(m))),
+    "add an event": ("insert", "Event", lambda db, m: db.add(_new_event(db, m))),
     "add a session": (
         "insert",
         "SessionRow",
         lambda db, m: db.add(m.SessionRow(id="new", format_version=0, created_at=0, header={})),
     ),
-    "merge a new event": ("insert", "Event", lambda db, m: db.merge(_new_event(m))),
+    "merge a new event": ("insert", "Event", lambda db, m: db.merge(_new_event(db, m))),
     "merge a changed event": (
         "update",
         "Event",
-        lambda db, m: db.merge(m.Event(tenant="", session_id="parent", seq=0, data={"turn": 7})),
+        lambda db, m: db.merge(
+            m.Event(session_key=key_of(db, m, "parent"), seq=0, tenant="", data={"turn": 7})
+        ),
     ),
     "edit event data": (
         "update",
         "Event",
-        lambda db, m: setattr(db.get_one(m.Event, ("", "parent", 0)), "data", {"turn": 7}),
+        lambda db, m: setattr(event_of(db, m, "parent", 0), "data", {"turn": 7}),
     ),
     "edit a session row": (
         "update",
         "SessionRow",
-        lambda db, m: setattr(db.get_one(m.SessionRow, ("", "parent")), "head_seq", 0),
+        lambda db, m: setattr(row_of(db, m, "parent"), "head_seq", 0),
     ),
     "move a surface node": (
         "update",
         "SurfaceNode",
-        lambda db, m: setattr(db.get_one(m.SessionRow, ("", "parent")).surface[0], "event_seq", 0),
+        lambda db, m: setattr(row_of(db, m, "parent").surface[0], "event_seq", 0),
     ),
     "delete an event": (
         "delete",
         "Event",
-        lambda db, m: db.delete(db.get_one(m.Event, ("", "parent", 0))),
+        lambda db, m: db.delete(event_of(db, m, "parent", 0)),
     ),
     "delete a session": (
         "delete",
         "SessionRow",
-        lambda db, m: db.delete(db.get_one(m.SessionRow, ("", "child"))),
+        lambda db, m: db.delete(row_of(db, m, "child")),
     ),
     "delete a surface node": (
         "delete",
         "SurfaceNode",
-        lambda db, m: db.delete(db.get_one(m.SessionRow, ("", "parent")).surface[-1]),
+        lambda db, m: db.delete(row_of(db, m, "parent").surface[-1]),
     ),
 }
 
@@ -454,10 +492,7 @@ def test_flushing_a_change_is_refused_before_any_sql(store, user_engine, change,
         assert rec.writes == []
         db.rollback()
         # After the rollback the session reads the database as it is, and can go on.
-        assert (
-            db.get_one(m.SessionRow, ("", "parent")).head_seq
-            == store.open_session("parent").seq - 1
-        )
+        assert row_of(db, m, "parent").head_seq == store.open_session("parent").seq - 1
     assert (info.value.operation, info.value.entity) == (operation, entity)
     assert isinstance(info.value, SessionSQLError) and isinstance(info.value, TypeError)
     assert "read-only" in str(info.value)
@@ -469,11 +504,12 @@ def test_orm_insert_update_delete_statements_are_refused(store, user_engine) -> 
     build(store)
     m = models(store)
     before = dump_tables(store)
+    parent = session_row(store, "parent").session_key
     statements = [
         (
             "insert",
             insert(m.Event),
-            [{"session_id": "parent", "seq": 99, "type": "t", "time": 0, "data": {}}],
+            [{"session_key": parent, "seq": 99, "tenant": "", "type": "t", "time": 0, "data": {}}],
         ),
         ("update", update(m.Event).where(m.Event.seq == 0).values(type="x"), None),
         ("update", update(m.SessionRow).values(head_seq=0), None),
@@ -492,7 +528,7 @@ def test_orm_insert_update_delete_statements_are_refused(store, user_engine) -> 
 
 
 def _loaded_event(db: Session, m: OrmModels) -> Any:
-    ev = db.get_one(m.Event, ("", "parent", 0))
+    ev = event_of(db, m, "parent", 0)
     ev.data = {"turn": 7}
     return ev
 
@@ -505,27 +541,36 @@ BULK_WRITES: dict[str, tuple[str, str, Change]] = {
         "Event",
         lambda db, m: db.bulk_insert_mappings(
             m.Event,
-            [{"session_id": "parent", "seq": 99, "type": "t", "time": 0, "data": {}}],
+            [
+                {
+                    "session_key": key_of(db, m, "parent"),
+                    "seq": 99,
+                    "tenant": "",
+                    "type": "t",
+                    "time": 0,
+                    "data": {},
+                }
+            ],
         ),
     ),
     "bulk_update_mappings of an event": (
         "update",
         "Event",
         lambda db, m: db.bulk_update_mappings(
-            m.Event, [{"tenant": "", "session_id": "parent", "seq": 0, "data": {"x": 1}}]
+            m.Event, [{"session_key": key_of(db, m, "parent"), "seq": 0, "data": {"x": 1}}]
         ),
     ),
     "bulk_update_mappings of a session row": (
         "update",
         "SessionRow",
         lambda db, m: db.bulk_update_mappings(
-            m.SessionRow, [{"tenant": "", "id": "parent", "head_seq": 41}]
+            m.SessionRow, [{"session_key": key_of(db, m, "parent"), "head_seq": 41}]
         ),
     ),
     "bulk_save_objects of a new event": (
         "insert",
         "Event",
-        lambda db, m: db.bulk_save_objects([_new_event(m)]),
+        lambda db, m: db.bulk_save_objects([_new_event(db, m)]),
     ),
     "bulk_save_objects of a changed event": (
         "update",
@@ -593,7 +638,7 @@ BULK_WRITES: dict[str, tuple[str, str, Change]] = {
         "update",
         "Event",
         lambda db, m: db.execute(
-            update(m.Event), [{"tenant": "", "session_id": "parent", "seq": 0, "data": {}}]
+            update(m.Event), [{"session_key": key_of(db, m, "parent"), "seq": 0, "data": {}}]
         ),
     ),
     "a dialect insert into the events table, on conflict update": (
@@ -601,10 +646,10 @@ BULK_WRITES: dict[str, tuple[str, str, Change]] = {
         "Event",
         lambda db, m: db.execute(
             _dialect_insert(db, m.Event.__table__)
-            .values(tenant="", session_id="parent", seq=0, type="x", time=0, data={})
-            .on_conflict_do_update(
-                index_elements=["tenant", "session_id", "seq"], set_={"type": "x"}
+            .values(
+                session_key=key_of(db, m, "parent"), seq=0, tenant="", type="x", time=0, data={}
             )
+            .on_conflict_do_update(index_elements=["session_key", "seq"], set_={"type": "x"})
         ),
     ),
     "a dialect insert of an Event, on conflict do nothing": (
@@ -612,7 +657,9 @@ BULK_WRITES: dict[str, tuple[str, str, Change]] = {
         "Event",
         lambda db, m: db.execute(
             _dialect_insert(db, m.Event)
-            .values(tenant="", session_id="parent", seq=99, type="x", time=0, data={})
+            .values(
+                session_key=key_of(db, m, "parent"), seq=99, tenant="", type="x", time=0, data={}
+            )
             .on_conflict_do_nothing()
         ),
     ),
@@ -681,10 +728,7 @@ def test_every_other_orm_write_path_is_refused_before_it_is_sent(store, user_eng
             sql for sql, _ in rec.executed if not sql.lstrip().upper().startswith("SELECT")
         ] == []
         db.rollback()
-        assert (
-            db.get_one(m.SessionRow, ("", "parent")).head_seq
-            == store.open_session("parent").seq - 1
-        )
+        assert row_of(db, m, "parent").head_seq == store.open_session("parent").seq - 1
     assert (info.value.operation, info.value.entity) == (operation, entity)
     assert dump_tables(store) == before
     assert store.verify("parent").ok and store.verify("child").ok
@@ -750,7 +794,7 @@ def test_the_store_still_writes_while_an_orm_session_is_open(store, user_engine)
     build(store)
     m = models(store)
     with Session(user_engine) as db:
-        db.get_one(m.SessionRow, ("", "parent"))
+        row_of(db, m, "parent")
         handle = store.open_session("parent")
         say(handle, "while the ORM reads")
         db.execute(text("SELECT 1"))
@@ -762,16 +806,17 @@ def test_changing_a_relationship_collection_writes_nothing(store, user_engine) -
     m = models(store)
     before = dump_tables(store)
     with Session(user_engine) as db, recorded(user_engine) as rec:
-        row = db.get_one(m.SessionRow, ("", "parent"))
+        row = row_of(db, m, "parent")
+        new = _new_event(db, m)
         row.events.pop()
-        row.events.append(_new_event(m))
+        row.events.append(new)
         row.surface.clear()
         db.commit()
         assert rec.writes == []
     assert dump_tables(store) == before
     assert store.verify("parent").ok
     with Session(user_engine) as db:
-        row = db.get_one(m.SessionRow, ("", "parent"))
+        row = row_of(db, m, "parent")
         assert len(row.events) == store.open_session("parent").seq
 
 
@@ -779,12 +824,12 @@ def test_reading_is_not_refused_and_the_app_session_stays_usable(store, user_eng
     build(store)
     m = models(store)
     with Session(user_engine) as db:
-        row = db.get_one(m.SessionRow, ("", "parent"))
+        row = row_of(db, m, "parent")
         row.head_seq = row.head_seq  # set to the same value: no net change, nothing to refuse
         db.commit()
         db.refresh(row)
         assert row.id == "parent"
-        assert repr(row) == "SessionRow(tenant='', id='parent')"
+        assert repr(row) == f"SessionRow(session_key={row.session_key!r})"
 
 
 # -- several schemas -------------------------------------------------------------------------
@@ -824,7 +869,7 @@ def test_two_schemas_in_one_process(two_postgres_stores, postgres_admin) -> None
             "parent",
         ]
         assert db.scalars(select(b.SessionRow.id)).all() == ["elsewhere"]
-        assert [e.type for e in db.get_one(b.SessionRow, ("", "elsewhere")).events] == []
+        assert [e.type for e in row_of(db, b, "elsewhere").events] == []
         # One query across both schemas: events per session, side by side.
         counts = db.execute(
             select(a.SessionRow.id, b.SessionRow.id, func.count(a.Event.seq))
@@ -837,7 +882,7 @@ def test_two_schemas_in_one_process(two_postgres_stores, postgres_admin) -> None
             ("child", "elsewhere", store.open_session("child").seq),
             ("parent", "elsewhere", store.open_session("parent").seq),
         ]
-        other = db.get_one(b.SessionRow, ("", "elsewhere"))
+        other = row_of(db, b, "elsewhere")
         other.head_seq = 5
         with pytest.raises(ReadOnlyError):
             db.flush()
