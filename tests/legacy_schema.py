@@ -1,9 +1,11 @@
 """Stores of an earlier schema version, created from that release's rendered DDL.
 
-``tests/fixtures/schema_v1/``, ``schema_v2/`` and ``schema_v3/`` hold the DDL of schema
-versions 1 to 3 as those releases rendered it (default schema ``session_sql``); the gate must
-refuse such a store and ``migrate`` must copy from it. ``insert_legacy_session`` writes a
-session into a version 1 or 2 store the way those releases' writer did.
+``tests/fixtures/schema_v1/`` to ``schema_v4/`` hold the DDL of schema versions 1 to 4 as
+those releases rendered it (default schema ``session_sql``); the gate must refuse such a store
+and ``migrate`` must copy from it. ``insert_legacy_session`` writes a session into a store of
+one of those versions the way its release's writer did: rows keyed by the session id (and,
+from version 3, the tenant), with metadata and the surface digest from version 3. The rows
+are spelled here, frozen, not by this build's codec (whose columns are another version's).
 """
 
 from __future__ import annotations
@@ -19,15 +21,14 @@ from sqlalchemy import Engine, column, insert, table
 
 from session_sql import DEFAULT_CATALOG, SessionEvent, thaw
 from session_sql._store.backends import write_tx
-from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
-from session_sql.jsoncodec import dumps_compact
+from session_sql.jsoncodec import dumps_compact, dumps_frozen
 from session_sql.surface import Replay
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def legacy_ddl(version: int, dialect: str, schema: str) -> str:
-    """The DDL of an older ``version`` (1, 2 or 3) for ``dialect``, in ``schema``."""
+    """The DDL of an older ``version`` (1 to 4) for ``dialect``, in ``schema``."""
     text = (FIXTURES / f"schema_v{version}" / f"{dialect}.sql").read_text(encoding="utf-8")
     if dialect == "postgresql":
         text = text.replace("SCHEMA IF NOT EXISTS session_sql;", f"SCHEMA IF NOT EXISTS {schema};")
@@ -51,6 +52,44 @@ def create_legacy_store(
     run_ddl(engine, mutate(legacy_ddl(version, engine.dialect.name, schema)))
 
 
+V4_EVENT_COLUMNS = (
+    "tenant",
+    "session_id",
+    "seq",
+    "type",
+    "time",
+    "data",
+    "source_event_seqs",
+    "surface_op",
+    "ignorable",
+)
+"""The ``events`` columns the writers of versions 3 and 4 wrote (1 and 2: all but ``tenant``)."""
+
+
+def legacy_event_values(
+    version: int, tenant: str, session_id: str, event: SessionEvent
+) -> dict[str, Any]:
+    """The ``events`` row of ``event`` as the writer of schema ``version`` spelled it."""
+    op = event.surface_op
+    seqs = event.source_event_seqs
+    values = (
+        tenant,
+        session_id,
+        event.seq,
+        event.type,
+        event.time,
+        # Version 3 and 4's codec; before it, the compact spelling.
+        dumps_frozen(event.data) if version >= 3 else dumps_compact(event.data),
+        None if seqs is None else "[" + ", ".join(map(str, seqs)) + "]",
+        None if op is None else json.dumps("append" if isinstance(op, str) else op.to_json()),
+        True if event.ignorable else None,
+    )
+    row = dict(zip(V4_EVENT_COLUMNS, values, strict=True))
+    if version < 3:
+        del row["tenant"]
+    return row
+
+
 def insert_legacy_session(
     engine: Engine,
     schema: str | None,
@@ -58,16 +97,25 @@ def insert_legacy_session(
     header: Any,
     events: Sequence[SessionEvent],
     *,
+    tenant: str = "",
+    user_id: str | None = None,
+    title: str | None = None,
+    labels: dict[str, str] | None = None,
     inherited_event_count: int = 0,
     updated_at: int = 1_700_000_000_000,
 ) -> None:
-    """Write a session into a store of schema ``version`` (1 or 2) as that release did: the
-    row, the events and the surface rows the fold of the log implies, in one transaction."""
+    """Write a session into a store of schema ``version`` (1 to 4) as that release did: the
+    row, the events and the surface rows the fold of the log implies, in one transaction.
+    ``tenant`` and the metadata exist from version 3."""
+    if version < 3 and (tenant or user_id is not None or title is not None or labels):
+        raise ValueError(f"schema version {version} has no tenants and no metadata")
     state = Replay()
     for event in events:
         state.fold(event, DEFAULT_CATALOG, events.__getitem__)
     session_id = str(header["id"])
+    owner = {"tenant": tenant} if version >= 3 else {}
     row: dict[str, Any] = {
+        **owner,
         "id": session_id,
         "format_version": header["version"],
         "created_at": header["createdAt"],
@@ -81,16 +129,15 @@ def insert_legacy_session(
     }
     if version >= 2:
         row["incarnation"] = uuid.uuid4().hex
-    event_rows = []
-    for event in events:
-        values = dict(
-            zip(EVENT_VALUE_COLUMNS, event_values("", session_id, event, None), strict=True)
-        )
-        del values["tenant"]
-        values["data"] = dumps_compact(event.data)  # that release's spelling
-        event_rows.append(values)
+    if version >= 3:
+        row["surface_digest"] = state.digest
+        row["user_id"] = user_id
+        row["title"] = title
+        row["labels"] = json.dumps(labels or {})
+    event_rows = [legacy_event_values(version, tenant, session_id, e) for e in events]
     surface_rows = [
-        {"session_id": session_id, "pos": pos, "event_seq": seq} for pos, seq in state.rows()
+        {**owner, "session_id": session_id, "pos": pos, "event_seq": seq}
+        for pos, seq in state.rows()
     ]
 
     def legacy(name: str, names: Sequence[str]) -> Any:

@@ -1,9 +1,10 @@
 """``migrate``: copy every session of every tenant from one store into a new one (SPEC §11.4).
 
 The source may be of this build (read through the gate) or of an earlier schema version that
-the gate refuses: version 2 (no tenants, no metadata) and version 1 (no incarnation either).
-Those are read with plain SQL over the columns every version has; their sessions go to the
-default tenant ``""``. A session is read in one snapshot of the source, a page of events at a
+the gate refuses: versions 3 and 4 (events and surface rows under the tenant and session id),
+version 2 (no tenants, no metadata) and version 1 (no incarnation either). Those are read with
+plain SQL over the columns migrate reads; the sessions of versions 1 and 2 go to the default
+tenant ``""``. A session is read in one snapshot of the source, a page of events at a
 time, and stored by the destination's import (``SessionStore._import``): the same checks, fold
 and batched writes as a JSONL import, in one write transaction per session. Memory follows one
 session's surface and one page of events, never a log or the store.
@@ -405,8 +406,8 @@ def _check_equal(
 
 
 class _LogHash:
-    """An order-sensitive hash of a log's events, equal for equal JSON whatever the backend
-    (PostgreSQL's JSONB reorders object keys, so keys are sorted)."""
+    """An order-sensitive hash of a log's events, equal for equal JSON whatever the key order
+    (a version 4 source on PostgreSQL gives its data back from JSONB, keys reordered)."""
 
     def __init__(self) -> None:
         self._hash = hashlib.blake2b(digest_size=16)

@@ -1,9 +1,11 @@
 """Reading a store of any schema version ``migrate`` accepts, without the gate's refusal.
 
 A store of this build is opened through the whole gate; earlier versions (which the gate
-refuses) are read with plain SQL. Version 3 has this build's tables and columns (only an index
-is new), so it is read through them. Versions 1 and 2 are read over the columns every version
-has: ``sessions`` (header, counters, ``updated_at``), ``events`` and ``surface``; they have no
+refuses) are read with plain SQL over frozen definitions of the columns ``migrate`` reads.
+Versions 3 and 4 keep each session's events and surface rows under its ``tenant`` and
+``session_id`` (this build's under a ``session_key`` from its ``sessions`` row), with metadata
+and the surface digest. Versions 1 and 2 have only the columns every version has:
+``sessions`` (header, counters, ``updated_at``), ``events`` and ``surface``; they have no
 tenant and no metadata (everything is the default tenant's), version 1 not even
 ``incarnation``, which is never read.
 Rows become events and headers at the store's one seam (``rows.event_from_row``,
@@ -28,6 +30,7 @@ from sqlalchemy import (
     MetaData,
     Table,
     Text,
+    and_,
     cast,
     false,
     func,
@@ -76,11 +79,11 @@ __all__ = [
     "refuse_row_security",
 ]
 
-READABLE_VERSIONS = (1, 2, 3, SCHEMA_VERSION)
+READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
 """The schema versions a source may have: this build's and every one before it."""
 
 TENANTED = 3
-"""The first version with tenants and metadata (the tables of this build's, but for an index)."""
+"""The first version with tenants, metadata and the surface digest."""
 
 PAGE = 500
 """Sessions listed, and events read, per statement."""
@@ -88,12 +91,14 @@ PAGE = 500
 
 @dataclass(frozen=True)
 class _Layout:
-    """The tables of a source and what its version keeps: tenants and metadata since 3."""
+    """The tables of a source and what its version keeps: tenants and metadata since 3, a
+    ``session_key`` instead of ``(tenant, session_id)`` in events and surface since 5."""
 
     sessions: Table
     events: Table
     surface: Table
     tenanted: bool
+    keyed: bool = False
 
     def tenant(self, table: Table) -> ColumnElement[Any]:
         return table.c.tenant if self.tenanted else literal("", Text)
@@ -103,25 +108,58 @@ class _Layout:
             return table.c.tenant == tenant
         return true() if tenant == "" else false()
 
+    def of_session(self, table: Table, tenant: str, session_id: str) -> ColumnElement[bool]:
+        """The rows of ``table`` (events or surface) that belong to one session."""
+        if self.keyed:
+            s = self.sessions
+            key = select(s.c.session_key).where(s.c.tenant == tenant, s.c.id == session_id)
+            return table.c.session_key == key.scalar_subquery()
+        return and_(self.own(table, tenant), table.c.session_id == session_id)
+
+    def listing_order(self) -> tuple[ColumnElement[Any], ...]:
+        """The order sessions are listed in: tenant by tenant, along an index of the version
+        (the primary key before 5; this build's has no index on ``(tenant, id)``)."""
+        s = self.sessions
+        if self.keyed:
+            return (s.c.tenant, s.c.created_at, s.c.id)
+        return (s.c.tenant, s.c.id) if self.tenanted else (s.c.id,)
+
 
 @functools.cache
-def _legacy_layout(schema: str | None) -> _Layout:
-    """Versions 1 and 2: no tenant, no metadata; only the columns every version has."""
+def _legacy_layout(schema: str | None, tenanted: bool) -> _Layout:
+    """Versions 1 to 4: the columns migrate reads, as those versions had them. Versions 1
+    and 2 have no tenant and no metadata; 3 and 4 add them and the surface digest (4's
+    ``events.data`` is JSONB on PostgreSQL: read as text like every version's)."""
     md = MetaData(schema=schema)
+
+    def tenant() -> list[Column[Any]]:
+        return [Column("tenant", Text)] if tenanted else []
+
+    metadata: list[Column[Any]] = []
+    if tenanted:
+        metadata = [
+            Column("surface_digest", BigInteger),
+            Column("user_id", Text),
+            Column("title", Text),
+            Column("labels", Text),
+        ]
     sessions = Table(
         "sessions",
         md,
-        Column("id", Text, primary_key=True),
+        *tenant(),
+        Column("id", Text),
         Column("inherited_event_count", BigInteger),
         Column("header", Text),
         Column("head_seq", BigInteger),
         Column("surface_next_pos", BigInteger),
         Column("replace_generation", BigInteger),
         Column("updated_at", BigInteger),
+        *metadata,
     )
     events = Table(
         "events",
         md,
+        *tenant(),
         Column("session_id", Text),
         Column("seq", BigInteger),
         Column("type", Text),
@@ -134,36 +172,36 @@ def _legacy_layout(schema: str | None) -> _Layout:
     surface = Table(
         "surface",
         md,
+        *tenant(),
         Column("session_id", Text),
         Column("pos", BigInteger),
         Column("event_seq", BigInteger),
     )
-    return _Layout(sessions, events, surface, tenanted=False)
+    return _Layout(sessions, events, surface, tenanted=tenanted)
 
 
 def current_layout(schema: str | None) -> _Layout:
-    """This build's tables (also the layout of version 3, which only lacks an index)."""
+    """This build's tables."""
     t = tables_for(schema)
-    return _Layout(t.sessions, t.events, t.surface, tenanted=True)
+    return _Layout(t.sessions, t.events, t.surface, tenanted=True, keyed=True)
 
 
 def session_keys(engine: Engine, layout: _Layout, label: str) -> Iterator[tuple[str, str]]:
-    """Every ``(tenant, id)`` of a store in primary-key order, a keyset page per read."""
+    """Every ``(tenant, id)`` of a store, tenant by tenant, a keyset page per read."""
     s = layout.sessions
-    tenanted = layout.tenanted
-    key = (s.c.tenant, s.c.id) if tenanted else (s.c.id,)
-    query = select(layout.tenant(s), s.c.id).order_by(*key).limit(PAGE)
-    after: tuple[str, str] | None = None
+    order = layout.listing_order()
+    query = select(layout.tenant(s), s.c.id, *order).order_by(*order).limit(PAGE)
+    after: tuple[Any, ...] | None = None
     while True:
         page = query
         if after is not None:
-            page = page.where(tuple_(*key) > tuple_(*(after if tenanted else after[1:])))
+            page = page.where(tuple_(*order) > tuple_(*after))
         with translate_errors(database=label), read_tx(engine) as conn:
-            rows = [(str(t), str(i)) for t, i in conn.execute(page)]
-        yield from rows
+            rows = conn.execute(page).all()
+        yield from ((str(row[0]), str(row[1])) for row in rows)
         if len(rows) < PAGE:
             return
-        after = rows[-1]
+        after = tuple(rows[-1][2:])
 
 
 class Source:
@@ -188,8 +226,7 @@ class Source:
                 ensure_schema(engine, target, create=False)  # the whole gate
                 self.layout = current_layout(target)
             elif self.version in READABLE_VERSIONS:
-                tenanted = self.version >= TENANTED
-                self.layout = current_layout(target) if tenanted else _legacy_layout(target)
+                self.layout = _legacy_layout(target, self.version >= TENANTED)
                 _check_legacy_columns(engine, self.layout, self.version)
             else:
                 label = database_label(engine)
@@ -284,7 +321,7 @@ class Source:
                 )
             row_sum = 0
             nodes = select(sf.c.pos, sf.c.event_seq).where(
-                layout.own(sf, tenant), sf.c.session_id == session_id
+                layout.of_session(sf, tenant, session_id)
             )
             for pos, seq in conn.execute(nodes):
                 row_sum += node_digest(pos, seq)
@@ -330,7 +367,7 @@ class SourceSession:
         head = int(self._row.head_seq)
         query = (
             select(*event_columns(e))
-            .where(self._layout.own(e, self.tenant), e.c.session_id == self.session_id)
+            .where(self._layout.of_session(e, self.tenant, self.session_id))
             .order_by(e.c.seq)
             .limit(PAGE)
         )

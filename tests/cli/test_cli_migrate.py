@@ -16,7 +16,7 @@ from session_sql._store.backends import make_engine, write_tx
 from session_sql._store.schema import tables_for
 
 from ..legacy_schema import create_legacy_store, insert_legacy_session
-from ..store.store_builders import say, tool_turn
+from ..store.store_builders import key_of, say, tool_turn
 from .conftest import SCRIPT, Cli
 
 
@@ -53,7 +53,9 @@ def test_a_rerun_skips_and_json_reports(cli, demo):
 def test_a_session_that_cannot_be_copied_is_an_error_line_and_exit_1(cli, demo):
     with cli.store() as store, write_tx(store.engine) as conn:
         sf = tables_for(store.schema).surface
-        conn.execute(delete(sf).where(sf.c.session_id == demo.fork_id, sf.c.pos == 0))
+        conn.execute(
+            delete(sf).where(sf.c.session_key == key_of(store, demo.fork_id), sf.c.pos == 0)
+        )
 
     out = cli("migrate", "--to", _target(cli))
 
@@ -102,23 +104,33 @@ def test_a_missing_source_exits_1_and_creates_nothing(sqlite_cli):
     assert not (sqlite_cli.cwd / "new.db").exists()
 
 
-def test_a_schema_version_2_store_is_migrated(sqlite_cli):
+@pytest.mark.parametrize("version", [2, 4])
+def test_an_earlier_version_store_is_migrated(sqlite_cli, version):
+    tenant = "acme" if version >= 3 else ""
     engine = make_engine(sqlite_cli.url)
     try:
-        create_legacy_store(engine, "session_sql", 2)
+        create_legacy_store(engine, "session_sql", version)
         session = Session("old")
         tool_turn(session, 1)
-        insert_legacy_session(engine, None, 2, session.header, list(session.events))
+        insert_legacy_session(
+            engine, None, version, session.header, list(session.events), tenant=tenant
+        )
     finally:
         engine.dispose()
-    assert sqlite_cli("ls").code == 1  # the gate refuses to open it
+    refused = sqlite_cli("ls")
+    assert refused.code == 1  # the gate refuses to open it, and says what to run
+    assert f"schema version {version} is older" in refused.stderr
+    assert "session-sql migrate" in refused.stderr
 
     out = sqlite_cli("migrate", "--to", _target(sqlite_cli))
 
     assert out.code == 0, out.stderr
-    assert "schema version 2" in out.stdout and "1 copied" in out.stdout
-    listed = sqlite_cli("ls", "--url", _target(sqlite_cli))
+    assert f"schema version {version}," in out.stdout and "1 copied" in out.stdout
+    listed = sqlite_cli("ls", "--url", _target(sqlite_cli), "--tenant", tenant)
     assert listed.code == 0 and "old" in listed.stdout
+    with open_store(_target(sqlite_cli), tenant=tenant, create=False) as store:
+        assert [e.to_json() for e in store.events("old")] == [e.to_json() for e in session.events]
+        assert store.verify("old").ok
 
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")

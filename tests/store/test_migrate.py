@@ -1,26 +1,29 @@
 """``migrate`` (SPEC §11.4): every session of every tenant into a new store, verified, resumable.
 
 Each direction (SQLite and PostgreSQL, both ways and onto themselves) copies tenants that share
-session ids, forks, metadata and times; sources of schema versions 1 and 2 are built from
-those releases' DDL. An interruption (an exception inside a copy, or a process killed in the
-middle of a large session) is resumed by a rerun without duplicates; conflicting destinations
-and bad URLs are refused before anything is written.
+session ids, forks, metadata and times; sources of schema versions 1 to 4 are built from those
+releases' DDL and written as their writers wrote them. An interruption (an exception inside a
+copy, or a process killed in the middle of a large session) is resumed by a rerun without
+duplicates; conflicting destinations and bad URLs are refused before anything is written.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
+import math
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, event, func, select, text, update
+from sqlalchemy import Engine, Text, cast, column, delete, event, func, select, table, text, update
 
 import session_sql
 from session_sql import (
@@ -45,7 +48,7 @@ from session_sql._store.schema import tables_for
 
 from ..conftest import Backend
 from ..legacy_schema import create_legacy_store, insert_legacy_session
-from .store_builders import dump_tables, remove, say, summarize, tool_turn
+from .store_builders import dump_tables, key_of, remove, say, summarize, tool_turn
 
 TENANTS = ("", "acme", "globex")
 T0 = 1_700_000_000_000
@@ -294,31 +297,127 @@ def test_an_earlier_version_is_read_into_the_default_tenant(place, kind, version
     assert total_sessions(destination) == 3
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_a_version_3_store_is_read_with_its_tenants_and_metadata(place, kind):
-    """Version 3 had this build's tables and columns; only PostgreSQL's labels index is new.
-    A store of this build taken back to it (the index dropped, the version row set to 3) is
-    what that release wrote."""
-    source, destination = place(kind), place("sqlite")
-    fill(source)
-    expected = {tenant: snapshot(source, tenant) for tenant in TENANTS}
-    engine = make_engine(source.url)
-    t = tables_for(None if kind == "sqlite" else source.schema)
+def build_legacy(reference: Backend, where: Backend, version: int) -> None:
+    """A store of schema ``version`` (3 or 4) at ``where`` holding what ``reference``, a store
+    of this build, holds: every tenant's sessions, row for row as that release wrote them."""
+    engine = make_engine(where.url)
     try:
-        with write_tx(engine) as conn:
-            conn.execute(update(t.meta).where(t.meta.c.key == "schema_version").values(value="3"))
-            if kind == "postgresql":
-                conn.execute(text(f'DROP INDEX "{source.schema}".ix_sessions_labels'))
+        create_legacy_store(engine, where.schema, version)
+        for tenant in TENANTS:
+            with _open(reference, tenant, create=False) as store:
+                for info in store.iter_sessions():
+                    session = store.load_session(info.id)
+                    insert_legacy_session(
+                        engine,
+                        where.table_schema,
+                        version,
+                        session.header,
+                        list(store.events(info.id)),
+                        tenant=tenant,
+                        user_id=info.user_id,
+                        title=info.title,
+                        labels=info.labels,
+                        inherited_event_count=session.inherited_event_count,
+                        updated_at=info.updated_at,
+                    )
     finally:
         engine.dispose()
-    with pytest.raises(SchemaVersionError):
-        _open(source, create=False)
 
-    report = _run(source, destination)
 
-    assert report.ok and (report.source_version, report.tenants, report.copied) == (3, 3, 9)
+def data_texts(where: Backend, version: int) -> dict[tuple[str, str, int], str]:
+    """Every event's ``data`` as the database gives it back, respelled compactly (so key
+    order shows and whitespace does not), by ``(tenant, session id, seq)``."""
+    t = tables_for(where.table_schema)
+    s = t.sessions
+    if version < session_sql.SCHEMA_VERSION:  # tenant and session id in each row
+        names = ("tenant", "session_id", "seq", "data")
+        e = table("events", *(column(n) for n in names), schema=where.table_schema)
+        query = select(e.c.tenant, e.c.session_id, e.c.seq, cast(e.c.data, Text))
+    else:
+        e = t.events
+        query = select(s.c.tenant, s.c.id, e.c.seq, cast(e.c.data, Text)).join_from(
+            e, s, e.c.session_key == s.c.session_key
+        )
+    engine = make_engine(where.url)
+    try:
+        with engine.connect() as conn:
+            return {
+                (tenant, sid, seq): json.dumps(json.loads(data))
+                for tenant, sid, seq, data in conn.execute(query)
+            }
+    finally:
+        engine.dispose()
+
+
+def source_pages(source: Backend) -> tuple[dict[str, list[Any]], Callable[[], None]]:
+    """The paged statements (``LIMIT``) the source's tables get, by table, and how to stop
+    recording them."""
+    pages: dict[str, list[Any]] = {"sessions": [], "events": []}
+    url = make_engine(source.url).url
+    prefix = "" if source.name == "sqlite" else re.escape(f"{source.schema}.")
+
+    def on_statement(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if conn.engine.url != url or "LIMIT" not in statement:
+            return
+        for name, found in pages.items():
+            if re.search(rf"\bFROM {prefix}{name}\b", statement):
+                found.append(parameters)
+
+    event.listen(Engine, "before_cursor_execute", on_statement)
+    return pages, lambda: event.remove(Engine, "before_cursor_execute", on_statement)
+
+
+@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize(("source_kind", "destination_kind"), DIRECTIONS)
+def test_a_tenanted_earlier_version_is_copied_whole_in_pages_and_resumed(
+    place, source_kind, destination_kind, version, monkeypatch
+):
+    """Versions 3 and 4 key events and surface by tenant and session id. Their stores, built
+    from that release's DDL with what a store of this build holds (tenants sharing ids,
+    metadata, forks, a replacement and a removal), copy into this build identically, a page
+    of sessions and of events per statement; a rerun skips all of it."""
+    reference, source, destination = place(source_kind), place(source_kind), place(destination_kind)
+    fill(reference)
+    expected = {tenant: snapshot(reference, tenant) for tenant in TENANTS}
+    build_legacy(reference, source, version)
+    with pytest.raises(SchemaVersionError) as refused:
+        _open(source, create=False)  # the gate refuses it and says what to do
+    assert refused.value.actual == str(version)
+    assert f"schema version {version} is older" in str(refused.value)
+    assert "'session-sql migrate --from URL --to NEW_URL'" in str(refused.value)
+    monkeypatch.setattr(source_module, "PAGE", 2)
+    pages, stop = source_pages(source)
+    try:
+        report = _run(source, destination)
+    finally:
+        stop()
+
+    assert report.ok, report.failures
+    assert (report.source_version, report.tenants, report.sessions) == (version, 3, 9)
+    assert (report.copied, report.skipped) == (9, 0)
+    logs = [len(s["events"]) for t in TENANTS for s in expected[t].values()]
+    assert report.copied_events == report.events == sum(logs)
     for tenant in TENANTS:
-        assert snapshot(destination, tenant) == expected[tenant]
+        copied = snapshot(destination, tenant)
+        assert copied == expected[tenant]
+        assert copied["s2"]["info"]["parent_session"] == "s1"
+        assert copied["s1"]["info"]["title"] == f"renamed {tenant or 'default'}"
+        assert all(s["verify"] for s in copied.values())
+    # Streaming: 9 sessions listed two at a time; each log read two events per statement.
+    assert len(pages["sessions"]) == 5
+    assert len(pages["events"]) == sum(math.ceil(n / 2) for n in logs)
+    # The data goes in as the source gave it back: the release's text on SQLite; on
+    # PostgreSQL, version 4's JSONB (keys sorted) as read, which the json column then keeps.
+    read = data_texts(source, version)
+    assert data_texts(destination, session_sql.SCHEMA_VERSION) == read
+    if source_kind == "sqlite":
+        assert read == data_texts(reference, session_sql.SCHEMA_VERSION)
+    before = dump_tables_all_tenants(destination)
+
+    again = _run(source, destination)
+
+    assert again.ok and (again.copied, again.skipped, again.copied_events) == (0, 9, 0)
+    assert dump_tables_all_tenants(destination) == before
 
 
 @pytest.mark.parametrize("stored", ["0", str(session_sql.SCHEMA_VERSION + 1), "two", "02"])
@@ -413,12 +512,13 @@ KILLED = textwrap.dedent(
 def test_a_process_killed_inside_a_large_session_resumes(place, kind, tmp_path):
     source, destination = place("sqlite"), place(kind)
     with _open(source) as store:
-        for sid in ("a1", "a2", "a3", "z1"):
+        for sid in ("a1", "a2", "a3"):
             say(store.create_session(sid), f"hi {sid}")
         big = store.create_session("m-big")
         for turn in range(1, 101):
             tool_turn(big, turn)
         big_count = big.seq
+        say(store.create_session("z1"), "hi z1")  # after m-big, by id and by creation
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
     args = [source.url, destination.url, source.schema, destination.schema]
@@ -499,7 +599,7 @@ def test_each_kind_of_difference_is_refused(place, change):
             if change == "an event":
                 conn.execute(
                     update(e)
-                    .where(e.c.tenant == "", e.c.session_id == "s1", e.c.seq == 0)
+                    .where(e.c.session_key == key_of(store, "s1", ""), e.c.seq == 0)
                     .values(time=e.c.time + 1)
                 )
     if change == "other tenant":
@@ -597,7 +697,7 @@ def test_a_corrupt_source_session_fails_alone(place):
     sf = tables_for(None).surface
     with _open(source) as store, write_tx(store.engine) as conn:
         conn.execute(
-            delete(sf).where(sf.c.tenant == "acme", sf.c.session_id == "s1", sf.c.pos == 0)
+            delete(sf).where(sf.c.session_key == key_of(store, "s1", "acme"), sf.c.pos == 0)
         )
 
     report = _run(source, destination)
