@@ -110,13 +110,6 @@ def _insert_session(
                     for pos, seq in surface_rows[i : i + INSERT_CHUNK]
                 ],
             )
-        if event_rows and ctx.backend.listens:
-            # Wakes followers; delivered at commit, dropped on rollback.
-            payload = {
-                "b_channel": ctx.channel,
-                "b_payload": ctx.payload(session_id, int(row["head_seq"])),
-            }
-            conn.execute(ctx.statements.notify, payload)
         for i, part in enumerate(parts):
             heads, checks = _append_in(conn, ctx, dialect, part)
             if not whole([part], heads, checks):
@@ -124,6 +117,9 @@ def _insert_session(
                 # transaction rolls back.
                 classify([part], [h.rowcount for h in heads], at=first_short(checks))
                 raise _LostRaceError(i)
+    # After the commit: the wake-ups' transaction writes nothing (see Backend.wake).
+    woken = [(session_id, int(row["head_seq"]))] if event_rows else []
+    ctx.backend.wake(ctx, woken + [(p.session_id, p.head) for p in parts])
     return key
 
 

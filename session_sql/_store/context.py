@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -448,6 +448,12 @@ class StoreContext:
     def payload(self, session_id: str, head: int) -> str:
         """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON."""
         return following.payload(self.tenant, session_id, head)
+
+    def wake_notes(self, heads: Iterable[tuple[str, int]]) -> list[dict[str, str]]:
+        """``Statements.notify``'s parameters waking the followers of each ``(session id,
+        head)``."""
+        channel = str(self.channel)
+        return [{"b_channel": channel, "b_payload": self.payload(i, h)} for i, h in heads]
 
     def wakes(self, payload: str, session_id: str) -> bool:
         """Whether a NOTIFY ``payload`` is a commit to ``session_id`` of this store's tenant.

@@ -46,7 +46,9 @@ Action = Read | Wait | Sleep | Stop
 
 
 def payload(tenant: str, session_id: str, head: int) -> str:
-    """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON."""
+    """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON (ASCII;
+    a few kilobytes at most, as ids and tenants are 128 characters at most: under
+    PostgreSQL's 8,000-byte limit)."""
     return json.dumps([tenant, session_id, head], separators=(",", ":"))
 
 

@@ -112,9 +112,8 @@ def import_source(
                     inherited_event_count=folded.inherited,
                 )
             )
-            if folded.state.length:
-                # Wakes followers; delivered at commit, dropped on rollback.
-                ctx.backend.notify(conn, ctx, session_id, folded.state.length - 1)
+        if folded.state.length:  # after the commit (see Backend.wake)
+            ctx.backend.wake(ctx, [(session_id, folded.state.length - 1)])
         if analyze and folded.state.length >= ANALYZE_AFTER_IMPORTED_EVENTS:
             refresh_statistics(ctx)
     finally:

@@ -190,9 +190,9 @@ def surface_upkeep(
     index: int,
     checks: list[Check],
 ) -> None:
-    """Queue one part's surface statements and its ``NOTIFY`` (when the store has a channel)
-    on ``cur``, in the caller's pipeline or transaction. Inserted nodes get a cursor per batch,
-    whose count the caller checks (``checks``)."""
+    """Queue one part's surface statements on ``cur``, in the caller's pipeline or
+    transaction. Inserted nodes get a cursor per batch, whose count the caller checks
+    (``checks``). Followers are woken after the commit (``Backend.wake``), never inside it."""
     c = ctx.compiled
     for op, params in ops:
         if op is SurfaceOp.INSERT_NODES:
@@ -203,9 +203,6 @@ def surface_upkeep(
             cur.executemany(c.drop_node.sql, params)
         else:
             cur.execute(c.retarget_node.sql, params)
-    if ctx.backend.listens:
-        note = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
-        cur.execute(c.notify.sql, c.notify.bind(note))
 
 
 def first_short(checks: Sequence[Check]) -> int | None:

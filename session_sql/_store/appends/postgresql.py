@@ -10,6 +10,7 @@ maps those errors onto the same rule.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -38,6 +39,8 @@ from session_sql._store.appends import postgresql_async as pg_async
 from session_sql._store.backends.postgresql import PG_IDLE, pipeline
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
+
+_log = logging.getLogger("session_sql")
 
 COPY_MIN_ROWS: Final = 32
 """From this many events in one append transaction, PostgreSQL's events go in by ``COPY``."""
@@ -96,6 +99,7 @@ def _append_pipelined(
                 queue_rows(ctx, raw, cur, p, i, checks)
         if whole(parts, heads, checks):
             dbapi.commit()
+            wake(ctx, raw, dbapi, parts)
             return None
     except BaseException as exc:
         return abandon(raw, dbapi, parts, heads, exc)
@@ -115,8 +119,8 @@ def _append_bulk(
     driver, one counted ``INSERT … unnest``); then, when copying, each session's first batch of
     ``COPY_MIN_ROWS`` surface rows or more by ``COPY`` (the server checks a surface row's two
     foreign keys either way, but a statement per row costs it more than the row); then one
-    pipeline with the rest of the surface upkeep and ``NOTIFY``. The same transaction, checks
-    and outcomes (``appends.classify``) as the pipeline's.
+    pipeline with the rest of the surface upkeep. The same transaction, checks and outcomes
+    (``appends.classify``) as the pipeline's; followers are woken after the commit.
     """
     return on_pooled(ctx, lambda raw, dbapi: _bulk_transaction(ctx, raw, dbapi, parts, planned))
 
@@ -145,6 +149,7 @@ def _bulk_transaction(
             checks = _bulk_rows(ctx, raw, cur, planned, copying, running)
             if whole(parts, heads, checks):
                 dbapi.commit()
+                wake(ctx, raw, dbapi, parts)
                 return None
     except BaseException as exc:
         return abandon(raw, dbapi, parts, heads, exc, running[-1] if running else None)
@@ -218,7 +223,7 @@ def copy_statement(table: Table, columns: Sequence[str]) -> pgsql.Composed:
 def one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[Any]]]:
     """The statements of one session's append in PostgreSQL's one-round-trip form, each with
     the parameters it runs with (one execution per entry): the tenant setting, the guarded
-    head update, the event rows, the surface upkeep and ``NOTIFY``, in that order.
+    head update, the event rows and the surface upkeep, in that order.
 
     Nothing in it depends on a row count read by the client (see ``Statements``): a lost
     race fails the guard, a row past the head fails an insert, either way the whole
@@ -237,9 +242,6 @@ def one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[A
             out.append((c.drop_node, params))
         else:
             out.append((c.retarget_node, [params]))
-    if ctx.backend.listens:
-        payload = {"b_channel": ctx.channel, "b_payload": ctx.payload(part.session_id, part.head)}
-        out.append((c.notify, [c.notify.bind(payload)]))
     return out
 
 
@@ -249,7 +251,14 @@ def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPa
     the driver's fixed work (a transformer, the query's lookup) seven times over. An insert
     of several rows is one multi-row ``VALUES`` statement: one statement for the server to
     parse, and no arrays for the client to adapt (binding ``unnest`` arrays cost more than
-    the rows' own values)."""
+    the rows' own values).
+
+    When the store listens, the query ends ``COMMIT; SELECT pg_notify(...)``: the wake-up
+    runs in a transaction of its own after the append's, which writes nothing and so never
+    waits for a WAL flush. (``NOTIFY`` inside the append would hold PostgreSQL's one
+    database-wide notify lock across the append's durable commit, so that appends to
+    different sessions queued on it one flush at a time; docs/performance.md.) A first
+    error skips the rest of the query, the ``NOTIFY`` included."""
     statements: list[str] = []
     values: list[Any] = []
     for stmt, params in one_trip(ctx, part):
@@ -261,14 +270,49 @@ def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPa
             statements.extend([sql] * len(params))
         for one in params:
             values.extend(one if type(one) is tuple else [one[name] for name in names])
+    notes = ctx.wake_notes([(part.session_id, part.head)]) if ctx.backend.listens else []
+    if notes:
+        sql, names = ctx.compiled.notify.positional
+        statements.extend(["COMMIT", sql])
+        values.extend(notes[0][name] for name in names)
     return bind(";".join(statements), values)
 
 
+def wake(ctx: StoreContext, raw: Any, dbapi: Any, parts: Sequence[AppendPart]) -> None:
+    """Wake the followers of ``parts`` after their transaction committed, on its connection
+    ``raw`` (idle): one ``pg_notify`` per part in one transaction of its own, which writes
+    nothing (no WAL flush while it holds the notify lock). The appends are durable already,
+    so a failure here is logged, never raised: a follower that misses it finds the events at
+    its next poll (``following``)."""
+    if not ctx.backend.listens:
+        return
+    c = ctx.compiled
+    notes = [c.notify.bind(n) for n in ctx.wake_notes((p.session_id, p.head) for p in parts)]
+    if not notes:
+        return
+    try:
+        cur = raw.cursor()
+        with pipeline(raw.driver_connection):
+            cur.executemany(c.notify.sql, notes)
+        dbapi.commit()
+    except psycopg.Error as exc:
+        _log.warning("waking the followers after an append failed: %s", exc)
+        if getattr(dbapi, "broken", False) or raw.driver_connection.broken:
+            raw.invalidate()
+        else:
+            dbapi.rollback()
+
+
 def one_trip_outcome(exc: psycopg.Error, part: AppendPart) -> bool:
-    """What a failed one query means (nothing was written), by ``appends.classify``: its
-    statements run in order, so the guard's division by zero is the head update matching no
-    row, and any later error ran under the matched head. False for a lost race;
-    ``CorruptSessionError`` raised for a taken key; anything else re-raised."""
+    """What a failed one query means, by ``appends.classify``: its statements run in order,
+    so the guard's division by zero is the head update matching no row, and any later error
+    ran under the matched head (nothing was written). False for a lost race;
+    ``CorruptSessionError`` raised for a taken key; anything else re-raised, except an error
+    of PostgreSQL's notify code (``async.c``), which only the wake-up after the ``COMMIT`` can
+    raise: the append committed (True), and its followers find it at their next poll."""
+    if exc.diag.source_file == "async.c":
+        _log.warning("waking the followers after an append failed: %s", exc)
+        return True
     matched = 0 if isinstance(exc, psycopg.errors.DivisionByZero) else 1
     classify([part], [matched], at=0, error=exc)
     return False

@@ -195,8 +195,10 @@ class Backend(ABC):
         """``listener`` for the async store; ``call`` runs blocking store code its way."""
 
     @abstractmethod
-    def notify(self, conn: Connection, ctx: StoreContext, session_id: str, head: int) -> None:
-        """Wake the followers of ``session_id`` at commit (nothing when followers poll)."""
+    def wake(self, ctx: StoreContext, notes: Sequence[tuple[str, int]]) -> None:
+        """Wake the followers of each ``(session_id, head)`` after its commit (nothing when
+        followers poll). Never raises: the writes are durable already, and a follower that
+        misses a wake-up finds the events at its next poll."""
 
     # -- errors ------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import select as io_select
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -42,6 +43,7 @@ from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
 from sqlalchemy.util import await_
 
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PG_IDLE", "POSTGRESQL", "SET_TENANT", "PostgreSQLBackend", "is_quiet", "pipeline"]
 
+_log = logging.getLogger("session_sql")
 PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
 _PQ_OK: Final = psycopg.pq.ConnStatus.OK
 
@@ -449,10 +452,21 @@ class PostgreSQLBackend(Backend):
 
         return await AsyncListenConnection.open(ctx, session_id, call)
 
-    def notify(self, conn: Connection, ctx: StoreContext, session_id: str, head: int) -> None:
-        """``pg_notify`` on the store's channel: delivered at commit, dropped on rollback."""
-        payload = ctx.payload(session_id, head)
-        conn.execute(ctx.statements.notify, {"b_channel": ctx.channel, "b_payload": payload})
+    def wake(self, ctx: StoreContext, notes: Sequence[tuple[str, int]]) -> None:
+        """``pg_notify`` on the store's channel for each note, in a transaction of its own on
+        a pooled connection: it writes nothing, so its commit waits for no WAL flush while it
+        holds PostgreSQL's database-wide notify lock (which a ``NOTIFY`` inside the append
+        would hold across the append's durable commit)."""
+        rows = ctx.wake_notes(notes)
+        if not rows:
+            return
+        try:
+            with ctx.engine.connect() as conn:
+                for row in rows:
+                    conn.execute(ctx.statements.notify, row)
+                conn.commit()
+        except SQLAlchemyError as exc:
+            _log.warning("waking the followers after a commit failed: %s", exc)
 
     # -- errors ------------------------------------------------------------------------
 

@@ -341,7 +341,7 @@ class SQLiteBackend(Backend):
     ) -> AsyncListener | None:
         return None
 
-    def notify(self, conn: Connection, ctx: StoreContext, session_id: str, head: int) -> None:
+    def wake(self, ctx: StoreContext, notes: Sequence[tuple[str, int]]) -> None:
         return
 
     # -- errors ------------------------------------------------------------------------
