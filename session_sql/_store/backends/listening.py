@@ -280,7 +280,7 @@ class _Runner:
         LISTENing (the async engine's on a loop of this thread's own)."""
         ctx = self._ctx
 
-        def checkout() -> Any:
+        def checkout() -> tuple[Any, Any]:
             with translate_errors():
                 raw = ctx.engine.raw_connection()
                 try:
