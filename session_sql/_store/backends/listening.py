@@ -233,7 +233,7 @@ class _Runner:
         backoff = RECONNECT_START
         while not self._hub.stopping(self):
             try:
-                raw, driver = self._connect()
+                driver = self._connect()
             except BaseException as exc:
                 if not self.ready.done():
                     self._hub.failed(self)
@@ -253,7 +253,7 @@ class _Runner:
                 pass  # lost: reopen (the followers read at least every LISTEN_MAX meanwhile)
             finally:
                 self.pid = None
-                self._close(raw)
+                self._close(driver)
 
     def _pause(self, seconds: float) -> None:
         ready, _, _ = select.select([self._poke_r], [], [], seconds)
@@ -275,12 +275,12 @@ class _Runner:
                 if pgconn.status != psycopg.pq.ConnStatus.OK:
                     raise psycopg.OperationalError("the LISTEN connection was lost")
 
-    def _connect(self) -> tuple[Any, Any]:
-        """A pool connection (the proxy and its psycopg connection), detached, in autocommit,
-        LISTENing (the async engine's on a loop of this thread's own)."""
+    def _connect(self) -> Any:
+        """The psycopg connection of a pool connection, detached, in autocommit, LISTENing
+        (the async engine's checked out on a loop of this thread's own)."""
         ctx = self._ctx
 
-        def checkout() -> tuple[Any, Any]:
+        def checkout() -> Any:
             with translate_errors():
                 raw = ctx.engine.raw_connection()
                 try:
@@ -298,19 +298,20 @@ class _Runner:
                 except BaseException:
                     raw.close()
                     raise
-                return raw, driver
+                return driver
 
         if ctx.engine.dialect.is_async:
-            opened: tuple[Any, Any] = asyncio.run(greenlet_spawn(checkout))
-            return opened
+            return asyncio.run(greenlet_spawn(checkout))
         return checkout()
 
-    def _close(self, raw: Any) -> None:
+    def _close(self, driver: Any) -> None:
+        """Close the psycopg connection itself: a detached proxy's ``close`` does not reach an
+        async engine's."""
         with suppress(Exception):  # a lost connection may fail to close: it is gone anyway
-            if self._ctx.engine.dialect.is_async:
-                asyncio.run(greenlet_spawn(raw.close))
+            if isinstance(driver, psycopg.AsyncConnection):
+                asyncio.run(driver.close())
             else:
-                raw.close()  # detached: closes the driver connection, never pools it
+                driver.close()
 
 
 class HubListener:
