@@ -213,21 +213,27 @@ class _Runner:
         self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self.pid: int | None = None
         self._poke_r, self._poke_w = os.pipe()
+        self._pipe_lock = threading.Lock()
+        self._ended = False
         os.set_blocking(self._poke_w, False)
         self._thread = threading.Thread(target=self._run, name="session_sql-listen", daemon=True)
         self._thread.start()
 
     def poke(self) -> None:
         """Make the thread look at the hub now (a follower left, the store closed)."""
-        with suppress(OSError):  # the pipe is full (already poked) or closed (ended)
-            os.write(self._poke_w, b"x")
+        with self._pipe_lock:  # never a write to a closed descriptor, since reused
+            if not self._ended:
+                with suppress(BlockingIOError):  # the pipe is full: poked already
+                    os.write(self._poke_w, b"x")
 
     def _run(self) -> None:
         try:
             self._serve()
         finally:
-            os.close(self._poke_r)
-            os.close(self._poke_w)
+            with self._pipe_lock:
+                self._ended = True
+                os.close(self._poke_r)
+                os.close(self._poke_w)
 
     def _serve(self) -> None:
         backoff = RECONNECT_START
