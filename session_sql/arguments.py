@@ -113,8 +113,9 @@ def followers_option(
 ) -> int:
     """The bound on a store's listening followers: ``max_followers``, by default as many as
     the pool may open (``pool_size`` + ``max_overflow`` of ``engine_options``, else the
-    defaults given): however many followers its callers start, they add no more server
-    connections than the pool itself may open."""
+    defaults given), as many as can read through the pool at once when a commit wakes them.
+    (They share one listening connection: the bound catches leaked iterators, it no longer
+    guards the server's connections.)"""
     if max_followers is None:
         pool = engine_options.get("pool_size", pool_size)
         overflow = engine_options.get("max_overflow", max_overflow)

@@ -90,6 +90,7 @@ def close(ctx: StoreContext) -> None:
         # Without this the engine would quietly open a new pool on its next use.
         event.listen(engine, "do_connect", _refuse_closed)
     ctx.idle.close()
+    ctx.close_hub()
     engine.dispose()
 
 

@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Engine,
@@ -46,6 +46,9 @@ from session_sql._store.schema import (
 from session_sql.catalog import Catalog
 from session_sql.errors import PermanentStoreError
 from session_sql.session import Clock
+
+if TYPE_CHECKING:
+    from session_sql._store.backends.listening import ListenHub
 
 
 class Statements:
@@ -368,12 +371,13 @@ MISSING: Any = object()
 
 
 class FollowerSlots:
-    """The store's bound on followers holding a ``LISTEN`` connection (PostgreSQL).
+    """The store's bound on its ``follow`` iterators listening at once (PostgreSQL).
 
-    Each such follower has a server connection of its own, outside the pool: unbounded,
-    enough of them exhaust the server's ``max_connections`` and lock every client out.
-    One more than the bound fails at once rather than waiting, since a follower may hold
-    its slot for hours and a wait would only hide the leak or the misconfiguration.
+    They share one ``LISTEN`` connection (``ListenHub``), so the bound no longer guards the
+    server's connections: it catches leaked iterators, each of which keeps a registration
+    and reads through the pool at every commit to its session. One more than the bound
+    fails at once rather than waiting, since a follower may hold its slot for hours and a
+    wait would only hide the leak or the misconfiguration.
     """
 
     def __init__(self, limit: int) -> None:
@@ -393,8 +397,8 @@ class FollowerSlots:
                 raise PermanentStoreError(
                     f"this store already has {self.limit} followers listening "
                     f"(max_followers={self.limit}); end one (close its iterator), or open "
-                    "the store with a larger max_followers= — each holds a server "
-                    "connection of its own, outside the pool"
+                    "the store with a larger max_followers= (they share one LISTEN "
+                    "connection; each reads through the pool)"
                 )
             self._held += 1
 
@@ -429,8 +433,10 @@ class StoreContext:
         self.channel = channel
         """The NOTIFY channel when the backend ``listens`` (PostgreSQL), else ``None``."""
         self.followers = FollowerSlots(max_followers)
-        """Bounds the followers' own ``LISTEN`` connections (SQLite's followers poll through
-        the pool and need none)."""
+        """Bounds the followers listening at once (SQLite's followers poll through the pool
+        and are not counted)."""
+        self._hub: ListenHub | None = None
+        self._hub_lock = threading.Lock()
         self.tenant = tenant
         """Every row this store reads or writes is this tenant's."""
         self.statements = Statements(tables, backend=self.backend, tenant=tenant)
@@ -463,6 +469,23 @@ class StoreContext:
         """
         parsed = following.parse_payload(payload)
         return parsed is not None and parsed[:2] == (self.tenant, session_id)
+
+    def hub(self) -> ListenHub:
+        """The store's one LISTEN connection and its followers (PostgreSQL), made on first use."""
+        with self._hub_lock:
+            if self._hub is None:
+                # Imported here: it needs psycopg, which an SQLite store never imports.
+                from session_sql._store.backends.listening import ListenHub  # noqa: PLC0415
+
+                self._hub = ListenHub(self)
+            return self._hub
+
+    def close_hub(self) -> None:
+        """The store closes: end the LISTEN connection and wake its followers, if any."""
+        with self._hub_lock:
+            hub = self._hub
+        if hub is not None:
+            hub.close()
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:

@@ -27,7 +27,7 @@ from session_sql import (
     open_async_store,
     open_store,
 )
-from session_sql._store.backends.listening import ListenConnection
+from session_sql._store.backends.listening import HubListener
 
 from .async_facade import SyncFacade
 from .store_builders import dump_tables, refused, reply, say, tables
@@ -222,7 +222,7 @@ def test_a_follower_never_wakes_for_another_tenant(backend) -> None:
     b = open_store(backend.url, schema=backend.schema, tenant="b")
     try:
         ha, hb, other = a.create_session("s1"), b.create_session("s1"), a.create_session("s2")
-        listener = ListenConnection(a._ctx, "s1")
+        listener = HubListener(a._ctx, "s1")
         try:
             say(hb, "b")
             say(other, "a, another session")

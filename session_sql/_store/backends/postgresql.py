@@ -438,9 +438,9 @@ class PostgreSQLBackend(Backend):
     def listener(self, ctx: StoreContext, session_id: str) -> Listener | None:
         # Imported here: the listeners translate errors with the package's wrapper, which
         # dispatches to this module.
-        from session_sql._store.backends.listening import ListenConnection  # noqa: PLC0415
+        from session_sql._store.backends.listening import HubListener  # noqa: PLC0415
 
-        return ListenConnection(ctx, session_id)
+        return HubListener(ctx, session_id)
 
     async def async_listener(
         self,
@@ -448,9 +448,9 @@ class PostgreSQLBackend(Backend):
         session_id: str,
         call: Callable[[Callable[[], Any]], Awaitable[Any]],
     ) -> AsyncListener | None:
-        from session_sql._store.backends.listening import AsyncListenConnection  # noqa: PLC0415
+        from session_sql._store.backends.listening import AsyncHubListener  # noqa: PLC0415
 
-        return await AsyncListenConnection.open(ctx, session_id, call)
+        return await AsyncHubListener.open(ctx, session_id)
 
     def wake(self, ctx: StoreContext, notes: Sequence[tuple[str, int]]) -> None:
         """``pg_notify`` on the store's channel for each note, in a transaction of its own on
