@@ -4,7 +4,9 @@ The statements are SQLAlchemy Core statements over the store's own tables (``tab
 compiled once per dialect and executed with stdlib ``sqlite3`` or raw psycopg, so no per-row
 SQLAlchemy cost is measured; the SQLite connection runs the engine's ``sqlite_pragmas``. The
 baseline writes the same event rows and a conditional session-row update, without validation
-and without surface upkeep.
+and without surface upkeep. As the store, it creates a session with one row insert that
+returns its ``session_key``, writes events under that key, and reads a session by its public
+id through the key's lookup in ``sessions``.
 """
 
 from __future__ import annotations
@@ -57,17 +59,21 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
     t = tables_for(schema)
     s, e, sf = t.sessions, t.events, t.surface
     tn = bindparam("b_tenant", type_=Text)
-    on_event = (
-        (e.c.tenant == sf.c.tenant)
-        & (e.c.session_id == sf.c.session_id)
-        & (e.c.seq == sf.c.event_seq)
-    )
+    # The session's key, found by its public id in the statement itself, as the store's reads do.
+    own = select(s.c.session_key).where(s.c.tenant == tn, s.c.id == bindparam("b_id"))
+    key = own.scalar_subquery()
+    on_event = (e.c.session_key == sf.c.session_key) & (e.c.seq == sf.c.event_seq)
 
     def sql_text(stmt: Any) -> str:
         return str(stmt.compile(dialect=_DIALECTS[backend]))
 
     return RawStatements(
-        insert_session=sql_text(insert(s).values({c.name: bindparam(c.name) for c in s.c})),
+        # The key is assigned by the database (an identity, the SQLite rowid) and returned.
+        insert_session=sql_text(
+            insert(s)
+            .values({c.name: bindparam(c.name) for c in s.c if c.name != "session_key"})
+            .returning(s.c.session_key)
+        ),
         # Generated columns (events.call_id) are computed by the database, never written.
         insert_event=sql_text(
             insert(e).values({c.name: bindparam(c.name) for c in e.c if c.computed is None})
@@ -84,13 +90,13 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
         surface_data=sql_text(
             select(cast(e.c.data, Text))
             .select_from(sf.join(e, on_event))
-            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
+            .where(sf.c.session_key == key)
             .order_by(sf.c.pos)
         ),
         surface_tail=sql_text(
             select(cast(e.c.data, Text))
             .select_from(sf.join(e, on_event))
-            .where(sf.c.tenant == tn, sf.c.session_id == bindparam("b_id"))
+            .where(sf.c.session_key == key)
             .order_by(sf.c.pos.desc())
             .limit(bindparam("b_limit"))
             .offset(bindparam("b_offset"))  # named: SQLite compiles an OFFSET with any LIMIT
@@ -105,7 +111,7 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
                 e.c.surface_op,
                 e.c.ignorable,
             )
-            .where(e.c.tenant == tn, e.c.session_id == bindparam("b_id"))
+            .where(e.c.session_key == key)
             .order_by(e.c.seq)
         ),
     )
@@ -135,7 +141,7 @@ def _session_row(tenant: str, session_id: str) -> dict[str, Any]:
 
 
 def _event_rows(
-    tenant: str, session_id: str, head: int, items: list[Item], now: int
+    tenant: str, session_key: int, head: int, items: list[Item], now: int
 ) -> list[dict[str, Any]]:
     rows = []
     for i, item in enumerate(items):
@@ -143,8 +149,8 @@ def _event_rows(
         sources = item.get("source_event_seqs")
         rows.append(
             {
+                "session_key": session_key,
                 "tenant": tenant,
-                "session_id": session_id,
                 "seq": head + 1 + i,
                 "type": item["type"],
                 "time": now,
@@ -177,15 +183,19 @@ class RawSQLite:
         for pragma in sqlite_pragmas(synchronous):
             self.conn.execute(pragma)
         self.sql = raw_statements("sqlite", None)
+        self.keys: dict[str, int] = {}
+        """The ``session_key`` of each session this baseline created, by public id."""
 
     def new_session(self) -> str:
         sid = "raw-" + uuid.uuid4().hex
-        self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
+        # fetchall: the statement runs to its end, so its autocommit transaction ends too.
+        rows = self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
+        self.keys[sid] = int(rows.fetchall()[0][0])
         return sid
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
         now = time.time_ns() // 1_000_000
-        rows = _event_rows(self.tenant, session_id, head, items, now)
+        rows = _event_rows(self.tenant, self.keys[session_id], head, items, now)
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         c.execute(self.sql.advance, _advance(self.tenant, session_id, head, len(items), now))
@@ -224,16 +234,19 @@ class RawPostgres:
         self.tenant = tenant
         self.conn = psycopg.connect(conninfo)
         self.sql = raw_statements("postgresql", schema)
+        self.keys: dict[str, int] = {}
+        """The ``session_key`` of each session this baseline created, by public id."""
 
     def new_session(self) -> str:
         sid = "raw-" + uuid.uuid4().hex
         with self.conn.transaction():
-            self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
+            row = self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
+            self.keys[sid] = int(row.fetchall()[0][0])
         return sid
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
         now = time.time_ns() // 1_000_000
-        rows = _event_rows(self.tenant, session_id, head, items, now)
+        rows = _event_rows(self.tenant, self.keys[session_id], head, items, now)
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute(self.sql.advance, _advance(self.tenant, session_id, head, len(items), now))
             if len(rows) == 1:

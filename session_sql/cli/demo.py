@@ -571,21 +571,22 @@ def explore_queries(session_id: str) -> list[tuple[str, str]]:
         (
             "Messages that are in the log but no longer on the surface (shadowed)",
             "SELECT e.seq, e.type, length(CAST(e.data AS TEXT)) AS bytes\n"
-            "FROM events e\n"
-            f"WHERE e.session_id = {sid}\n"
+            "FROM events e JOIN sessions s ON s.session_key = e.session_key\n"
+            f"WHERE s.id = {sid}\n"
             "  AND e.type IN ('user/message', 'assistant/message', 'tool/result')\n"
-            "  AND NOT EXISTS (SELECT 1 FROM surface s\n"
-            "                  WHERE s.session_id = e.session_id AND s.event_seq = e.seq)\n"
+            "  AND NOT EXISTS (SELECT 1 FROM surface f\n"
+            "                  WHERE f.session_key = e.session_key AND f.event_seq = e.seq)\n"
             "ORDER BY e.seq;",
         ),
         (
             "Tokens per session and model (a fork's inherited events are counted once)",
-            "SELECT e.session_id, e.data -> 'message' -> 'source' ->> 'model' AS model,\n"
+            "SELECT s.id AS session_id,\n"
+            "       e.data -> 'message' -> 'source' ->> 'model' AS model,\n"
             "       SUM(CAST(e.data -> 'usage' ->> 'inputTokens' AS BIGINT)) AS input_tokens,\n"
             "       SUM(CAST(e.data -> 'usage' ->> 'outputTokens' AS BIGINT)) AS output_tokens\n"
-            "FROM events e JOIN sessions s ON s.id = e.session_id\n"
+            "FROM events e JOIN sessions s ON s.session_key = e.session_key\n"
             "WHERE e.type = 'assistant/message' AND e.seq >= s.inherited_event_count\n"
-            "GROUP BY e.session_id, e.data -> 'message' -> 'source' ->> 'model'\n"
-            "ORDER BY e.session_id;",
+            "GROUP BY s.session_key, s.id, e.data -> 'message' -> 'source' ->> 'model'\n"
+            "ORDER BY s.id;",
         ),
     ]

@@ -146,10 +146,11 @@ def database_rows(store: SessionStore) -> tuple[Any, ...]:
             .order_by(t.sessions.c.id)
         ).all()
         events = conn.execute(select(func.count()).select_from(t.events)).scalar_one()
+        s, sf = t.sessions, t.surface
         surface = conn.execute(
-            select(t.surface.c.session_id, t.surface.c.pos, t.surface.c.event_seq).order_by(
-                t.surface.c.session_id, t.surface.c.pos
-            )
+            select(s.c.id, sf.c.pos, sf.c.event_seq)
+            .join_from(sf, s, sf.c.session_key == s.c.session_key)
+            .order_by(s.c.id, sf.c.pos)
         ).all()
     return tuple(sessions), events, tuple(surface)
 

@@ -174,7 +174,10 @@ def test_an_analyst_reads_events_sessions_and_surface_messages_and_writes_nothin
         with analyst.connect() as conn:
             assert (
                 conn.execute(
-                    text(f"SELECT count(*) FROM {q}.events WHERE session_id = :s"),
+                    text(
+                        f"SELECT count(*) FROM {q}.events e JOIN {q}.sessions s"
+                        " ON s.session_key = e.session_key WHERE s.id = :s"
+                    ),
                     {"s": HOSTILE_ID},
                 ).scalar_one()
                 == 1
@@ -190,8 +193,8 @@ def test_an_analyst_reads_events_sessions_and_surface_messages_and_writes_nothin
             "VALUES ('x', 0, 0, 0, '{}', -1, 0, 0, 0)",
             f"UPDATE {q}.sessions SET head_seq = 7",
             f"DELETE FROM {q}.sessions",
-            f"INSERT INTO {q}.events (session_id, seq, type, time, data) "
-            "VALUES ('x', 0, 't', 0, '{}')",
+            f"INSERT INTO {q}.events (session_key, seq, type, time, data) "
+            f"VALUES ((SELECT session_key FROM {q}.sessions), 1, 't', 0, '{{}}')",
             f"UPDATE {q}.events SET data = '{{}}'",
             f"DELETE FROM {q}.events",
             f"DELETE FROM {q}.surface",

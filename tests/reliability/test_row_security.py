@@ -48,6 +48,16 @@ def _count(url: str, schema: str, table: str, tenant: str | None) -> dict[str, i
     return counts
 
 
+def _scalar(url: str, sql: str) -> Any:
+    """One value, read with raw SQL as the role of ``url``."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text(sql)).scalar_one()
+    finally:
+        engine.dispose()
+
+
 async def _async_listing(url: str, schema: str, tenant: str) -> None:
     async with open_async_store(url, schema=schema, tenant=tenant) as store:
         assert [i.title for i in await store.list_sessions()] == [tenant]
@@ -100,6 +110,7 @@ def test_a_tenant_role_sees_and_writes_only_its_tenants_rows(
 
     # A tenant role cannot write a row of another tenant, nor move a row to one.
     q = f'"{schema}"'
+    b_key = _scalar(owner_url, f"SELECT session_key FROM {q}.sessions WHERE tenant = 'b'")
     engine = create_engine(a_url, poolclass=NullPool)
     try:
         for statement in (
@@ -107,8 +118,8 @@ def test_a_tenant_role_sees_and_writes_only_its_tenants_rows(
             "inherited_event_count, header, head_seq, surface_next_pos, replace_generation, "
             "surface_digest, updated_at, incarnation) "
             "VALUES ('b', 'x', 0, 0, 0, '{}', -1, 0, 0, 0, 0, 'i')",
-            f"INSERT INTO {q}.events (tenant, session_id, seq, type, time, data) "
-            "VALUES ('b', 's1', 99, 't', 0, '{}')",
+            f"INSERT INTO {q}.events (tenant, session_key, seq, type, time, data) "
+            f"VALUES ('b', {b_key}, 99, 't', 0, '{{}}')",
             f"UPDATE {q}.sessions SET tenant = 'b' WHERE id = 's1'",
         ):
             with pytest.raises(DBAPIError) as raised, engine.begin() as conn:
