@@ -27,6 +27,7 @@ from .store_builders import (
     answer,
     chunk,
     execute,
+    key_of,
     recorded,
     refused,
     say,
@@ -186,7 +187,12 @@ def test_open_refuses_a_surface_event_that_may_not_be_there(store):
     long_session(store, "s1", 5)
     sf = tables(store).surface
     # A chunk (seq 4 of the tool turn) put on the surface by hand.
-    execute(store, update(sf).where(sf.c.session_id == "s1", sf.c.pos == 3).values(event_seq=4))
+    execute(
+        store,
+        update(sf)
+        .where(sf.c.session_key == key_of(store, "s1"), sf.c.pos == 3)
+        .values(event_seq=4),
+    )
     with refused(store, CorruptSessionError):
         store.open_session("s1")
 
@@ -229,7 +235,10 @@ def test_an_open_refuses_a_row_changed_since_an_earlier_open(store, edit):
     node = writer.surface.nodes[0]  # not the head: only the surface read finds it
     store.open_session("s1")
     e = tables(store).events
-    execute(store, update(e).where(e.c.session_id == "s1", e.c.seq == node).values(**edit))
+    execute(
+        store,
+        update(e).where(e.c.session_key == key_of(store, "s1"), e.c.seq == node).values(**edit),
+    )
     with refused(store, CorruptSessionError) as info:
         store.open_session("s1")
     assert info.value.seq == node

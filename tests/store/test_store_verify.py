@@ -32,6 +32,7 @@ from .store_builders import (
     answer,
     dump_tables,
     execute,
+    key_of,
     recorded,
     refused,
     say,
@@ -85,7 +86,9 @@ Edit = Callable[[SessionStore, str], None]
 
 def _surface(store: SessionStore, sid: str, where: Any, **values: Any) -> None:
     sf = tables(store).surface
-    execute(store, update(sf).where(sf.c.session_id == sid, where(sf)).values(**values))
+    execute(
+        store, update(sf).where(sf.c.session_key == key_of(store, sid), where(sf)).values(**values)
+    )
 
 
 def _move_surface_row(store: SessionStore, sid: str) -> None:
@@ -98,7 +101,7 @@ def _retarget_surface_row(store: SessionStore, sid: str) -> None:
 
 def _drop_surface_row(store: SessionStore, sid: str) -> None:
     sf = tables(store).surface
-    execute(store, delete(sf).where(sf.c.session_id == sid, sf.c.event_seq == 10))
+    execute(store, delete(sf).where(sf.c.session_key == key_of(store, sid), sf.c.event_seq == 10))
 
 
 def _add_surface_row(store: SessionStore, sid: str) -> None:
@@ -118,7 +121,7 @@ def _session_column(column: str, delta: int) -> Edit:
 def _delete_event(seq: int) -> Edit:
     def edit(store: SessionStore, sid: str) -> None:
         e = tables(store).events
-        execute(store, delete(e).where(e.c.session_id == sid, e.c.seq == seq))
+        execute(store, delete(e).where(e.c.session_key == key_of(store, sid), e.c.seq == seq))
 
     return edit
 

@@ -31,6 +31,7 @@ from .store_builders import (
     event_rows,
     execute,
     failing_trigger,
+    key_of,
     refused,
     reply,
     say,
@@ -395,16 +396,19 @@ def test_a_batch_refuses_rows_already_past_the_head(store, size):
     handle = store.create_session("s1")
     say(handle)
     e = tables(store).events
-    stray = {"session_id": "s1", "seq": 1 + size - 1, "type": "todo/write", "time": 0}
+    stray = {
+        "session_key": key_of(store, "s1"),
+        "seq": 1 + size - 1,
+        "type": "todo/write",
+        "time": 0,
+    }
     execute(store, e.insert().values(**stray, tenant=store.tenant, data=[]))
     batch = [{"type": "todo/write", "data": {"i": i}} for i in range(size)]
     with refused(store, CorruptSessionError, handle, match="past the session's head"):
         handle.append_many(batch)
     execute(
         store,
-        e.delete().where(
-            e.c.tenant == store.tenant, e.c.session_id == "s1", e.c.seq == stray["seq"]
-        ),
+        e.delete().where(e.c.session_key == key_of(store, "s1"), e.c.seq == stray["seq"]),
     )
     assert [ev.seq for ev in handle.append_many(batch)] == list(range(1, 1 + size))
     assert [r.data for r in event_rows(store, "s1")[1:]] == [{"i": i} for i in range(size)]
@@ -419,7 +423,12 @@ def test_a_batch_refuses_surface_rows_already_past_the_head(store, size):
     say(handle)
     off = handle.append("todo/write", {"off": "the surface"}).seq
     sf = tables(store).surface
-    stray = {"tenant": store.tenant, "session_id": "s1", "pos": size, "event_seq": off}
+    stray = {
+        "tenant": store.tenant,
+        "session_key": key_of(store, "s1"),
+        "pos": size,
+        "event_seq": off,
+    }
     execute(store, sf.insert().values(**stray))
     batch = [
         {"type": "user/message", "data": user_message(f"m{i}", id=f"m{i}"), "surface_op": "append"}
@@ -427,7 +436,7 @@ def test_a_batch_refuses_surface_rows_already_past_the_head(store, size):
     ]
     with refused(store, CorruptSessionError, handle, match="past the session's head"):
         handle.append_many(batch)
-    execute(store, sf.delete().where(sf.c.session_id == "s1", sf.c.pos == size))
+    execute(store, sf.delete().where(sf.c.session_key == key_of(store, "s1"), sf.c.pos == size))
     assert [ev.seq for ev in handle.append_many(batch)] == list(range(2, 2 + size))
     assert_consistent(store, handle)
 
