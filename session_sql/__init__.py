@@ -41,6 +41,7 @@ from session_sql.jsonl import jsonl_file_name
 from session_sql.jsonvalue import snapshot_json, thaw
 from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
+from session_sql.retrying import RetryPolicy, retry_on_conflict, retry_on_conflict_async
 from session_sql.session import EventsView, Session
 from session_sql.surface import Surface, SurfaceFold, fold_surface
 
@@ -118,6 +119,7 @@ __all__ = [
     "ReadOnlyError",
     "ReentrantAppendError",
     "Replace",
+    "RetryPolicy",
     "SCHEMA_VERSION",
     "SESSION_FORMAT_VERSION",
     "SchemaMismatchError",
@@ -150,6 +152,8 @@ __all__ = [
     "migrate",
     "open_async_store",
     "open_store",
+    "retry_on_conflict",
+    "retry_on_conflict_async",
     "snapshot_json",
     "thaw",
 ]

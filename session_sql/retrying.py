@@ -1,0 +1,120 @@
+"""Appending to a session that several writers share: retry lost races with jittered backoff.
+
+Appends are optimistic (rule 14): a handle that is behind gets ``ConcurrencyError`` and
+nothing is written. Under contention, losers that refresh and retry at once collide again (the
+next winner commits while they read), so a naive loop retries in storms. Waiting a random time
+in an exponentially growing window ("full jitter") spreads the retries out, so the writers take
+turns; the window resets after every success.
+
+The action decides again on each attempt: it is called with the refreshed handle and must
+build its events from what the handle now holds (an event that depends on the log, e.g. a
+reply to the last message, is recomputed rather than re-sent blindly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from session_sql.errors import ConcurrencyError, InvalidArgumentError
+
+__all__ = ["RetryPolicy", "retry_on_conflict", "retry_on_conflict_async"]
+
+T = TypeVar("T")
+H = TypeVar("H", bound="_Refreshable")
+A = TypeVar("A", bound="_AsyncRefreshable")
+
+
+class _Refreshable(Protocol):
+    def refresh(self) -> object: ...
+
+
+class _AsyncRefreshable(Protocol):
+    def refresh(self) -> Awaitable[object]: ...
+
+
+class RetryPolicy:
+    """How long to wait before each retry: a uniform draw in ``[0, window]``, where the window
+    starts at ``first_delay`` seconds and doubles per lost race up to ``max_delay``; after
+    ``attempts`` calls in all, the last ``ConcurrencyError`` is raised."""
+
+    __slots__ = ("_random", "attempts", "first_delay", "max_delay")
+
+    def __init__(
+        self,
+        *,
+        attempts: int = 16,
+        first_delay: float = 0.002,
+        max_delay: float = 0.25,
+        rng: random.Random | None = None,
+    ) -> None:
+        if attempts < 1:
+            raise InvalidArgumentError(f"attempts must be at least 1, not {attempts!r}")
+        if not 0 <= first_delay <= max_delay:
+            raise InvalidArgumentError(
+                f"need 0 <= first_delay <= max_delay, not {first_delay!r} and {max_delay!r}"
+            )
+        self.attempts = attempts
+        self.first_delay = first_delay
+        self.max_delay = max_delay
+        self._random = rng or random.Random()
+
+    def delay(self, lost: int) -> float:
+        """The pause after the ``lost``-th lost race in a row (1-based)."""
+        window = min(self.max_delay, self.first_delay * 2 ** (lost - 1))
+        return self._random.uniform(0, window)
+
+
+DEFAULT_POLICY = RetryPolicy()
+
+
+def retry_on_conflict(
+    handle: H,
+    action: Callable[[H], T],
+    *,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    on_conflict: Callable[[ConcurrencyError], None] | None = None,
+) -> T:
+    """Call ``action(handle)``; when it loses a race (``ConcurrencyError``), wait, refresh the
+    handle and call it again, up to ``policy.attempts`` calls. Returns what the action returns.
+
+    ``on_conflict`` is told of each lost race (to count them). Other errors propagate at once.
+    """
+    lost = 0
+    while True:
+        try:
+            return action(handle)
+        except ConcurrencyError as exc:
+            lost += 1
+            if on_conflict is not None:
+                on_conflict(exc)
+            if lost >= policy.attempts:
+                raise
+            time.sleep(policy.delay(lost))
+            handle.refresh()
+
+
+async def retry_on_conflict_async(
+    handle: A,
+    action: Callable[[A], Awaitable[T]],
+    *,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    on_conflict: Callable[[ConcurrencyError], None] | None = None,
+) -> T:
+    """``retry_on_conflict`` for an async handle: ``await action(handle)``, sleeping with
+    ``asyncio.sleep`` between attempts (the event loop keeps running)."""
+    lost = 0
+    while True:
+        try:
+            return await action(handle)
+        except ConcurrencyError as exc:
+            lost += 1
+            if on_conflict is not None:
+                on_conflict(exc)
+            if lost >= policy.attempts:
+                raise
+            await asyncio.sleep(policy.delay(lost))
+            await handle.refresh()
