@@ -26,13 +26,16 @@ def _state(store) -> dict[str, object]:
 
 
 def _without(state: dict[str, object], session_id: str) -> dict[str, object]:
-    """``state`` less the rows of ``session_id``."""
+    """``state`` less the rows of ``session_id``: its ``sessions`` row and the ``events`` and
+    ``surface`` rows that carry its ``session_key``."""
+    sessions = state["sessions"]
+    assert isinstance(sessions, list)
+    keys = {row["session_key"] for row in sessions if row["id"] == session_id}
+    assert keys, f"no session {session_id!r} in the state"
     kept: dict[str, object] = {}
     for name, rows in state.items():
         assert isinstance(rows, list)
-        kept[name] = [
-            row for row in rows if session_id not in (row.get("id"), row.get("session_id"))
-        ]
+        kept[name] = [row for row in rows if row.get("session_key") not in keys]
     return kept
 
 

@@ -14,6 +14,8 @@ from sqlalchemy import delete, update
 from session_sql import jsonl_file_name, thaw
 from session_sql._store.schema import tables_for
 
+from ..store.store_builders import key_of
+
 NOT_FOUND = (
     "session-sql: error: session {!r} not found: no session id is or starts with it "
     "(see 'session-sql ls')"
@@ -251,9 +253,8 @@ def test_verify_reports_ok_and_failures(cli, demo, store):
 
     surface = tables_for(store.schema).surface
     with store.engine.begin() as conn:  # break the side table behind the library's back
-        conn.execute(
-            delete(surface).where(surface.c.session_id == demo.fork_id, surface.c.pos == 1)
-        )
+        fork = surface.c.session_key == key_of(store, demo.fork_id)
+        conn.execute(delete(surface).where(fork, surface.c.pos == 1))
     shown = cli("show", demo.fork_id, "--surface")
     assert shown.code == 1
     assert shown.error_lines == [

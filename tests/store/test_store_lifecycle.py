@@ -22,6 +22,7 @@ from session_sql import (
 )
 
 from .store_builders import (
+    Dump,
     begin_step,
     begin_turn,
     call_tool,
@@ -35,6 +36,7 @@ from .store_builders import (
     say,
     session_row,
     surface_table,
+    tables,
     tool_turn,
     tool_turn_log,
     view,
@@ -43,6 +45,21 @@ from .store_builders import (
 
 # The same tests drive the async API (tests/store/async_facade.py).
 BOTH_APIS = True
+
+
+def without_session(store: SessionStore, dump: Dump, session_id: str) -> Dump:
+    """``dump`` (from ``dump_tables``) without the rows of ``session_id``: its ``sessions`` row
+    and the ``events`` and ``surface`` rows that carry its ``session_key``."""
+    t = tables(store)
+    columns = {table.name: [c.name for c in table.c] for table in (t.sessions, t.events, t.surface)}
+    sessions = columns["sessions"]
+    key, ident = sessions.index("session_key"), sessions.index("id")
+    keys = {row[key] for row in dump["sessions"] if row[ident] == session_id}
+    assert keys, f"no session {session_id!r} in the dump"
+    return {
+        name: [row for row in rows if row[columns[name].index("session_key")] not in keys]
+        for name, rows in dump.items()
+    }
 
 
 def assert_verified(store: SessionStore, *session_ids: str) -> None:
@@ -148,8 +165,7 @@ def test_fork_of_a_closed_log_is_the_parent_plus_the_marker(store):
     before = dump_tables(store)
     child = store.fork_session("p", child_id="c")
     after = dump_tables(store)
-    for table, rows in before.items():  # only the child's rows were added
-        assert [r for r in after[table] if r[1] != "c"] == rows
+    assert without_session(store, after, "c") == before  # only the child's rows were added
     stored = wires(store.events("c"))
     assert stored[:-1] == wires(parent.events)
     assert stored[-1]["type"] == "session/end-seed"
@@ -252,9 +268,7 @@ def test_delete_cascades_to_events_and_surface_only_of_that_session(store):
     keep = store.create_session("keep", seed=tool_turn_log())
     store.create_session("gone", seed=tool_turn_log(2))
     child = store.fork_session("gone", child_id="child")
-    kept_rows = {
-        table: [r for r in rows if r[1] != "gone"] for table, rows in dump_tables(store).items()
-    }
+    kept_rows = without_session(store, dump_tables(store), "gone")
     store.delete_session("gone")
     assert dump_tables(store) == kept_rows
     assert event_rows(store, "gone") == [] and surface_table(store, "gone") == []
@@ -269,7 +283,8 @@ RECREATED = r"was deleted \(and recreated\) since this handle opened it"
 
 
 def test_a_handle_on_a_recreated_session_refuses_to_append(backend, tmp_path):
-    """Exported, deleted and imported back: every column but the incarnation is equal."""
+    """Exported, deleted and imported back: every column but the incarnation and the
+    session_key is equal (both are new for each creation; a key is never reused)."""
     with open_store(backend.url, schema=backend.schema, clock=lambda: 1_000) as store:
         old = store.create_session("s")
         say(old)
@@ -279,7 +294,9 @@ def test_a_handle_on_a_recreated_session_refuses_to_append(backend, tmp_path):
         store.import_jsonl(tmp_path / "s.jsonl")
         again = session_row(store, "s")
         assert again.incarnation != row.incarnation
-        assert {**again._asdict(), "incarnation": 0} == {**row._asdict(), "incarnation": 0}
+        assert again.session_key != row.session_key
+        fresh = {"incarnation": 0, "session_key": 0}
+        assert {**again._asdict(), **fresh} == {**row._asdict(), **fresh}
         with refused(store, SessionNotFoundError, old, match=RECREATED):
             say(old)
         with refused(store, SessionNotFoundError, old, match=RECREATED):

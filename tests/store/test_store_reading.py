@@ -36,6 +36,7 @@ from .store_builders import (
     end_step,
     end_turn,
     execute,
+    key_of,
     recorded,
     reply,
     say,
@@ -169,13 +170,14 @@ def test_messages_and_surface_never_replay_the_log(store, backend):
         else:
             for line in sqlite_events_access(store, statement, params):
                 assert line.startswith("SEARCH events USING"), line
-                assert "(tenant=? AND session_id=? AND seq=?)" in line, line
+                assert "PRIMARY KEY (session_key=? AND seq=?)" in line, line
     if backend.name == "sqlite":  # the work done does not grow with the log
         assert cost["big"]["vm"] <= cost["small"]["vm"] * 1.2
 
     # The log itself is not read: make every chunk unreadable to a replay.
     e = tables(store).events
-    sabotage = update(e).where(e.c.session_id == "big", e.c.type == "assistant/chunk")
+    big = e.c.session_key == key_of(store, "big", store.tenant)
+    sabotage = update(e).where(big, e.c.type == "assistant/chunk")
     execute(store, sabotage.values(type="x/unknown"))
     with pytest.raises(SessionFormatUnsupportedError):
         store.load_session("big")
@@ -239,7 +241,8 @@ def test_a_long_log_is_loaded_with_the_collector_paused(store, monkeypatch):
     store.load_session("short")
     assert seen == [False, True] and gc.isenabled()
     e = tables(store).events
-    execute(store, update(e).where(e.c.session_id == "long", e.c.seq == 30).values(data={"x": 1}))
+    long = e.c.session_key == key_of(store, "long", store.tenant)
+    execute(store, update(e).where(long, e.c.seq == 30).values(data={"x": 1}))
     with pytest.raises(CorruptSessionError):
         store.load_session("long")
     assert seen[-1] is False and gc.isenabled()

@@ -26,6 +26,7 @@ from session_sql import (
 from .store_builders import (
     assistant_message,
     execute,
+    key_of,
     refused,
     say,
     tables,
@@ -319,7 +320,8 @@ def test_open_refuses_a_session_that_does_not_replay(store, handle):
     """A stored log this build refuses is never written on top of, even with ``resume``."""
     tool_turn(store.create_session("s2"), close=False)
     e = tables(store).events
-    execute(store, update(e).where(e.c.session_id == "s2", e.c.seq == 2).values(data={"x": 1}))
+    s2 = e.c.session_key == key_of(store, "s2", store.tenant)
+    execute(store, update(e).where(s2, e.c.seq == 2).values(data={"x": 1}))
     for resume in (False, True):
         with refused(store, CorruptSessionError, handle) as info:
             store.open_session("s2", resume=resume)

@@ -11,6 +11,7 @@ from session_sql import Replace, Session, SessionStore, SurfaceError
 
 from .store_builders import (
     execute,
+    key_of,
     refused,
     remove,
     say,
@@ -102,7 +103,10 @@ def test_verify_catches_a_removed_node_left_in_the_table(store: SessionStore) ->
     execute(
         store,
         insert(tables(store).surface).values(
-            tenant=store.tenant, session_id="s1", pos=1, event_seq=1
+            tenant=store.tenant,
+            session_key=key_of(store, "s1", store.tenant),
+            pos=1,
+            event_seq=1,
         ),
     )
     report = store.verify("s1")

@@ -183,7 +183,7 @@ def test_a_tail_read_costs_n_not_the_surface(store: SessionStore, backend: Any) 
         else:
             for line in sqlite_events_access(store, statement, params):
                 assert line.startswith("SEARCH events USING"), line
-                assert "(tenant=? AND session_id=? AND seq=?)" in line, line
+                assert "PRIMARY KEY (session_key=? AND seq=?)" in line, line
             with store.engine.connect() as conn:
                 plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, params).all()
             surface_lines = [r[-1] for r in plan if " surface " in f" {r[-1]} "]

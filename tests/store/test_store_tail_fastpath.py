@@ -20,7 +20,7 @@ from session_sql import (
 )
 from session_sql._store.context import MISSING, Kept
 
-from .store_builders import execute, recorded, reply, say, tables, user_message
+from .store_builders import execute, key_of, recorded, reply, say, tables, user_message
 
 
 def idle_dbapi(store: SessionStore) -> Any:
@@ -180,7 +180,8 @@ def test_a_lost_race_or_a_refused_batch_leaves_the_idle_connection_usable(
     with pytest.raises(ConcurrencyError):
         say(stale, "lost")
     events = tables(store).events
-    stray = {"tenant": store.tenant, "session_id": "s", "seq": handle.seq + 1}  # the batch's second
+    key = key_of(store, "s", store.tenant)
+    stray = {"tenant": store.tenant, "session_key": key, "seq": handle.seq + 1}  # the batch's 2nd
     execute(store, events.insert().values(**stray, type="todo/write", time=0, data=[]))
     with pytest.raises(CorruptSessionError):
         handle.append_many([{"type": "todo/write", "data": {"i": i}} for i in range(2)])
