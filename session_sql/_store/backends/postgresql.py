@@ -263,6 +263,10 @@ _ERROR_KINDS: Final[dict[str, type[StoreError]]] = {
 }
 
 
+# duplicate_prepared_statement, invalid_sql_statement_name (the statement is not there).
+_PREPARED_STATEMENT_SQLSTATES: Final = frozenset({"42P05", "26000"})
+
+
 def translate(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
     """The session_sql error for a psycopg error, by SQLSTATE and constraint name."""
     sqlstate = orig.sqlstate or ""
@@ -288,6 +292,13 @@ def translate(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
         )
     if sqlstate == "25006":
         return PermanentStoreError(f"database is read-only: {orig}", session_id=session_id)
+    if sqlstate in _PREPARED_STATEMENT_SQLSTATES:
+        return PermanentStoreError(
+            f"PostgreSQL error (SQLSTATE {sqlstate}): {orig}; the server connection changed "
+            "under a prepared statement, as behind a transaction-pooling proxy (PgBouncer in "
+            "transaction mode): open the store with connect_args={'prepare_threshold': None}",
+            session_id=session_id,
+        )
     label = f"SQLSTATE {sqlstate}" if sqlstate else type(orig).__name__
     kind = _ERROR_KINDS.get(sqlstate, StoreError)
     return kind(f"PostgreSQL error ({label}): {orig}", session_id=session_id)
