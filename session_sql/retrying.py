@@ -3,8 +3,11 @@
 Appends are optimistic (rule 14): a handle that is behind gets ``ConcurrencyError`` and
 nothing is written. Under contention, losers that refresh and retry at once collide again (the
 next winner commits while they read), so a naive loop retries in storms. Waiting a random time
-in an exponentially growing window ("full jitter") spreads the retries out, so the writers take
-turns; the window resets after every success.
+in an exponentially growing window ("full jitter") spreads the retries out. The window is kept
+per handle across calls, halved by each success without a lost race: a writer that keeps
+winning on a hot session also waits before its next attempt (it would otherwise win every
+race, being the only writer that is never behind, and starve the others), and a writer on a
+quiet session soon waits for nothing.
 
 The action decides again on each attempt: it is called with the refreshed handle and must
 build its events from what the handle now holds (an event that depends on the log, e.g. a
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
@@ -63,12 +67,42 @@ class RetryPolicy:
         self._random = rng or random.Random()
 
     def delay(self, lost: int) -> float:
-        """The pause after the ``lost``-th lost race in a row (1-based)."""
-        window = min(self.max_delay, self.first_delay * 2 ** (lost - 1))
+        """A pause after the ``lost``-th lost race in a row (1-based), from a fresh window."""
+        return self.pause(min(self.max_delay, self.first_delay * 2 ** (lost - 1)))
+
+    def pause(self, window: float) -> float:
+        """A uniform draw in ``[0, window]``."""
         return self._random.uniform(0, window)
 
 
 DEFAULT_POLICY = RetryPolicy()
+
+_windows: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+"""Each handle's current backoff window (seconds), while it is not zero."""
+
+
+def _lost(handle: object, policy: RetryPolicy) -> float:
+    """Widen the handle's window after a lost race; the pause to take now."""
+    window = min(policy.max_delay, max(policy.first_delay, 2 * _windows.get(handle, 0.0)))
+    _windows[handle] = window
+    return policy.pause(window)
+
+
+def _won(handle: object, policy: RetryPolicy, lost: int) -> None:
+    """Narrow the window after a success that lost no race; forget it once below the first."""
+    window = _windows.get(handle)
+    if window is None or lost:
+        return
+    if window / 2 < policy.first_delay:
+        del _windows[handle]
+    else:
+        _windows[handle] = window / 2
+
+
+def _pause_before(handle: object, policy: RetryPolicy) -> float:
+    """The pause before a first attempt: none on a session this handle found quiet."""
+    window = _windows.get(handle)
+    return 0.0 if window is None else policy.pause(min(window, policy.first_delay))
 
 
 def retry_on_conflict(
@@ -83,18 +117,26 @@ def retry_on_conflict(
 
     ``on_conflict`` is told of each lost race (to count them). Other errors propagate at once.
     """
+    pause = _pause_before(handle, policy)
+    if pause:
+        time.sleep(pause)
+        handle.refresh()
     lost = 0
     while True:
         try:
-            return action(handle)
+            result = action(handle)
         except ConcurrencyError as exc:
             lost += 1
             if on_conflict is not None:
                 on_conflict(exc)
+            pause = _lost(handle, policy)
             if lost >= policy.attempts:
                 raise
-            time.sleep(policy.delay(lost))
+            time.sleep(pause)
             handle.refresh()
+        else:
+            _won(handle, policy, lost)
+            return result
 
 
 async def retry_on_conflict_async(
@@ -106,15 +148,23 @@ async def retry_on_conflict_async(
 ) -> T:
     """``retry_on_conflict`` for an async handle: ``await action(handle)``, sleeping with
     ``asyncio.sleep`` between attempts (the event loop keeps running)."""
+    pause = _pause_before(handle, policy)
+    if pause:
+        await asyncio.sleep(pause)
+        await handle.refresh()
     lost = 0
     while True:
         try:
-            return await action(handle)
+            result = await action(handle)
         except ConcurrencyError as exc:
             lost += 1
             if on_conflict is not None:
                 on_conflict(exc)
+            pause = _lost(handle, policy)
             if lost >= policy.attempts:
                 raise
-            await asyncio.sleep(policy.delay(lost))
+            await asyncio.sleep(pause)
             await handle.refresh()
+        else:
+            _won(handle, policy, lost)
+            return result

@@ -35,7 +35,14 @@ from typing import Any
 from sqlalchemy import func, literal, select
 from sqlalchemy.dialects.postgresql import REGCLASS
 
-from session_sql import SessionStore, open_async_store, open_store
+from session_sql import (
+    SessionEvent,
+    SessionStore,
+    StoredSession,
+    open_async_store,
+    open_store,
+    retry_on_conflict,
+)
 from session_sql.cli._bench_events import (
     Item,
     _chunk,
@@ -198,64 +205,130 @@ def w_follow(target: Target, count: int) -> Workload:
     )
 
 
-def _contender(args: tuple[str, str, str, int]) -> tuple[int, int]:
-    """Append ``count`` events to a session, refreshing and retrying on conflict."""
-    url, schema, session_id, count = args
-    conflicts = 0
+W7_WRITERS = 8
+"""W7's writer processes (each on a session of its own, then all on one session)."""
+
+
+def _timed_writer(args: tuple[str, str, str | None, int, Any]) -> tuple[float, float, int]:
+    """One of W7's writers: ``count`` chunks, one per transaction, through the store
+    ("ours": on a session of its own, or on ``shared``, retrying lost races with
+    ``retry_on_conflict``) or through the raw driver ("raw"). Waits for ``start``; returns its
+    first and last wall-clock times and the races it lost."""
+    kind, where, shared, count, start = args
+    url, schema = where.split("\n")
+    if kind == "raw":
+        raw = Target("postgresql", url, schema, "").raw()
+        try:
+            sid = raw.new_session()
+            items = chunk_events(count)
+            head = -1
+            start.wait()
+            began = time.time()
+            for item in items:
+                head = raw.write(sid, head, [item])
+            return began, time.time(), 0
+        finally:
+            raw.close()
+    lost = 0
+
+    def count_lost(_: ConcurrencyError) -> None:
+        nonlocal lost
+        lost += 1
+
     with open_store(url, schema=schema) as store:
-        handle = store.open_session(session_id)
-        done = 0
-        while done < count:
-            try:
-                handle.append("assistant/chunk", _chunk(1, 1, done))
-                done += 1
-            except ConcurrencyError:
-                conflicts += 1
-                handle.refresh()
-    return done, conflicts
+        handle = store.open_session(shared) if shared else store.create_session()
+        start.wait()
+        began = time.time()
+        for i in range(count):
+            data = {**_chunk(1, 1, i), "sent": time.time()}
+
+            def append(h: StoredSession, d: Any = data) -> SessionEvent:
+                return h.append("assistant/chunk", d)
+
+            retry_on_conflict(handle, append, on_conflict=count_lost)
+        return began, time.time(), lost
+
+
+def _w7_round(pool: Any, manager: Any, jobs: list[tuple[str, str, str | None, int]]) -> Any:
+    """Run ``jobs`` (kind, where, shared, count) in the pool, all starting at once; returns
+    (events per second from the first start to the last end, lost races)."""
+    start = manager.Event()
+    pending = pool.map_async(_timed_writer, [(*job, start) for job in jobs])
+    time.sleep(1.5)  # every writer has connected and waits for the start
+    start.set()
+    spans = pending.get()
+    seconds = max(end for _, end, _ in spans) - min(began for began, _, _ in spans)
+    return sum(job[3] for job in jobs) / seconds, sum(lost for _, _, lost in spans)
+
+
+def _follow_delays(store: SessionStore, session_id: str, count: int) -> list[float]:
+    delays: list[float] = []
+    for event in store.follow(session_id, timeout=30):
+        delays.append(time.time() - event.data["sent"])
+        if len(delays) == count:
+            break
+    return delays
 
 
 def w_contention(target: Target, per_process: int) -> list[Workload]:
-    """W7: 4 processes on 4 sessions vs one writer, and 4 processes on one session."""
+    """W7: 8 processes on 8 sessions against the raw driver's 8 (and one writer of each),
+    with this process following one of the sessions meanwhile; then 8 processes on one
+    session, retrying lost races with ``retry_on_conflict``."""
     ctx = mp.get_context("spawn")
-    with target.store() as store:
-        solo = store.create_session().id
-        t_one = _timed(lambda: _contender((target.url, target.schema, solo, per_process)))
-        ids = [store.create_session().id for _ in range(4)]
-        with ctx.Pool(4) as pool:
-            pool.map(_noop, range(4))  # start the workers before timing
-            t0 = time.perf_counter()
-            pool.map(_contender, [(target.url, target.schema, i, per_process) for i in ids])
-            t_four = time.perf_counter() - t0
-            shared = store.create_session().id
-            t0 = time.perf_counter()
-            results = pool.map(
-                _contender, [(target.url, target.schema, shared, per_process) for _ in range(4)]
-            )
-            t_shared = time.perf_counter() - t0
+    n = W7_WRITERS
+    where = f"{target.url}\n{target.schema}"
+    with ctx.Manager() as manager, ctx.Pool(n) as pool, target.store() as store:
+        pool.map(_noop, range(n))  # start the workers before timing
+        raw_one, _ = _w7_round(pool, manager, [("raw", where, None, per_process)])
+        ours_one, _ = _w7_round(pool, manager, [("ours", where, None, per_process)])
+        raw_many, _ = _w7_round(pool, manager, [("raw", where, None, per_process)] * n)
+        followed = store.create_session().id
+        delays: list[float] = []
+        follower = threading.Thread(
+            target=lambda: delays.extend(_follow_delays(store, followed, per_process))
+        )
+        follower.start()
+        jobs: list[tuple[str, str, str | None, int]] = [("ours", where, followed, per_process)]
+        jobs += [("ours", where, None, per_process)] * (n - 1)
+        ours_many, _ = _w7_round(pool, manager, jobs)
+        follower.join(30)
+        shared = store.create_session().id
+        shared_rate, lost = _w7_round(pool, manager, [("ours", where, shared, per_process)] * n)
         report = store.verify(shared)
         seqs = [e.seq for e in store.events(shared)]
-    total = 4 * per_process
-    conflicts = sum(c for _, c in results)
-    scaling = (total / t_four) / (per_process / t_one)
+    total = n * per_process
+    delays.sort()
+    follow = {}
+    if delays:
+        p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+        follow = {
+            "follow_p50_ms": round(delays[len(delays) // 2] * 1000, 2),
+            "follow_p99_ms": round(p99 * 1000, 2),
+        }
     return [
         Workload(
-            name="W7 4 writers x 4 sessions",
-            events_per_s=total / t_four,
-            raw_events_per_s=per_process / t_one,
-            ratio=scaling,
-            reps=1,
-            extra={"aggregate_over_one_writer": round(scaling, 3)},
-        ),
-        Workload(
-            name="W7 4 writers x 1 session",
-            events_per_s=total / t_shared,
-            raw_events_per_s=per_process / t_one,
-            ratio=(total / t_shared) / (per_process / t_one),
+            name=f"W7 {n} writers x {n} sessions",
+            events_per_s=ours_many,
+            raw_events_per_s=raw_many,
+            ratio=ours_many / raw_many,
             reps=1,
             extra={
-                "conflicts": conflicts,
-                "conflicts_per_event": round(conflicts / total, 3),
+                "over_one_writer": round(ours_many / ours_one, 3),
+                "raw_over_one_writer": round(raw_many / raw_one, 3),
+                "one_writer_events_per_s": round(ours_one, 1),
+                "raw_one_writer_events_per_s": round(raw_one, 1),
+                **follow,
+            },
+        ),
+        Workload(
+            name=f"W7 {n} writers x 1 session",
+            events_per_s=shared_rate,
+            raw_events_per_s=ours_one,
+            ratio=shared_rate / ours_one,
+            reps=1,
+            extra={
+                "conflicts": lost,
+                "conflicts_per_event": round(lost / total, 3),
                 "no_gaps_no_duplicates": seqs == list(range(total)),
                 "verify_ok": report.ok,
             },

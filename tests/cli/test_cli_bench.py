@@ -45,8 +45,8 @@ POSTGRES_WORKLOADS = [
     "W5 load_session 5k",
     "W5 events() 5k",
     "W6 follow latency",
-    "W7 4 writers x 4 sessions",
-    "W7 4 writers x 1 session",
+    "W7 8 writers x 8 sessions",
+    "W7 8 writers x 1 session",
     "W8 storage",
     "W9 messages(last=20)",
     "W10 open_session + append",
@@ -82,7 +82,7 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     storage = by_name["W8 storage"]["extra"]
     assert storage["bytes_per_event"] > storage["json_bytes_per_event"] > 0
     if backend.name == "postgresql":
-        shared = by_name["W7 4 writers x 1 session"]["extra"]
+        shared = by_name["W7 8 writers x 1 session"]["extra"]
         assert shared["no_gaps_no_duplicates"] and shared["verify_ok"]
         tasks = by_name["W11 async appends x16"]
         assert tasks["events_per_s"] > 0 and tasks["raw_events_per_s"] > 0 and tasks["reps"] >= 2
