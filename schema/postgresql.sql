@@ -28,7 +28,8 @@ CREATE TABLE session_sql.sessions (
 	title TEXT,
 	labels JSONB DEFAULT '{}' NOT NULL,
 	CONSTRAINT pk_sessions PRIMARY KEY (session_key),
-	CONSTRAINT uq_sessions_id_tenant UNIQUE (id, tenant)
+	CONSTRAINT uq_sessions_id_tenant UNIQUE (id, tenant),
+	CONSTRAINT uq_sessions_session_key_tenant UNIQUE (session_key, tenant)
 );
 
 CREATE INDEX ix_sessions_labels ON session_sql.sessions USING gin (labels jsonb_path_ops);
@@ -53,7 +54,7 @@ CREATE TABLE session_sql.events (
 	data JSON NOT NULL,
 	call_id TEXT GENERATED ALWAYS AS (CASE WHEN (type = 'tool/call') THEN CAST(data ->> 'callId' AS VARCHAR) WHEN (type = 'tool/result') THEN CAST(data #>> '{message, source, callId}' AS VARCHAR) END) STORED,
 	CONSTRAINT pk_events PRIMARY KEY (session_key, seq),
-	CONSTRAINT fk_events_session_key_sessions FOREIGN KEY(session_key) REFERENCES session_sql.sessions (session_key) ON DELETE CASCADE
+	CONSTRAINT fk_events_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) REFERENCES session_sql.sessions (session_key, tenant) ON DELETE CASCADE
 );
 
 CREATE INDEX ix_events_session_key_call_id ON session_sql.events (session_key, call_id) WHERE call_id IS NOT NULL;
@@ -67,7 +68,7 @@ CREATE TABLE session_sql.surface (
 	tenant TEXT DEFAULT '' NOT NULL,
 	CONSTRAINT pk_surface PRIMARY KEY (session_key, pos),
 	CONSTRAINT uq_surface_session_key_event_seq UNIQUE (session_key, event_seq),
-	CONSTRAINT fk_surface_session_key_sessions FOREIGN KEY(session_key) REFERENCES session_sql.sessions (session_key) ON DELETE CASCADE,
+	CONSTRAINT fk_surface_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) REFERENCES session_sql.sessions (session_key, tenant) ON DELETE CASCADE,
 	CONSTRAINT fk_surface_session_key_event_seq_events FOREIGN KEY(session_key, event_seq) REFERENCES session_sql.events (session_key, seq) ON DELETE CASCADE
 );
 

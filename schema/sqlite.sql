@@ -25,7 +25,8 @@ CREATE TABLE sessions (
 	user_id TEXT,
 	title TEXT,
 	labels TEXT DEFAULT '{}' NOT NULL,
-	CONSTRAINT uq_sessions_id_tenant UNIQUE (id, tenant)
+	CONSTRAINT uq_sessions_id_tenant UNIQUE (id, tenant),
+	CONSTRAINT uq_sessions_session_key_tenant UNIQUE (session_key, tenant)
 );
 
 CREATE INDEX ix_sessions_tenant_created_at_id ON sessions (tenant, created_at, id);
@@ -48,7 +49,7 @@ CREATE TABLE events (
 	data TEXT NOT NULL,
 	call_id TEXT GENERATED ALWAYS AS (CASE WHEN (type = 'tool/call') THEN CAST(JSON_EXTRACT(data, '$."callId"') AS VARCHAR) WHEN (type = 'tool/result') THEN CAST(JSON_EXTRACT(data, '$."message"."source"."callId"') AS VARCHAR) END) STORED,
 	CONSTRAINT pk_events PRIMARY KEY (session_key, seq),
-	CONSTRAINT fk_events_session_key_sessions FOREIGN KEY(session_key) REFERENCES sessions (session_key) ON DELETE CASCADE
+	CONSTRAINT fk_events_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) REFERENCES sessions (session_key, tenant) ON DELETE CASCADE
 )
  WITHOUT ROWID;
 
@@ -63,7 +64,7 @@ CREATE TABLE surface (
 	tenant TEXT DEFAULT '' NOT NULL,
 	CONSTRAINT pk_surface PRIMARY KEY (session_key, pos),
 	CONSTRAINT uq_surface_session_key_event_seq UNIQUE (session_key, event_seq),
-	CONSTRAINT fk_surface_session_key_sessions FOREIGN KEY(session_key) REFERENCES sessions (session_key) ON DELETE CASCADE,
+	CONSTRAINT fk_surface_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) REFERENCES sessions (session_key, tenant) ON DELETE CASCADE,
 	CONSTRAINT fk_surface_session_key_event_seq_events FOREIGN KEY(session_key, event_seq) REFERENCES events (session_key, seq) ON DELETE CASCADE
 )
  WITHOUT ROWID;

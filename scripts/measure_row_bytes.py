@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 from session_sql import open_store
-from session_sql.cli._bench_events import agent_events
+from session_sql.cli.bench import agent_events
 
 _SQLITE_INTERNAL = ("sqlite_schema", "sqlite_master", "sqlite_sequence", "sqlite_stat1")
 

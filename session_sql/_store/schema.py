@@ -189,6 +189,10 @@ def tables_for(schema: str | None) -> SchemaTables:
         # id first: a filter on the public id alone (an analyst's, through the views) finds
         # the row without naming the tenant.
         UniqueConstraint("id", "tenant"),
+        # The target of the other tables' foreign keys: a row's tenant must be its session's,
+        # so a writer confined to one tenant by row-level security cannot attach a row of its
+        # own tenant to another tenant's session (a foreign key check ignores the policies).
+        UniqueConstraint("session_key", "tenant"),
         # list_sessions pages newest-updated first (and, for complete scans, oldest-created
         # first), within a tenant and optionally within one user of it.
         Index(None, "tenant", "updated_at", "id"),
@@ -225,7 +229,11 @@ def tables_for(schema: str | None) -> SchemaTables:
         # JSONB sorts keys, and a resumed session would miss its provider's prompt cache).
         Column("data", JSONText(), nullable=False),
         PrimaryKeyConstraint("session_key", "seq"),
-        ForeignKeyConstraint(["session_key"], [sessions.c.session_key], ondelete="CASCADE"),
+        ForeignKeyConstraint(
+            ["session_key", "tenant"],
+            [sessions.c.session_key, sessions.c.tenant],
+            ondelete="CASCADE",
+        ),
         # Turn boundaries only (a tenth of a typical log): the turns view walks them in log
         # order. Other questions by type are range scans of one session's primary key, or
         # store-wide scans; an index of every event by type cost more than the document
@@ -280,7 +288,11 @@ def tables_for(schema: str | None) -> SchemaTables:
         _tenant_column(),
         PrimaryKeyConstraint("session_key", "pos"),
         UniqueConstraint("session_key", "event_seq"),
-        ForeignKeyConstraint(["session_key"], [sessions.c.session_key], ondelete="CASCADE"),
+        ForeignKeyConstraint(
+            ["session_key", "tenant"],
+            [sessions.c.session_key, sessions.c.tenant],
+            ondelete="CASCADE",
+        ),
         # A surface entry always names a logged event of its own session.
         ForeignKeyConstraint(
             ["session_key", "event_seq"],

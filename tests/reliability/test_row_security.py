@@ -126,6 +126,19 @@ def test_a_tenant_role_sees_and_writes_only_its_tenants_rows(
                 conn.execute(text("SELECT set_config('session_sql.tenant', 'a', true)"))
                 conn.execute(text(statement))
             assert raised.value.orig.sqlstate == "42501", statement  # the policy refused it
+        # Nor attach a row of its own tenant to another tenant's session: the foreign keys
+        # name (session_key, tenant), and a foreign key check does not apply the policies.
+        # (tests/store/test_tenant_keys.py covers surface rows too, on both backends.)
+        with pytest.raises(DBAPIError) as raised, engine.begin() as conn:
+            conn.execute(text("SELECT set_config('session_sql.tenant', 'a', true)"))
+            conn.execute(
+                text(
+                    f"INSERT INTO {q}.events (tenant, session_key, seq, type, time, data) "
+                    f"VALUES ('a', {b_key}, 99, 't', 0, '{{}}')"
+                )
+            )
+        assert raised.value.orig.sqlstate == "23503"  # foreign key violation
+        assert raised.value.orig.diag.constraint_name == "fk_events_session_key_tenant_sessions"
         # Updating or deleting another tenant's rows touches nothing.
         with engine.begin() as conn:
             conn.execute(text("SELECT set_config('session_sql.tenant', 'a', true)"))

@@ -106,7 +106,8 @@ def _drop_surface_row(store: SessionStore, sid: str) -> None:
 
 def _add_surface_row(store: SessionStore, sid: str) -> None:
     sf = tables(store).surface
-    execute(store, insert(sf).values(tenant=store.tenant, session_id=sid, pos=50, event_seq=1))
+    row = {"tenant": store.tenant, "session_key": key_of(store, sid), "pos": 50, "event_seq": 1}
+    execute(store, insert(sf).values(row))
 
 
 def _session_column(column: str, delta: int) -> Edit:
@@ -212,7 +213,13 @@ def _insert_event(store: SessionStore, seq: int, type_: str, **extra: Any) -> No
     execute(
         store,
         insert(t.events).values(
-            tenant=store.tenant, session_id="s1", seq=seq, type=type_, time=1, data={}, **extra
+            tenant=store.tenant,
+            session_key=key_of(store, "s1"),
+            seq=seq,
+            type=type_,
+            time=1,
+            data={},
+            **extra,
         ),
         update(t.sessions).where(t.sessions.c.id == "s1").values(head_seq=seq),
     )
