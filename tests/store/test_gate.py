@@ -389,10 +389,10 @@ def test_missing_constraints_and_view_are_mismatches(backend, engine: Engine):
     assert set(error.differences) == {
         "surface: missing unique constraint uq_surface_session_key_event_seq "
         "(session_key, event_seq)",
-        "events: foreign key fk_events_session_key_sessions is "
-        "fk_events_session_key_sessions (session_key) -> sessions (session_key), "
-        "expected fk_events_session_key_sessions (session_key) -> sessions "
-        "(session_key) ON DELETE CASCADE",
+        "events: foreign key fk_events_session_key_tenant_sessions is "
+        "fk_events_session_key_tenant_sessions (session_key, tenant) -> sessions "
+        "(session_key, tenant), expected fk_events_session_key_tenant_sessions "
+        "(session_key, tenant) -> sessions (session_key, tenant) ON DELETE CASCADE",
         "missing view surface_messages",
         "missing view tool_calls",
         "missing view turns",
@@ -440,11 +440,11 @@ _TAMPERING = {
     ),
     "deferrable foreign key": (
         lambda ddl: ddl.replace(
-            "(session_key) ON DELETE CASCADE",
-            "(session_key) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED",
+            "(session_key, tenant) ON DELETE CASCADE",
+            "(session_key, tenant) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED",
             1,
         ),
-        "events: foreign key fk_events_session_key_sessions is DEFERRABLE INITIALLY "
+        "events: foreign key fk_events_session_key_tenant_sessions is DEFERRABLE INITIALLY "
         "DEFERRED, "
         "expected NOT DEFERRABLE",
     ),

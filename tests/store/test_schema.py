@@ -89,8 +89,12 @@ def test_render_ddl_mentions_every_object():
         "CONSTRAINT uq_sessions_id_tenant UNIQUE (id, tenant)",
         "CONSTRAINT pk_events PRIMARY KEY (session_key, seq)",
         "CONSTRAINT pk_surface PRIMARY KEY (session_key, pos)",
-        "CONSTRAINT fk_events_session_key_sessions FOREIGN KEY(session_key) "
-        "REFERENCES session_sql.sessions (session_key) ON DELETE CASCADE",
+        # A row's tenant is its session's: the foreign keys name both.
+        "CONSTRAINT uq_sessions_session_key_tenant UNIQUE (session_key, tenant)",
+        "CONSTRAINT fk_events_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) "
+        "REFERENCES session_sql.sessions (session_key, tenant) ON DELETE CASCADE",
+        "CONSTRAINT fk_surface_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) "
+        "REFERENCES session_sql.sessions (session_key, tenant) ON DELETE CASCADE",
         "CREATE INDEX ix_events_turn_bounds ON session_sql.events (session_key, seq) "
         "WHERE type = ANY (ARRAY['turn/start'::text, 'turn/end'::text])",
         "CREATE INDEX ix_events_session_key_call_id ON session_sql.events "
@@ -140,8 +144,8 @@ def test_metadata_is_cached_per_schema_and_named():
     assert tables.events.fullname == "a.events"
     names = {c.name for t in tables.base_tables for c in t.constraints}
     assert {"pk_sessions", "pk_events", "pk_surface", "pk_session_sql_meta"} <= names
-    assert "fk_events_session_key_sessions" in names
-    assert "fk_surface_session_key_sessions" in names
+    assert "fk_events_session_key_tenant_sessions" in names
+    assert "fk_surface_session_key_tenant_sessions" in names
     assert "fk_surface_session_key_event_seq_events" in names
     # translate_errors maps driver errors by these names: an id is unique per tenant by the
     # unique constraint (the primary key is the surrogate session_key).
