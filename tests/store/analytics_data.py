@@ -91,7 +91,7 @@ def _sql(dialect: str, schema: str | None) -> str:
         for pos, when, step, type_, data, op in _TEMPLATE
     )
     prefix = "" if schema is None else f'"{schema}".'
-    data_type = "TEXT" if dialect == "sqlite" else "JSONB"
+    data_type = "TEXT" if dialect == "sqlite" else "JSON"  # the column's type: text as written
     tools = (
         "CASE (k.n + 1) % 5 "
         + " ".join(f"WHEN {i} THEN '{name}'" for i, name in enumerate(TOOLS))
@@ -100,9 +100,9 @@ def _sql(dialect: str, schema: str | None) -> str:
     base = f"({TURN} * k.n)"
     return f"""
 INSERT INTO {prefix}events
-    (session_id, seq, type, time, data, source_event_seqs, surface_op, ignorable)
+    (session_key, seq, type, time, data, source_event_seqs, surface_op, ignorable)
 WITH RECURSIVE k(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM k WHERE n < :turns - 1)
-SELECT :session_id, {base} + t.column1, t.column4, :at + 10 * ({base} + t.column1),
+SELECT :session_key, {base} + t.column1, t.column4, :at + 10 * ({base} + t.column1),
        CAST(replace(replace(replace(replace(replace(t.column5,
             '__T__', CAST(k.n + 1 AS TEXT)), '__S__', CAST(t.column3 AS TEXT)),
             '__Q__', CAST({base} + t.column1 AS TEXT)), '__N__', {tools}),
@@ -135,8 +135,9 @@ def bulk_session(engine: Engine, schema: str | None, session_id: str, count: int
     at = int(time.time() * 1000)
     header = {"version": 0, "id": session_id, "createdAt": at, "isSeeded": False}
     with write_tx(engine) as conn:
-        conn.execute(
-            insert(t.sessions),
+        # The events name the session by the key its row is given (the default tenant's).
+        key = conn.execute(
+            insert(t.sessions).returning(t.sessions.c.session_key),
             {
                 "id": session_id,
                 "format_version": 0,
@@ -150,10 +151,10 @@ def bulk_session(engine: Engine, schema: str | None, session_id: str, count: int
                 "updated_at": at,
                 "incarnation": "0" * 32,
             },
-        )
+        ).scalar_one()
         conn.execute(
             text(_sql(engine.dialect.name, None if sqlite else schema)),
-            {"turns": count // TURN, "session_id": session_id, "at": at},
+            {"turns": count // TURN, "session_key": key, "at": at},
         )
 
 

@@ -18,6 +18,9 @@ from session_sql.events import SessionEvent
 from session_sql.jsoncodec import dumps_frozen
 from session_sql.jsonvalue import snapshot_json
 
+KEY = 7
+"""A session's ``session_key`` (events rows carry it, not the public id)."""
+
 EVENTS = [
     SessionEvent("assistant/chunk", 0, 5, snapshot_json({"turn": 1, "t": "a\\b\n\u00e9"})),
     SessionEvent("user/message", 1, 6, snapshot_json({"content": [1, 2.5]}), "append"),
@@ -35,7 +38,7 @@ def test_the_tuple_order_is_the_tables_column_order(schema):
 @pytest.mark.parametrize("schema", [None, "session_sql"])
 def test_every_compiled_insert_binds_the_tuple_order(schema):
     tables = tables_for(schema)
-    values = event_values("acme", "s1", EVENTS[2], None)
+    values = event_values("acme", KEY, EVENTS[2], None)
     lite = CompiledStatements(
         Statements(tables, backend=SQLITE, tenant=""), tables, sqlite.dialect()
     )
@@ -53,26 +56,26 @@ def test_every_compiled_insert_binds_the_tuple_order(schema):
 def test_event_values_are_the_stored_texts(event):
     op = event.surface_op
     seqs = event.source_event_seqs
-    assert event_values("acme", "s1", event, None) == (
-        "acme",
-        "s1",
+    assert event_values("acme", KEY, event, None) == (
+        KEY,
         event.seq,
-        event.type,
         event.time,
-        dumps_frozen(event.data),
-        None if seqs is None else json.dumps(list(seqs)),
-        None if op is None else json.dumps(op.to_json() if isinstance(op, Replace) else op),
         True if event.ignorable else None,
+        "acme",
+        event.type,
+        None if op is None else json.dumps(op.to_json() if isinstance(op, Replace) else op),
+        None if seqs is None else json.dumps(list(seqs)),
+        dumps_frozen(event.data),
     )
 
 
 def test_event_values_apply_the_stores_limits():
     event = EVENTS[0]
     with pytest.raises(InvalidEventError, match="above the limit of 10 bytes"):
-        event_values("", "s1", event, 10)
+        event_values("", KEY, event, 10)
     deep: object = 1
     for _ in range(600):
         deep = [deep]
     nested = SessionEvent("ext/deep", 0, 0, snapshot_json(deep))
     with pytest.raises(InvalidEventError, match="nests 600 levels deep"):
-        event_values("", "s1", nested, None)
+        event_values("", KEY, nested, None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .store_builders import dump_tables
+from .store_builders import dump_tables, session_row, tables
 
 TEXT = 'a\\b\n"q" \u00e9 \u4e2d \U0001f600 %s %(x)s'
 
@@ -38,9 +38,15 @@ def _items() -> list[dict[str, Any]]:
 
 
 def _rows(store: Any, session_id: str, *, times: bool) -> list[tuple[Any, ...]]:
-    """The session's stored event rows as text, without the session id (and the time)."""
-    rows = [r for r in dump_tables(store)["events"] if r[1] == session_id]
-    return [r[:1] + r[2:4] + (r[4:5] if times else ()) + r[5:] for r in rows]
+    """The session's stored event rows as text, without the session key (a number given per
+    creation, so an import or a fork has another) and, unless ``times``, the time."""
+    names = [c.name for c in tables(store).events.c]
+    key = str(session_row(store, session_id).session_key)
+    skip = {"session_key"} if times else {"session_key", "time"}
+    rows = [dict(zip(names, r, strict=True)) for r in dump_tables(store)["events"]]
+    return [
+        tuple(v for n, v in r.items() if n not in skip) for r in rows if r["session_key"] == key
+    ]
 
 
 def test_every_writer_stores_the_same_row_texts(store, tmp_path):

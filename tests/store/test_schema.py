@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import Engine, insert, inspect, select, text
+from sqlalchemy import Engine, UniqueConstraint, insert, inspect, select, text
 from sqlalchemy.schema import DropSchema
 
 from session_sql._store import schema as schema_mod
@@ -83,28 +83,50 @@ def test_render_ddl_mentions_every_object():
         "CREATE INDEX ix_sessions_tenant_user_id_updated_at_id ON session_sql.sessions "
         "(tenant, user_id, updated_at, id)",
         "CREATE INDEX ix_sessions_tenant_parent_session",
-        "CREATE INDEX ix_events_type_tenant_session_id_seq ON session_sql.events "
-        "(type, tenant, session_id, seq)",
-        "CREATE INDEX ix_events_tenant_session_id_call_id_type ON session_sql.events "
-        "(tenant, session_id, call_id, type)",
+        # The surrogate key: events and surface carry it instead of the tenant and the id.
+        "session_key BIGINT GENERATED ALWAYS AS IDENTITY",
+        "CONSTRAINT pk_sessions PRIMARY KEY (session_key)",
+        "CONSTRAINT uq_sessions_id_tenant UNIQUE (id, tenant)",
+        "CONSTRAINT pk_events PRIMARY KEY (session_key, seq)",
+        "CONSTRAINT pk_surface PRIMARY KEY (session_key, pos)",
+        # A row's tenant is its session's: the foreign keys name both.
+        "CONSTRAINT uq_sessions_session_key_tenant UNIQUE (session_key, tenant)",
+        "CONSTRAINT fk_events_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) "
+        "REFERENCES session_sql.sessions (session_key, tenant) ON DELETE CASCADE",
+        "CONSTRAINT fk_surface_session_key_tenant_sessions FOREIGN KEY(session_key, tenant) "
+        "REFERENCES session_sql.sessions (session_key, tenant) ON DELETE CASCADE",
+        "CREATE INDEX ix_events_turn_bounds ON session_sql.events (session_key, seq) "
+        "WHERE type = ANY (ARRAY['turn/start'::text, 'turn/end'::text])",
+        "CREATE INDEX ix_events_session_key_call_id ON session_sql.events "
+        "(session_key, call_id) WHERE call_id IS NOT NULL",
         "call_id TEXT GENERATED ALWAYS AS (CASE WHEN (type = 'tool/call')",
         "CREATE VIEW session_sql.surface_messages",
-        "CREATE VIEW session_sql.tool_calls AS\nSELECT c.tenant AS tenant",
-        "FROM session_sql.events AS c",
+        "CREATE VIEW session_sql.tool_calls AS\nSELECT s.tenant AS tenant,\n"
+        "       s.id AS session_id",
+        "FROM session_sql.events AS c\n"
+        "JOIN session_sql.sessions AS s ON s.session_key = c.session_key",
         "CREATE VIEW session_sql.turns",
         "CREATE VIEW session_sql.replacements",
         "CREATE VIEW session_sql.source_event_seqs",
         "jsonb_array_elements_text(CAST(e.source_event_seqs AS JSONB))",
-        "data JSONB NOT NULL",
+        # json, not JSONB: the event text as appended, key order included.
+        "data JSON NOT NULL",
         "header JSON NOT NULL",
         "ON DELETE CASCADE",
-        "uq_surface_tenant_session_id_event_seq UNIQUE (tenant, session_id, event_seq)",
+        "uq_surface_session_key_event_seq UNIQUE (session_key, event_seq)",
         "labels JSONB DEFAULT '{}' NOT NULL",
     ):
-        assert name in ddl
+        assert name in ddl, name
+    # No index of every event by type, and no public id outside sessions and the views.
+    assert "data JSONB" not in ddl
+    assert "ix_events_type" not in ddl
+    assert "session_id BIGINT" not in ddl and "session_id TEXT" not in ddl
     # JSON columns have TEXT affinity on SQLite (a JSON-declared column would turn 1.0 into 1).
     sqlite_ddl = render_ddl("sqlite")
     assert "data TEXT NOT NULL" in sqlite_ddl
+    # The rowid itself, never reused after a delete.
+    assert "session_key INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT" in sqlite_ddl
+    assert "CREATE INDEX ix_events_turn_bounds ON events (session_key, seq) " in sqlite_ddl
     assert "JOIN json_each(e.source_event_seqs) AS src ON TRUE" in sqlite_ddl
     assert "CREATE SCHEMA" not in sqlite_ddl
 
@@ -122,10 +144,16 @@ def test_metadata_is_cached_per_schema_and_named():
     assert tables.events.fullname == "a.events"
     names = {c.name for t in tables.base_tables for c in t.constraints}
     assert {"pk_sessions", "pk_events", "pk_surface", "pk_session_sql_meta"} <= names
-    assert "fk_events_tenant_session_id_sessions" in names
-    assert "fk_surface_tenant_session_id_event_seq_events" in names
-    # translate_errors maps driver errors by these names.
-    assert tables.sessions.primary_key.name == pg_backend.PK_SESSIONS
+    assert "fk_events_session_key_tenant_sessions" in names
+    assert "fk_surface_session_key_tenant_sessions" in names
+    assert "fk_surface_session_key_event_seq_events" in names
+    # translate_errors maps driver errors by these names: an id is unique per tenant by the
+    # unique constraint (the primary key is the surrogate session_key).
+    assert pg_backend.ID_SESSIONS in {
+        c.name for c in tables.sessions.constraints if isinstance(c, UniqueConstraint)
+    }
+    assert tables.sessions.primary_key.name == "pk_sessions"
+    assert [c.name for c in tables.sessions.primary_key.columns] == ["session_key"]
     assert tables.events.primary_key.name == pg_backend.PK_EVENTS
 
 
@@ -204,35 +232,38 @@ def test_view_joins_surface_to_events_in_surface_order(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
     t = tables_for(target_schema(engine, backend.schema))
     with write_tx(engine) as conn:
-        _insert_session(conn, t, "s1")
+        key = _insert_session(conn, t, "s1")
         conn.execute(
             insert(t.events),
             [
-                {"session_id": "s1", "seq": i, "type": "user/message", "time": i, "data": {"i": i}}
+                {"session_key": key, "seq": i, "type": "user/message", "time": i, "data": {"i": i}}
                 for i in range(3)
             ],
         )
         conn.execute(
             insert(t.surface),
             [
-                {"session_id": "s1", "pos": 0, "event_seq": 2},
-                {"session_id": "s1", "pos": 1, "event_seq": 0},
+                {"session_key": key, "pos": 0, "event_seq": 2},
+                {"session_key": key, "pos": 1, "event_seq": 0},
             ],
         )
     view = t.surface_messages
     with read_tx(engine) as conn:
         rows = conn.execute(
-            select(view.c.pos, view.c.seq, view.c.data).order_by(view.c.session_id, view.c.pos)
+            select(view.c.tenant, view.c.session_id, view.c.pos, view.c.seq, view.c.data).order_by(
+                view.c.session_id, view.c.pos
+            )
         ).all()
-    assert [tuple(r) for r in rows] == [(0, 2, {"i": 2}), (1, 0, {"i": 0})]
+    # The view gives the public id and tenant back (the tables hold the key).
+    assert [tuple(r) for r in rows] == [("", "s1", 0, 2, {"i": 2}), ("", "s1", 1, 0, {"i": 0})]
 
 
 def test_surface_must_name_a_logged_event(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
     t = tables_for(target_schema(engine, backend.schema))
     with pytest.raises(StoreError) as info, translate_errors("s1"), write_tx(engine) as conn:
-        _insert_session(conn, t, "s1")
-        conn.execute(insert(t.surface).values(session_id="s1", pos=0, event_seq=7))
+        key = _insert_session(conn, t, "s1")
+        conn.execute(insert(t.surface).values(session_key=key, pos=0, event_seq=7))
     assert info.value.__cause__ is not None
 
 
@@ -240,9 +271,9 @@ def test_deleting_a_session_cascades(backend, engine: Engine):
     ensure_schema(engine, backend.schema)
     t = tables_for(target_schema(engine, backend.schema))
     with write_tx(engine) as conn:
-        _insert_session(conn, t, "s1")
-        conn.execute(insert(t.events).values(session_id="s1", seq=0, type="x", time=0, data=None))
-        conn.execute(insert(t.surface).values(session_id="s1", pos=0, event_seq=0))
+        key = _insert_session(conn, t, "s1")
+        conn.execute(insert(t.events).values(session_key=key, seq=0, type="x", time=0, data=None))
+        conn.execute(insert(t.surface).values(session_key=key, pos=0, event_seq=0))
     with write_tx(engine) as conn:
         conn.execute(t.sessions.delete().where(t.sessions.c.id == "s1"))
     with read_tx(engine) as conn:
@@ -250,8 +281,9 @@ def test_deleting_a_session_cascades(backend, engine: Engine):
         assert conn.execute(select(t.surface.c.pos)).all() == []
 
 
-def _insert_session(conn: Any, t: schema_mod.SchemaTables, session_id: str) -> None:
-    conn.execute(
+def _insert_session(conn: Any, t: schema_mod.SchemaTables, session_id: str) -> int:
+    """Insert a bare session row; its ``session_key`` (what events and surface rows name)."""
+    result = conn.execute(
         insert(t.sessions).values(
             id=session_id,
             format_version=0,
@@ -266,6 +298,9 @@ def _insert_session(conn: Any, t: schema_mod.SchemaTables, session_id: str) -> N
             incarnation=session_id,
         )
     )
+    key = result.inserted_primary_key[0]
+    assert isinstance(key, int)
+    return key
 
 
 # --------------------------------------------------------------------------------------------
@@ -310,15 +345,15 @@ def test_dumps_json_round_trips_types(value):
 
 
 def test_json_round_trip_through_the_events_column(backend, engine: Engine):
-    """Through JSONB on PostgreSQL (which turns 1e16 into an int unless written as 1…0.0)."""
+    """Through json on PostgreSQL (a 1e16 read back must stay a float, not turn into an int)."""
     ensure_schema(engine, backend.schema)
     t = tables_for(target_schema(engine, backend.schema))
     with write_tx(engine) as conn:
-        _insert_session(conn, t, "s1")
+        key = _insert_session(conn, t, "s1")
         conn.execute(
             insert(t.events),
             [
-                {"session_id": "s1", "seq": i, "type": "x", "time": 0, "data": v}
+                {"session_key": key, "seq": i, "type": "x", "time": 0, "data": v}
                 for i, v in enumerate(ROUND_TRIP_VALUES)
             ],
         )
@@ -522,9 +557,9 @@ def test_duplicate_event_is_concurrency_error_on_postgres(postgres_admin: Engine
     try:
         ensure_schema(engine, schema)
         t = tables_for(schema)
-        row = {"session_id": "s", "seq": 0, "type": "x", "time": 0, "data": {}}
         with write_tx(engine) as conn:
-            _insert_session(conn, t, "s")
+            key = _insert_session(conn, t, "s")
+            row = {"session_key": key, "seq": 0, "type": "x", "time": 0, "data": {}}
             conn.execute(insert(t.events).values(row))
         with pytest.raises(ConcurrencyError), translate_errors("s"), write_tx(engine) as conn:
             conn.execute(insert(t.events).values(row))

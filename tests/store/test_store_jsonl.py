@@ -31,6 +31,7 @@ from .store_builders import (
     answer,
     dump_tables,
     execute,
+    key_of,
     refused,
     say,
     session_row,
@@ -310,7 +311,8 @@ def test_a_failed_export_publishes_nothing(store, tmp_path):
     path = folder / "s1.jsonl"
     path.write_text("an older export\n", encoding="utf-8")
     e = tables(store).events
-    execute(store, delete(e).where(e.c.session_id == "s1", e.c.seq == 5))  # a hand edit
+    # A hand edit: one event row removed underneath the store.
+    execute(store, delete(e).where(e.c.session_key == key_of(store, "s1"), e.c.seq == 5))
     with pytest.raises(CorruptSessionError, match="seq 5 is missing") as info:
         store.export_jsonl("s1", path)
     assert info.value.seq == 5

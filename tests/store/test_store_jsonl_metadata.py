@@ -30,10 +30,11 @@ DIRECTIONS = [
     pytest.param("sqlite", "postgresql", id="sqlite-to-postgresql", marks=PG),
     pytest.param("postgresql", "sqlite", id="postgresql-to-sqlite", marks=PG),
 ]
-NEW_AT_CREATION = {"incarnation"}
+NEW_AT_CREATION = {"incarnation", "session_key"}
 """The columns an import sets afresh by design: ``incarnation`` is a uuid4 per creation, so
-that a handle on the exported session never writes to the restored one as if it were its own.
-Every other column (tenant, id, times, header, counters, digest, metadata) comes back."""
+that a handle on the exported session never writes to the restored one as if it were its own,
+and ``session_key`` is the surrogate key the target database gives each new row. Every other
+column (tenant, id, times, header, counters, digest, metadata) comes back."""
 
 
 def _open(where: Backend, tenant: str, **options: Any) -> SessionStore:

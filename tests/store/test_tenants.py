@@ -30,7 +30,7 @@ from session_sql import (
 from session_sql._store.backends.listening import HubListener
 
 from .async_facade import SyncFacade
-from .store_builders import dump_tables, refused, reply, say, tables
+from .store_builders import refused, reply, say, tables
 
 BOTH_APIS = True
 
@@ -371,12 +371,23 @@ def test_session_info_round_trips_as_json() -> None:
 
 
 def test_every_row_carries_its_tenant(pair) -> None:
+    """Events and surface rows name their session by session_key and carry its tenant (what
+    the row-level policy reads): each row's tenant is that of the session its key names."""
     a, b = pair
     _fill(a, b)
-    dump = dump_tables(b)
-    for table in ("sessions", "events", "surface"):
-        tenants = {row[0] for row in dump[table]}
-        assert tenants == {"a", "b"}, table
+    t = tables(b)
+    s = t.sessions
+    with b.engine.connect() as conn:
+        assert set(conn.execute(select(s.c.tenant)).scalars()) == {"a", "b"}
+        for table in (t.events, t.surface):
+            rows = conn.execute(
+                select(table.c.tenant, s.c.tenant).join(s, table.c.session_key == s.c.session_key)
+            ).all()
+            total = conn.execute(select(func.count()).select_from(table)).scalar_one()
+            assert len(rows) == total > 0, table.name
+            assert {own for own, _ in rows} == {"a", "b"}, table.name
+            assert all(own == session for own, session in rows), table.name
+        conn.rollback()
 
 
 def test_a_write_handle_reads_and_checks_its_own_tenants_surface(pair, api):
@@ -418,8 +429,12 @@ def test_a_label_filter_is_answered_by_the_labels_index(backend) -> None:
 
         with engine.begin() as conn:
             conn.exec_driver_sql(f'SET LOCAL search_path TO "{backend.schema}"')
+            # Every column but session_key, which the identity gives each new row.
             conn.exec_driver_sql(
-                "INSERT INTO sessions SELECT tenant, 's' || n, format_version, created_at + n, "
+                "INSERT INTO sessions (tenant, id, format_version, created_at, parent_session, "
+                "inherited_event_count, header, head_seq, surface_next_pos, replace_generation, "
+                "surface_digest, updated_at, incarnation, user_id, title, labels) "
+                "SELECT tenant, 's' || n, format_version, created_at + n, "
                 "parent_session, inherited_event_count, header, head_seq, surface_next_pos, "
                 "replace_generation, surface_digest, updated_at + n, 'i' || n, user_id, title, "
                 "jsonb_build_object('team', 't' || mod(n, 50), 'tier', "
