@@ -126,10 +126,10 @@ def collect_stats(
 ) -> StoreStats:
     """Aggregate a tenant's sessions, or one session (``SessionNotFoundError`` when missing).
 
-    Five statements, each served by an index: the session rows; the events by type (from the
-    type index alone on SQLite); the tool calls and the replies (each a range of the type index
-    plus, for a call, one search of the ``call_id`` index); and the replacing events (on
-    SQLite, ranges of the type index for the types that can replace).
+    Each statement reads the sessions asked about through ``sessions`` and their events by
+    ranges of the events primary key (``session_key``, ``seq``): the session rows; the events
+    by type and the replacing rows, counted in one pass; the tool calls (each meeting its
+    result by one search of the ``call_id`` index) and the replies.
     """
     e, s = t.events, t.sessions
     own = _own_events(t, tenant, session_id)

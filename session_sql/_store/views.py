@@ -109,9 +109,8 @@ WHERE t.type = 'turn/start'
 """
 
 # SQLite does not narrow the window above to a session: it moves a filter on `session_id` into
-# the window's subquery, but without the tenant (which comes from the join) the type index is
-# searched by type alone, so a question about one session read every session's turn
-# boundaries. This form has no window: each turn/start (found through `sessions`, so a filter
+# the window's subquery, but not through the join to `sessions` that gives the id, so a
+# question about one session read every session's turn boundaries. This form has no window: each turn/start (found through `sessions`, so a filter
 # on a session or a tenant reaches the index) finds the next turn/start and the next turn/end
 # by one index search each (MIN over an index range), and the turn/end is its end when it comes
 # first and has the same turn number (parenthesised: DuckDB, which runs this text when it
