@@ -108,14 +108,14 @@ JOIN {{p}}sessions AS s ON s.session_key = t.session_key
 WHERE t.type = 'turn/start'
 """
 
-# SQLite does not narrow the window above to a session: it moves a filter on `session_id` into
-# the window's subquery, but not through the join to `sessions` that gives the id, so a
-# question about one session read every session's turn boundaries. This form has no window: each turn/start (found through `sessions`, so a filter
-# on a session or a tenant reaches the index) finds the next turn/start and the next turn/end
-# by one index search each (MIN over an index range), and the turn/end is its end when it comes
-# first and has the same turn number (parenthesised: DuckDB, which runs this text when it
-# attaches the file, binds `->>` more loosely than `=`). The four counts then stop at the first
-# of the two, as the window's next boundary did.
+# SQLite does not narrow the window above to a session: it moves a filter on `session_id` into the
+# window's subquery, but not through the join to `sessions` that gives the id, so a question about
+# one session read every session's turn boundaries. This form has no window: each turn/start
+# (found through `sessions`, so a filter on a session or a tenant reaches the index) finds the
+# next turn/start and the next turn/end by one index search each (MIN over an index range), and
+# the turn/end is its end when it comes first and has the same turn number (parenthesised: DuckDB,
+# which runs this text when it attaches the file, binds `->>` more loosely than `=`). The four
+# counts then stop at the first of the two, as the window's next boundary did.
 # Turn boundaries: the predicate of the partial index ``ix_events_turn_bounds``, written out
 # beside each equality so that SQLite (which proves no implication) uses that index too.
 _BOUNDS = "('turn/start', 'turn/end')"
