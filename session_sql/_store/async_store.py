@@ -40,7 +40,7 @@ from session_sql import loopsafe
 from session_sql._store import forwarding, reader
 from session_sql._store.async_handle import AsyncStoredSession, sync_of
 from session_sql._store.backends import backend_for
-from session_sql._store.following import Follower, Read, Sleep, Wait
+from session_sql._store.following import Read, Sleep, Wait
 from session_sql._store.running import _OffloadedFile, _Runner, _settle
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.store import SessionInfo, SessionStore, open_store
@@ -404,17 +404,19 @@ class AsyncSessionStore:
         ctx = self._store._ctx
         after = seq_bound("after_seq", after_seq)
         timeout = timeout_arg(timeout)
-        await self._runner.call(reader.check_session, ctx, session_id)
+        await self._runner.call(reader.check_session, ctx, session_id, ctx.engine)
         listener = await ctx.backend.async_listener(ctx, session_id, self._runner.call)
         try:
-            machine = Follower(
-                session_id, ctx.tenant, after, timeout, listening=listener is not None
+            machine, engine = reader.start_follow(
+                ctx, session_id, after, timeout, listening=listener is not None
             )
             action = machine.start()
             while True:
                 if isinstance(action, Read):
                     read = reader.events_after
-                    events = await self._runner.call(read, ctx, session_id, action.after_seq)
+                    events = await self._runner.call(
+                        read, ctx, session_id, action.after_seq, engine
+                    )
                     for event in events:
                         yield event
                     action = machine.read(events[-1].seq if events else None)

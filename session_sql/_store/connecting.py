@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import event
@@ -36,6 +37,7 @@ def connect(
     tenant: str | None,
     max_followers: int | None,
     engine_options: dict[str, Any],
+    replica_urls: Sequence[str] | None = None,
 ) -> StoreContext:
     """The context of a store opened on ``url`` (see ``open_store``)."""
     check_options(schema, catalog, clock, max_event_bytes)
@@ -43,18 +45,27 @@ def connect(
         max_followers, engine_options, DEFAULT_POOL_SIZE, DEFAULT_MAX_OVERFLOW
     )
     tenant = check_tenant(tenant)
+    standbys = _replica_urls(url, replica_urls)
     engine = make_engine(url, **engine_options)
     backend = backend_for(engine)
     target = backend.target_schema(schema)
+    replicas: list[Engine] = []
     try:
         if not create:
             backend.require_existing(engine.url)
+        # The gate, and whatever it creates, on the primary alone: a standby is read-only,
+        # and holds what the primary holds once it has replayed it.
         ensure_schema(engine, target, create=create)
         with translate_errors(database=database_label(engine)):
             backend.prepare_store(engine)
         backend.scope_transactions(engine, tenant)
+        for standby in standbys:
+            # The store's own options: each replica's pool is bounded as the primary's is.
+            replica = make_engine(standby, **engine_options)
+            replicas.append(replica)
+            backend.scope_transactions(replica, tenant)
     except (TypeError, ValueError) as exc:
-        engine.dispose()
+        _dispose(engine, replicas)
         if isinstance(exc, SessionSQLError) or not engine_options:
             raise
         # A create_engine keyword of the wrong kind shows up only at the first connect.
@@ -63,13 +74,13 @@ def connect(
             option="engine_options",
         ) from exc
     except StoreError as exc:
-        engine.dispose()
+        _dispose(engine, replicas)
         clearer = backend.explain_open_failure(engine, exc)
         if clearer is None:
             raise
         raise clearer from exc
     except BaseException:
-        engine.dispose()
+        _dispose(engine, replicas)
         raise
     return StoreContext(
         engine=engine,
@@ -80,18 +91,59 @@ def connect(
         channel=backend.notify_channel(target),
         max_followers=followers,
         tenant=tenant,
+        replicas=replicas,
     )
+
+
+def _replica_urls(url: str, replica_urls: object) -> list[str]:
+    """The standbys' URLs (``open_store``'s ``replica_urls``), checked: a sequence of URL
+    strings, beside a PostgreSQL primary only."""
+    if replica_urls is None:
+        return []
+    if isinstance(replica_urls, str) or not isinstance(replica_urls, Sequence):
+        raise ConfigurationError(
+            "replica_urls must be a list of postgresql:// URLs of hot standbys of the "
+            f"primary (or None), not {replica_urls!r}",
+            option="replica_urls",
+        )
+    urls = list(replica_urls)
+    for i, replica in enumerate(urls):
+        if not isinstance(replica, str):
+            raise ConfigurationError(
+                f"replica_urls[{i}] must be a postgresql:// URL string, not {replica!r}",
+                option="replica_urls",
+            )
+    if urls and isinstance(url, str) and not backend_for(url).standbys:
+        raise ConfigurationError(
+            "replica_urls needs a PostgreSQL primary: an SQLite store has no standbys "
+            "(open it without replica_urls)",
+            option="replica_urls",
+        )
+    for i, replica in enumerate(urls):
+        if not backend_for(replica).standbys:
+            raise ConfigurationError(
+                f"replica_urls[{i}] must be a postgresql:// URL (a hot standby of the "
+                "primary), not an SQLite URL",
+                option="replica_urls",
+            )
+    return urls
+
+
+def _dispose(engine: Engine, replicas: Sequence[Engine]) -> None:
+    engine.dispose()
+    for replica in replicas:
+        replica.dispose()
 
 
 def close(ctx: StoreContext) -> None:
     """Release every pooled connection; afterwards every connect raises ``StoreError``."""
-    engine: Engine = ctx.engine
-    if not event.contains(engine, "do_connect", _refuse_closed):
-        # Without this the engine would quietly open a new pool on its next use.
-        event.listen(engine, "do_connect", _refuse_closed)
-    ctx.idle.close()
+    for engine in (ctx.engine, *ctx.replicas):
+        if not event.contains(engine, "do_connect", _refuse_closed):
+            # Without this the engine would quietly open a new pool on its next use.
+            event.listen(engine, "do_connect", _refuse_closed)
+    ctx.close_reads()
     ctx.close_hub()
-    engine.dispose()
+    _dispose(ctx.engine, ctx.replicas)
 
 
 def _refuse_closed(*_args: Any) -> None:

@@ -8,9 +8,10 @@ first use, for the store's dialect), so no cache outlives the store or is keyed 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
@@ -421,8 +422,12 @@ class StoreContext:
         channel: str | None,
         max_followers: int,
         tenant: str = "",
+        replicas: Sequence[Engine] = (),
     ) -> None:
         self.engine = engine
+        """The primary: every write, the schema gate, LISTEN, and the write handles' reads."""
+        self.replicas: tuple[Engine, ...] = tuple(replicas)
+        """The hot standbys (``replica_urls``) that serve the store-level reads, in turn."""
         self.tables = tables
         self.catalog = catalog
         self.clock = clock
@@ -442,6 +447,8 @@ class StoreContext:
         self.statements = Statements(tables, backend=self.backend, tenant=tenant)
         self.idle = IdleConnection(engine, tenant)
         """The connection kept for single-statement reads (see ``fastpath.surface_tail``)."""
+        self._replica_idle = tuple(IdleConnection(r, tenant) for r in self.replicas)
+        self._turn = itertools.count()
         self.parsed = Kept()
         """Tail reads' projected messages by ``(type, data text)``: an agent reads its last
         N messages every turn, and all but the newest are rows it read the turn before
@@ -450,6 +457,30 @@ class StoreContext:
         """``open_session``'s checked surface events by session id and row: a service opens
         a session for each request, and all but the newest surface rows are rows it checked
         the request before (see ``opening``)."""
+
+    def reads(self) -> tuple[Engine, IdleConnection]:
+        """Where a store-level read runs (the one place that picks it): the primary, or
+        with replicas the next standby in turn, with its idle connection.
+
+        Only the read-only calls of the store come here (``messages``, ``surface``,
+        ``events``, ``load_session``, listings, ``follow``'s reads, ``export_jsonl``,
+        ``stats``). A write handle, its ``refresh`` and every write read the primary, so a
+        handle never sees a state older than its own commits, however far a standby lags.
+        """
+        if not self.replicas:
+            return self.engine, self.idle
+        turn = next(self._turn) % len(self.replicas)  # atomic: count's next holds the GIL
+        return self.replicas[turn], self._replica_idle[turn]
+
+    def read_engine(self) -> Engine:
+        """The engine of the next store-level read (``reads``)."""
+        return self.reads()[0]
+
+    def close_reads(self) -> None:
+        """The store closes: close the idle connections (the primary's and the standbys')."""
+        self.idle.close()
+        for idle in self._replica_idle:
+            idle.close()
 
     def payload(self, session_id: str, head: int) -> str:
         """The NOTIFY payload of a commit: ``[tenant, session id, head seq]`` as JSON."""

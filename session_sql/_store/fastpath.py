@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         append_async,
         read_new_async,
     )
+    from session_sql._store.backends.idle import IdleConnection
 
 __all__ = [
     "COPY_MIN_ROWS",
@@ -164,10 +165,11 @@ def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) ->
     """
     c = ctx.compiled.surface_tail
     params = c.bind({**c.defaults, "b_id": session_id, "b_before": before, "b_limit": limit})
-    rows = None if ctx.engine.pool.dispatch.checkout else _on_idle(ctx, c.sql, params)
+    engine, idle = ctx.reads()  # a store-level read: a standby's when the store has them
+    rows = None if engine.pool.dispatch.checkout else _on_idle(idle, c.sql, params)
     if rows is not None:
         return rows
-    raw = ctx.engine.raw_connection()
+    raw = engine.raw_connection()
     try:
         cur = raw.cursor()
         dialect(ctx).begin_read(ctx, raw)
@@ -177,11 +179,11 @@ def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) ->
         raw.close()  # back to the pool, which resets (rolls back) it
 
 
-def _on_idle(ctx: StoreContext, sql: str, params: Any) -> list[Any] | None:
+def _on_idle(idle: IdleConnection, sql: str, params: Any) -> list[Any] | None:
     """The rows of one statement run on the idle connection; None when it is not available
     or the read failed (``borrow`` then discards the connection; the pool reads again)."""
     try:
-        with ctx.idle.borrow() as dbapi:
+        with idle.borrow() as dbapi:
             if dbapi is None:
                 return None
             cursor = dbapi.cursor()

@@ -18,6 +18,10 @@ POLL_MAX = 0.05
 """The longest sleep of a polling follower: the wake latency it can add at most."""
 LISTEN_MAX = 1.0
 """The longest LISTEN wait before reading anyway, so a lost notification costs a second."""
+CATCH_UP_MAX = 30.0
+"""How long a follower reading from a standby polls for a head a wake-up named and the
+standby has not replayed yet; past it (a session deleted and recreated with a shorter log,
+a standby stopped) it waits again, reading at least every ``LISTEN_MAX``."""
 
 
 class Read(NamedTuple):
@@ -66,6 +70,10 @@ class Follower:
 
     ``timeout`` counts from the last read that found events (or the start); ``None`` never
     stops. ``listening``: a LISTEN connection wakes the follower (PostgreSQL), else it polls.
+    ``lagging``: the reads go to a hot standby while the wake-ups come from the primary, so
+    a wake-up may name a head the reads do not see yet; until they do (``CATCH_UP_MAX`` at
+    most), the follower reads again with the polling backoff instead of waiting for a wake-up
+    that has already come.
     """
 
     def __init__(
@@ -76,6 +84,7 @@ class Follower:
         timeout: float | None,
         *,
         listening: bool,
+        lagging: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.session_id = session_id
@@ -87,6 +96,10 @@ class Follower:
         self._clock = clock
         self._idle_since = clock()
         self._backoff = POLL_START
+        self._lagging = lagging
+        self.told = after_seq
+        """The highest head a wake-up named (a standby's reads catch up to it)."""
+        self._told_at = 0.0
 
     def start(self) -> Action:
         """The first step: read what is committed already."""
@@ -106,11 +119,17 @@ class Follower:
             remaining = self._timeout - (self._clock() - self._idle_since)
             if remaining <= 0:
                 return Stop()
-        if self._listening:
+        if self._listening and not self._behind():
             return Wait(LISTEN_MAX if remaining is None else min(remaining, LISTEN_MAX))
         backoff = self._backoff
         self._backoff = min(backoff * 2, POLL_MAX)
         return Sleep(backoff if remaining is None else min(backoff, remaining))
+
+    def _behind(self) -> bool:
+        """Whether the reads have not yet reached a head a wake-up named (a standby's lag)."""
+        return (
+            self._lagging and self.told > self.last and self._clock() - self._told_at < CATCH_UP_MAX
+        )
 
     def waited(self) -> Action:
         """A ``Wait`` (woken or timed out) or a ``Sleep`` ended: read again."""
@@ -124,9 +143,14 @@ class Follower:
         if parsed is None:
             return False
         tenant, session_id, head = parsed
-        return (
+        if not (
             tenant == self.tenant
             and session_id == self.session_id
             and type(head) is int
             and head > self.last
-        )
+        ):
+            return False
+        if head > self.told:
+            self.told = head
+            self._told_at = self._clock()
+        return True

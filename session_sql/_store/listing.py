@@ -105,7 +105,7 @@ def list_sessions(
         query = query.where(s.c.created_at >= clamp(created_after))
     if created_before is not None:
         query = query.where(s.c.created_at < clamp(created_before))
-    with translate_errors(), read_tx(ctx.engine) as conn:
+    with translate_errors(), read_tx(ctx.read_engine()) as conn:
         if after is not None:
             cursor = after if isinstance(after, SessionInfo) else session_info(conn, ctx, after)
             if order == "updated":

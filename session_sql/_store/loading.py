@@ -135,7 +135,7 @@ def load(ctx: StoreContext, session_id: str) -> Loaded:
     lookup_id(session_id)
     log: list[SessionEvent] = []
     state = Replay()
-    with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+    with translate_errors(session_id), snapshot_tx(ctx.read_engine()) as conn:
         row = session_row(conn, ctx, session_id)
         header = frozen_header(session_id, row.header)
         rows = reader.event_rows_in(conn, ctx, session_id, row.head_seq, batch=reader.LOAD_BATCH)

@@ -6,7 +6,7 @@ import time as _time
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from session_sql._store import fastpath
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors
@@ -95,7 +95,7 @@ def surface_messages(
 ) -> list[SurfaceMessage]:
     """Every surface node (or the last ``last``) with its projected message, in order."""
     if last == 0:
-        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
             require_session(conn, ctx, session_id)
         return []
     if last is not None:
@@ -105,7 +105,7 @@ def surface_messages(
             check_session(ctx, session_id)
         rows.reverse()
     else:
-        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
             rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
             if not rows:
                 require_session(conn, ctx, session_id)
@@ -129,7 +129,7 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
     snapshot, so a concurrent replace cannot tear the pages apart.
     """
     if last is None:
-        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
             rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
             if not rows:
                 require_session(conn, ctx, session_id)
@@ -151,7 +151,7 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
             found.reverse()
             return found
         found = []
-    with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+    with translate_errors(session_id), snapshot_tx(ctx.read_engine()) as conn:
         before, page = MAX_SEQ, last
         while len(found) < last:
             rows = _surface_rows(ctx, conn, session_id, before, page)
@@ -171,7 +171,7 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
 def surface(ctx: StoreContext, session_id: str, last: int | None = None) -> tuple[int, ...]:
     """The surface's event seqs in order (or the last ``last``), from the side table."""
     q = ctx.statements
-    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+    with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
         if last is None:
             seqs = list(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
         elif last == 0:
@@ -186,13 +186,20 @@ def surface(ctx: StoreContext, session_id: str, last: int | None = None) -> tupl
 
 
 def stream_events(
-    ctx: StoreContext, session_id: str, from_seq: int = 0, to_seq: int | None = None
+    ctx: StoreContext,
+    session_id: str,
+    from_seq: int = 0,
+    to_seq: int | None = None,
+    engine: Engine | None = None,
 ) -> Iterator[SessionEvent]:
     """Events in seq order (``to_seq`` exclusive), one read per page so memory stays bounded.
 
     The pages are fetched as plain tuples (``fastpath.fetch_rows``); the first in the same
-    transaction as the check that the session exists.
+    transaction as the check that the session exists. Every page is read on ``engine``
+    (default: the store's next read engine, ``StoreContext.reads``), so a stream from a
+    standby never mixes two standbys' states.
     """
+    engine = ctx.read_engine() if engine is None else engine
     page = ctx.compiled.events_page
     params = {
         **page.defaults,
@@ -203,7 +210,7 @@ def stream_events(
     }
     first = True
     while True:
-        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        with translate_errors(session_id), read_tx(engine) as conn:
             if first:
                 require_session(conn, ctx, session_id)
                 first = False
@@ -276,18 +283,45 @@ def snapshot_events(
         )
 
 
-def check_session(ctx: StoreContext, session_id: str) -> None:
-    """Raise ``SessionNotFoundError`` unless the session exists (one read transaction)."""
-    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+def check_session(ctx: StoreContext, session_id: str, engine: Engine | None = None) -> None:
+    """Raise ``SessionNotFoundError`` unless the session exists (one read transaction, on
+    ``engine``; default: the store's next read engine)."""
+    with translate_errors(session_id), read_tx(engine or ctx.read_engine()) as conn:
         require_session(conn, ctx, session_id)
 
 
-def events_after(ctx: StoreContext, session_id: str, after_seq: int) -> list[SessionEvent]:
-    """One page (at most ``FOLLOW_BATCH``) of the events committed after ``after_seq``."""
+def events_after(
+    ctx: StoreContext, session_id: str, after_seq: int, engine: Engine | None = None
+) -> list[SessionEvent]:
+    """One page (at most ``FOLLOW_BATCH``) of the events committed after ``after_seq``, read
+    on ``engine`` (default: the primary)."""
     params = {"b_id": session_id, "b_after": after_seq, "b_limit": FOLLOW_BATCH}
-    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+    with translate_errors(session_id), read_tx(engine or ctx.engine) as conn:
         rows = conn.execute(ctx.statements.events_after, params).all()
     return [event_from_row(session_id, row) for row in rows]
+
+
+def start_follow(
+    ctx: StoreContext, session_id: str, after_seq: int, timeout: float | None, *, listening: bool
+) -> tuple[Follower, Engine]:
+    """A follow's state machine and the engine all its reads run on.
+
+    The session must exist on the primary (a standby may not have replayed its creation
+    yet: the follow then reads nothing until it has). The reads go to one standby when the
+    store has them, while the wake-ups come from the primary's LISTEN (a standby cannot
+    LISTEN): a wake-up may name a head the standby has not replayed yet, and the follower
+    then reads again with a short backoff (``Follower``'s ``lagging``) until it has.
+    """
+    engine = ctx.read_engine()
+    machine = Follower(
+        session_id,
+        ctx.tenant,
+        after_seq,
+        timeout,
+        listening=listening,
+        lagging=engine is not ctx.engine,
+    )
+    return machine, engine
 
 
 def follow(
@@ -300,16 +334,16 @@ def follow(
     Returns after ``timeout`` seconds without a new event (``None``: never). Takes no write
     lock.
     """
-    check_session(ctx, session_id)
+    check_session(ctx, session_id, ctx.engine)
     listener = ctx.backend.listener(ctx, session_id)  # None: poll
     try:
-        machine = Follower(
-            session_id, ctx.tenant, after_seq, timeout, listening=listener is not None
+        machine, engine = start_follow(
+            ctx, session_id, after_seq, timeout, listening=listener is not None
         )
         action = machine.start()
         while True:
             if isinstance(action, Read):
-                events = events_after(ctx, session_id, action.after_seq)
+                events = events_after(ctx, session_id, action.after_seq, engine)
                 yield from events
                 action = machine.read(events[-1].seq if events else None)
             elif isinstance(action, Wait):

@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, Literal
 
-from sqlalchemy import make_url
+from sqlalchemy import Engine, make_url
 
 from session_sql._store import connecting, listing, loading, reader, transfer, verifying
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
@@ -46,6 +46,7 @@ class SessionStore:
         create: bool = True,
         tenant: str | None = None,
         max_followers: int | None = None,
+        replica_urls: Sequence[str] | None = None,
         **engine_options: Any,
     ) -> None:
         self._ctx = ctx = connecting.connect(
@@ -58,6 +59,7 @@ class SessionStore:
             tenant=tenant,
             max_followers=max_followers,
             engine_options=engine_options,
+            replica_urls=replica_urls,
         )
         self.url = url
         self.display_url: str = make_url(url).render_as_string(hide_password=True)
@@ -298,8 +300,9 @@ class SessionStore:
         """Stream a session's events in seq order (``to_seq`` exclusive), bounded memory."""
         start = seq_bound("from_seq", from_seq)
         bound = None if to_seq is None else seq_bound("to_seq", to_seq)
-        self._header(session_id)  # fail now, not at the first next()
-        return reader.stream_events(self._ctx, session_id, start, bound)
+        engine = self._ctx.read_engine()  # every page from one database
+        self._header(session_id, engine)  # fail now, not at the first next()
+        return reader.stream_events(self._ctx, session_id, start, bound, engine)
 
     def follow(
         self, session_id: str, *, after_seq: int = -1, timeout: float | None = None
@@ -404,7 +407,7 @@ class SessionStore:
         """
         if session_id is not None:
             lookup_id(session_id)
-        with translate_errors(session_id), snapshot_tx(self._ctx.engine) as conn:
+        with translate_errors(session_id), snapshot_tx(self._ctx.read_engine()) as conn:
             return collect_stats(conn, self._ctx.tables, self._ctx.tenant, session_id)
 
     def verify(self, session_id: str) -> VerifyReport:
@@ -423,10 +426,11 @@ class SessionStore:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _header(self, session_id: str) -> FrozenDict:
+    def _header(self, session_id: str, engine: Engine | None = None) -> FrozenDict:
+        """The session's header, read on ``engine`` (default: the primary)."""
         lookup_id(session_id)
         query = self._ctx.statements.session_header
-        with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
+        with translate_errors(session_id), read_tx(engine or self._ctx.engine) as conn:
             row = conn.execute(query, {"b_id": session_id}).first()
         if row is None:
             raise SessionNotFoundError.for_session(session_id)
@@ -457,5 +461,15 @@ def open_store(
 
     ``tenant`` (default ``""``): the store reads, lists, forks, exports and writes only this
     tenant's sessions; session ids are unique per tenant.
+
+    ``replica_urls`` (PostgreSQL; default None): ``postgresql://`` URLs of hot standbys of
+    ``url``, each with a pool of the store's options. The read-only calls (``messages``,
+    ``surface``, ``surface_messages``, ``events``, ``load_session``, ``list_sessions``,
+    ``iter_sessions``, ``follow``, ``export_jsonl``, ``stats``) are served by them in turn
+    and see their replay lag; every write, the schema gate, ``head_seq``, ``session_info``,
+    ``verify`` and the write handles (``open_session``, ``create_session``, their
+    ``refresh``) use the primary, so a handle reads its own writes. ``follow`` listens on the
+    primary and reads the standby, waiting for it to replay what a wake-up names. An SQLite
+    store refuses the option (``ConfigurationError``).
     """
     return SessionStore(url, schema=schema, catalog=catalog, tenant=tenant, **options)

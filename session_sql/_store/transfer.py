@@ -134,7 +134,7 @@ def export(ctx: StoreContext, session_id: str, out: IO[str]) -> int:
     """Write one session to ``out`` from one snapshot (see ``SessionStore.export_jsonl``)."""
     lookup_id(session_id)
     s = ctx.tables.sessions
-    with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+    with translate_errors(session_id), snapshot_tx(ctx.read_engine()) as conn:
         row = conn.execute(
             select(
                 # As JSON text: parsed by ``rows.frozen_header``, never by the driver.

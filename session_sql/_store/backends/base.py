@@ -85,6 +85,8 @@ class Backend(ABC):
     """The base class of the driver's exceptions (``translate_errors`` dispatches on it)."""
     listens: ClassVar[bool]
     """Whether followers are woken by NOTIFY (else they poll through the pool)."""
+    standbys: ClassVar[bool]
+    """Whether a store may serve its reads from hot standbys (``replica_urls``)."""
     async_threads: ClassVar[bool]
     """Whether the async store runs this backend in worker threads (else on the event loop,
     through the async driver: ``make_engine(..., async_driver=True)``)."""

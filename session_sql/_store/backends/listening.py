@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import select
 import threading
@@ -31,12 +32,14 @@ from sqlalchemy.util import greenlet_spawn
 
 from session_sql._store import following
 from session_sql._store.backends import translate_errors
-from session_sql.errors import PermanentStoreError
+from session_sql.errors import PermanentStoreError, TransientStoreError
 
 if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
 
 __all__ = ["AsyncHubListener", "HubListener", "ListenHub", "listen_statement"]
+
+_log = logging.getLogger("session_sql")
 
 RECONNECT_START = 0.05
 """The first pause before reopening a lost LISTEN connection; doubled after each failure."""
@@ -89,7 +92,11 @@ class _Waiter:
             notes, self._pending = self._pending, []
             woken, self._woken = self._woken, False
             self._event.clear()
-        return woken or any(wakes(note) for note in notes)
+        # Every note is shown to ``wakes``, none skipped once one wakes: a follower reading
+        # from a standby learns the newest head named (``Follower.told``).
+        for note in notes:
+            woken = wakes(note) or woken
+        return woken
 
     def wait(self, seconds: float, wakes: Callable[[str], bool]) -> None:
         deadline = time.monotonic() + seconds
@@ -320,8 +327,28 @@ class _Runner:
                 driver.close()
 
 
+def _polls_instead(ctx: StoreContext, error: BaseException) -> bool:
+    """Whether a follower whose LISTEN connection could not be opened polls instead of
+    failing: on a store that reads from standbys, when the primary is unreachable (the
+    standby it reads from may still be replaying what the primary committed)."""
+    if not (ctx.replicas and isinstance(error, TransientStoreError)):
+        return False
+    _log.warning("follow: the primary cannot LISTEN now (%s); polling the standby instead", error)
+    return True
+
+
 class HubListener:
     """A sync follower's registration with the store's hub; holds a follower slot."""
+
+    @classmethod
+    def open(cls, ctx: StoreContext, session_id: str) -> HubListener | None:
+        """A registration, or ``None`` when the follower polls instead (``_polls_instead``)."""
+        try:
+            return cls(ctx, session_id)
+        except TransientStoreError as exc:
+            if _polls_instead(ctx, exc):
+                return None
+            raise
 
     def __init__(self, ctx: StoreContext, session_id: str) -> None:
         self._ctx = ctx
@@ -363,7 +390,17 @@ class AsyncHubListener:
         self._waiter = waiter
 
     @classmethod
-    async def open(cls, ctx: StoreContext, session_id: str) -> AsyncHubListener:
+    async def open(cls, ctx: StoreContext, session_id: str) -> AsyncHubListener | None:
+        """A registration, or ``None`` when the follower polls instead (``_polls_instead``)."""
+        try:
+            return await cls._open(ctx, session_id)
+        except TransientStoreError as exc:
+            if _polls_instead(ctx, exc):
+                return None
+            raise
+
+    @classmethod
+    async def _open(cls, ctx: StoreContext, session_id: str) -> AsyncHubListener:
         waiter = _Waiter(session_id, asyncio.get_running_loop())
         ctx.followers.take()
         try:

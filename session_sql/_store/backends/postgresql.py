@@ -341,6 +341,7 @@ class PostgreSQLBackend(Backend):
     schemes = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
     driver_error = psycopg.Error
     listens = True
+    standbys = True
     async_threads = False
 
     appends_module = "postgresql"
@@ -451,7 +452,7 @@ class PostgreSQLBackend(Backend):
         # dispatches to this module.
         from session_sql._store.backends.listening import HubListener  # noqa: PLC0415
 
-        return HubListener(ctx, session_id)
+        return HubListener.open(ctx, session_id)
 
     async def async_listener(
         self,

@@ -197,6 +197,7 @@ class SQLiteBackend(Backend):
     schemes = frozenset({"sqlite", "sqlite+pysqlite"})
     driver_error = sqlite3.Error
     listens = False
+    standbys = False
     async_threads = True
 
     appends_module = "sqlite"
