@@ -50,7 +50,7 @@ class RetryPolicy:
     def __init__(
         self,
         *,
-        attempts: int = 16,
+        attempts: int = 64,
         first_delay: float = 0.002,
         max_delay: float = 0.25,
         rng: random.Random | None = None,

@@ -36,6 +36,7 @@ from sqlalchemy import func, literal, select
 from sqlalchemy.dialects.postgresql import REGCLASS
 
 from session_sql import (
+    RetryPolicy,
     SessionEvent,
     SessionStore,
     StoredSession,
@@ -208,6 +209,9 @@ def w_follow(target: Target, count: int) -> Workload:
 W7_WRITERS = 8
 """W7's writer processes (each on a session of its own, then all on one session)."""
 
+W7_POLICY = RetryPolicy(attempts=1_000_000)
+"""W7 counts lost races; it does not give up on a writer that keeps losing them."""
+
 
 def _timed_writer(args: tuple[str, str, str | None, int, Any]) -> tuple[float, float, int]:
     """One of W7's writers: ``count`` chunks, one per transaction, through the store
@@ -245,7 +249,7 @@ def _timed_writer(args: tuple[str, str, str | None, int, Any]) -> tuple[float, f
             def append(h: StoredSession, d: Any = data) -> SessionEvent:
                 return h.append("assistant/chunk", d)
 
-            retry_on_conflict(handle, append, on_conflict=count_lost)
+            retry_on_conflict(handle, append, policy=W7_POLICY, on_conflict=count_lost)
         return began, time.time(), lost
 
 
