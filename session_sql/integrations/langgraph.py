@@ -40,6 +40,7 @@ import base64
 import builtins
 import contextlib
 import hashlib
+import json
 import math
 import random
 import threading
@@ -212,7 +213,8 @@ class _Index:
     writes: dict[tuple[str, str], dict[tuple[str, int], tuple[str, str, Any, str]]] = field(
         default_factory=dict
     )
-    surfaced: list[tuple[str, int]] = field(default_factory=list)  # (message id, seq)
+    # what this integration put on the surface: (message id, seq, event data)
+    surfaced: list[tuple[str, int, Any]] = field(default_factory=list)
     moved: Any = None
 
     def fold(self) -> None:
@@ -253,9 +255,9 @@ class _Index:
         else:
             mid = None
         op = event.surface_op
-        entry = [] if mid is None else [(mid, event.seq)]
+        entry = [] if mid is None else [(mid, event.seq, data)]
         if isinstance(op, Replace):
-            seqs = [s for _, s in self.surfaced]
+            seqs = [s for _, s, _ in self.surfaced]
             if op.start in seqs and op.end in seqs:
                 i, j = seqs.index(op.start), seqs.index(op.end)
                 self.surfaced[i : j + 1] = entry
@@ -522,7 +524,10 @@ class _Logic:
                 present, messages = self._value(index, seq, "messages")
                 if present and isinstance(messages, list):
                     for event in _surface_batch(_Index(handle=None), messages):
-                        add(event["type"], event["data"], surfaceOp="append")
+                        if "surface_op" in event:
+                            add(event["type"], event["data"], surfaceOp="append")
+                        else:
+                            add(event["type"], event["data"])
         return out
 
 
@@ -636,18 +641,45 @@ def _surface_batch(index: _Index, messages: list[Any]) -> Batch:
             step += 1
     have = index.surfaced
     common = 0
-    while common < len(have) and common < len(wanted) and have[common][0] == wanted[common][0]:
+    while (
+        common < len(have)
+        and common < len(wanted)
+        and have[common][0] == wanted[common][0]
+        and have[common][2] == wanted[common][1]["data"]
+    ):
         common += 1
     new = [event for _, event in wanted[common:]]
     if common == len(have):
-        return [{**event, "surface_op": "append"} for event in new]
-    shadowed = [seq for _, seq in have[common:]]
+        return _with_calls([{**event, "surface_op": "append"} for event in new])
+    shadowed = [seq for _, seq, _ in have[common:]]
     op = Replace(shadowed[0], shadowed[-1])
     if not new:
         removed = {"type": "surface/removed", "data": {"reason": "langgraph"}}
         return [{**removed, "surface_op": op, "source_event_seqs": shadowed}]
     first = {**new[0], "surface_op": op, "source_event_seqs": shadowed}
-    return [first] + [{**event, "surface_op": "append"} for event in new[1:]]
+    return _with_calls([first] + [{**event, "surface_op": "append"} for event in new[1:]])
+
+
+def _with_calls(batch: Batch) -> Batch:
+    """``batch`` with a log-only ``tool/call`` after each assistant message's tool calls, so
+    that ``stats`` and the ``tool_calls`` view count them."""
+    out: Batch = []
+    for event in batch:
+        out.append(event)
+        if event["type"] != "assistant/message":
+            continue
+        data = event["data"]
+        for block in data["message"]["content"]:
+            if block.get("type") == "tool-call":
+                call = {
+                    "turn": data["turn"],
+                    "step": data["step"],
+                    "callId": block["id"],
+                    "name": block["name"],
+                    "arguments": json.dumps(block["arguments"], ensure_ascii=False),
+                }
+                out.append({"type": "tool/call", "data": call})
+    return out
 
 
 def _next_version(current: Any) -> str:
