@@ -14,7 +14,7 @@ import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 
-from session_sql.integrations.langgraph import AsyncSessionSQLSaver
+from session_sql.integrations.langgraph import AsyncSessionSQLSaver, SessionSQLSaver
 
 from ..conftest import Backend
 
@@ -34,6 +34,27 @@ def _report(backend: Backend) -> dict[str, tuple[bool | None, bool | None, int, 
 
 def test_every_capability_detected_and_passing(backend: Backend) -> None:
     results = _report(backend)
+    _all_pass(results)
+
+
+def test_the_sync_saver_passes_too(backend: Backend) -> None:
+    """The sync saver's async forms (its sync calls in a worker thread) pass as well."""
+
+    @checkpointer_test(name=f"SessionSQLSaver-{backend.name}")
+    async def saver() -> AsyncIterator[SessionSQLSaver]:
+        with SessionSQLSaver.from_url(backend.url, schema=backend.schema) as made:
+            yield made
+
+    report = asyncio.run(validate(saver))
+    _all_pass(
+        {
+            name: (r.detected, r.passed, r.tests_passed, r.tests_failed, r.failures)
+            for name, r in report.results.items()
+        }
+    )
+
+
+def _all_pass(results: dict[str, tuple[bool | None, bool | None, int, int, list[str]]]) -> None:
     assert set(results) == {cap.value for cap in ALL_CAPABILITIES}
     failing = {name: r[4] for name, r in results.items() if not (r[0] and r[1])}
     assert not failing, failing
