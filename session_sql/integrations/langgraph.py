@@ -7,8 +7,8 @@ checkpoint namespace of the thread lives in it); its log holds:
 * ``langgraph/checkpoint``: one checkpoint, ``{ns, id, parent, checkpoint, metadata, versions,
   values}``, where ``values`` holds only the channels whose version changed (``new_versions``),
   so a checkpoint costs what changed. A list channel that grew (``messages`` under
-  ``add_messages``) is stored as what was appended to the previous version (``extends``: the
-  seq of the event holding it), with a whole value every ``SNAPSHOT_EVERY`` versions;
+  ``add_messages``) is stored as what was appended since an earlier version (``extends``:
+  the seq of the event holding that one; see ``_Logic._blob``);
 * ``langgraph/writes``: the pending writes of one task, ``{ns, checkpoint, task, path,
   writes: [{idx, channel, value}]}``;
 * the ``messages`` channel's chat messages of the root namespace, as core ``user/message``,
@@ -97,8 +97,6 @@ MOVED_TYPE = "langgraph/moved"
 ID_PREFIX = "langgraph:"
 THREAD_LABEL = "langgraph_thread"
 SOURCE_KIND = "langgraph"
-SNAPSHOT_EVERY = 32
-"""A grown list is stored whole again after this many appended parts (bounds a read)."""
 MAX_ATTEMPTS = 100
 MAX_INT = 2**63 - 1
 
@@ -146,6 +144,14 @@ def _encode(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
         return {"json": value}
     kind, raw = serde.dumps_typed(value)
     return {"serde": kind, "b64": base64.b64encode(raw).decode("ascii")}
+
+
+def _whole(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
+    """A whole value; a list says its length (the base of the parts that extend it)."""
+    encoded = _encode(serde, value)
+    if type(value) is list:
+        encoded["len"] = len(value)
+    return encoded
 
 
 def _decode(serde: SerializerProtocol, encoded: Any) -> Any:
@@ -202,6 +208,17 @@ class _Cp:
 
 
 @dataclass
+class _Basis:
+    """The messages value the surface shows: its version and length, the turn numbering
+    after it, and the surface it was checked against (``_surface_mark``)."""
+
+    version: Any
+    length: int
+    turns: tuple[int, int, bool]
+    surface: tuple[int, int] | None
+
+
+@dataclass
 class _Index:
     """What a thread's log says, folded event by event (no I/O)."""
 
@@ -216,6 +233,34 @@ class _Index:
     # what this integration put on the surface: (message id, seq, event data)
     surfaced: list[tuple[str, int, Any]] = field(default_factory=list)
     moved: Any = None
+    # The saver's private decoded copy of each channel's latest list: (ns, channel) ->
+    # (version, seq, value); and what a put in progress would make of them.
+    decoded: dict[tuple[str, str], tuple[Any, int, Any]] = field(default_factory=dict)
+    pending_decoded: dict[tuple[str, str, Any], Any] = field(default_factory=dict)
+    # Which messages value the surface shows, so that a put appends only the new ones.
+    basis: _Basis | None = None
+    pending_basis: _Basis | None = None
+
+    def decoded_value(self, logic: _Logic, ns: str, channel: str, version: Any, seq: int) -> Any:
+        """The value of ``channel`` at ``version`` (stored at ``seq``), decoded once."""
+        entry = self.decoded.get((ns, channel))
+        if entry is not None and entry[0] == version and entry[1] == seq:
+            return entry[2]
+        present, value = logic._value(self, seq, channel)
+        self.decoded[(ns, channel)] = (version, seq, value if present else None)
+        return value if present else None
+
+    def committed(self) -> None:
+        """A put built on this index committed: adopt what it computed."""
+        for (ns, channel, version), value in self.pending_decoded.items():
+            seq = self.blobs.get((ns, channel, version))
+            if seq is not None:
+                self.decoded[(ns, channel)] = (version, seq, value)
+        self.pending_decoded.clear()
+        if self.pending_basis is not None:
+            pending = self.pending_basis
+            self.basis = _Basis(pending.version, pending.length, pending.turns, _surface_mark(self))
+            self.pending_basis = None
 
     def fold(self) -> None:
         events = self.handle.events
@@ -386,12 +431,15 @@ class _Logic:
             parent_versions = _decode(self.serde, parent.data["checkpoint"]).get(
                 "channel_versions", {}
             )
+        index.pending_decoded.clear()
+        index.pending_basis = None
         stored: dict[str, Any] = {}
+        extended: dict[str, bool] = {}
         for channel, version in new_versions.items():
             if channel not in values:
                 stored[channel] = {"empty": True}
                 continue
-            stored[channel] = self._blob(
+            stored[channel], extended[channel] = self._blob(
                 index, ns, channel, values[channel], parent_versions.get(channel), version
             )
         data = {
@@ -404,8 +452,20 @@ class _Logic:
             "values": stored,
         }
         batch: Batch = [{"type": CHECKPOINT_TYPE, "data": data, "ignorable": True}]
-        if ns == "" and "messages" in new_versions and isinstance(values.get("messages"), list):
-            batch.extend(_surface_batch(index, values["messages"]))
+        messages = values.get("messages")
+        if ns == "" and "messages" in new_versions and isinstance(messages, list):
+            basis = index.basis
+            if (
+                basis is not None
+                and extended.get("messages")
+                and basis.version == parent_versions.get("messages")
+                and basis.surface == _surface_mark(index)
+            ):
+                events, state = _surface_tail(messages[basis.length :], basis.turns)
+            else:
+                events, state = _surface_batch(index, messages)
+            batch.extend(events)
+            index.pending_basis = _Basis(new_versions["messages"], len(messages), state, None)
         return batch
 
     def _blob(
@@ -416,28 +476,39 @@ class _Logic:
         value: Any,
         previous: Any,
         version: Any,
-    ) -> dict[str, Any]:
-        """The stored form of ``value``: what it appends to the previous version when it
-        extends that list, else the value."""
+    ) -> tuple[dict[str, Any], bool]:
+        """The stored form of ``value``, and whether it extends the previous version's list.
+
+        A list that extends the previous version's is stored as what was appended since an
+        earlier version of the run of such lists: the ``k``-th extension since a whole value
+        extends the ``k - lowbit(k)``-th (a Fenwick tree), so a read decodes at most
+        ``log2(k) + 1`` parts, each element is stored ``log2(k)`` times at most, and the
+        comparison that proves the extension uses the saver's private decoded copy of the
+        previous value (decoded once, then grown by the parts it appends).
+        """
         if type(value) is list and previous is not None and previous != version:
             seq = index.blobs.get((ns, channel, previous))
             if seq is not None:
-                base = index.values[seq][channel]
-                depth = base.get("depth", 0) + 1 if "extends" in base else 1
-                if depth < SNAPSHOT_EVERY:
-                    present, old = self._value(index, seq, channel)
-                    if (
-                        present
-                        and type(old) is list
-                        and len(old) < len(value)
-                        and value[: len(old)] == old
-                    ):
-                        return {
-                            "extends": seq,
-                            "depth": depth,
-                            "append": _encode(self.serde, value[len(old) :]),
-                        }
-        return _encode(self.serde, value)
+                prev_blob = index.values[seq][channel]
+                if "len" in prev_blob:
+                    old = index.decoded_value(self, ns, channel, previous, seq)
+                    if type(old) is list and len(old) <= len(value) and value[: len(old)] == old:
+                        k = prev_blob.get("k", 0) + 1
+                        target = k - (k & -k)
+                        base_seq, base = seq, prev_blob
+                        while base.get("k", 0) != target and "extends" in base:
+                            base_seq = base["extends"]
+                            base = index.values[base_seq][channel]
+                        tail = value[base["len"] :]
+                        encoded = _encode(self.serde, tail)
+                        grown = old + _decode(self.serde, encoded)[len(old) - base["len"] :]
+                        index.pending_decoded[(ns, channel, version)] = grown
+                        blob = {"extends": base_seq, "k": k, "len": len(value), "append": encoded}
+                        return blob, True
+        encoded = _whole(self.serde, value)
+        if type(value) is list:
+            index.pending_decoded[(ns, channel, version)] = _decode(self.serde, encoded)
+        return encoded, False
 
     def _writes_batch(
         self,
@@ -481,8 +552,8 @@ class _Logic:
                         keep.append(cp)
         keep.sort(key=lambda cp: cp.seq)
         out: list[dict[str, Any]] = []
-        new_seq: dict[int, int] = {}
         emitted: set[tuple[str, str, Any]] = set()
+        emitted_at: dict[tuple[int, str], int] = {}  # (old seq, channel) -> new seq
 
         def add(kind: str, data: Any, **extra: Any) -> int:
             out.append({"type": kind, "seq": len(out), "time": now, "data": data, **extra})
@@ -499,16 +570,19 @@ class _Logic:
                     continue
                 blob = thaw(index.values[seq][channel])
                 if "extends" in blob:
-                    if blob["extends"] in new_seq:
-                        blob = {**blob, "extends": new_seq[blob["extends"]]}
-                    else:
+                    base = emitted_at.get((blob["extends"], channel))
+                    if base is not None:
+                        blob = {**blob, "extends": base}
+                    else:  # its base is gone: the value, whole
                         present, value = self._value(index, seq, channel)
-                        blob = _encode(self.serde, value) if present else {"empty": True}
+                        blob = _whole(self.serde, value) if present else {"empty": True}
                 versions[channel] = version
                 values[channel] = blob
                 emitted.add(key)
             data = {**thaw(cp.data), "versions": versions, "values": values}
-            new_seq[cp.seq] = add(CHECKPOINT_TYPE, data, ignorable=True)
+            at = add(CHECKPOINT_TYPE, data, ignorable=True)
+            for channel in values:
+                emitted_at[(cp.seq, channel)] = at
             stored = index.writes.get((cp.ns, cp.id), {})
             for (task, idx), (_, channel, value, path) in stored.items():
                 write = {"idx": idx, "channel": channel, "value": thaw(value)}
@@ -523,7 +597,7 @@ class _Logic:
             if seq is not None:
                 present, messages = self._value(index, seq, "messages")
                 if present and isinstance(messages, list):
-                    for event in _surface_batch(_Index(handle=None), messages):
+                    for event in _surface_batch(_Index(handle=None), messages)[0]:
                         if "surface_op" in event:
                             add(event["type"], event["data"], surfaceOp="append")
                         else:
@@ -627,18 +701,36 @@ def _core_event(message: Any, turn: int, step: int) -> dict[str, Any] | None:
     return None
 
 
-def _surface_batch(index: _Index, messages: list[Any]) -> Batch:
-    """Events that make the surface show ``messages``: the new ones appended, or the part
-    that differs replaced (a ``RemoveMessage``, a time-travel fork)."""
+def _wanted(
+    messages: Sequence[Any], turns: tuple[int, int, bool]
+) -> tuple[list[tuple[str, dict[str, Any]]], tuple[int, int, bool]]:
+    """The core events of ``messages`` (with their ids), numbered on from ``turns`` (turn,
+    step, whether a message came before): a human message opens a turn."""
     wanted: list[tuple[str, dict[str, Any]]] = []
-    turn, step = 0, 0
+    turn, step, started = turns
     for message in messages:
-        if getattr(message, "type", None) == "human" and wanted:
+        if getattr(message, "type", None) == "human" and started:
             turn, step = turn + 1, 0
         event = _core_event(message, turn, step)
         if event is not None:
             wanted.append((message.id, event))
             step += 1
+            started = True
+    return wanted, (turn, step, started)
+
+
+def _surface_tail(
+    messages: Sequence[Any], turns: tuple[int, int, bool]
+) -> tuple[Batch, tuple[int, int, bool]]:
+    """The events appending ``messages`` to a surface that shows the ones before them."""
+    wanted, state = _wanted(messages, turns)
+    return _with_calls([{**event, "surface_op": "append"} for _, event in wanted]), state
+
+
+def _surface_batch(index: _Index, messages: list[Any]) -> tuple[Batch, tuple[int, int, bool]]:
+    """Events that make the surface show ``messages``: the new ones appended, or the part
+    that differs replaced (a ``RemoveMessage``, a time-travel fork)."""
+    wanted, state = _wanted(messages, (0, 0, False))
     have = index.surfaced
     common = 0
     while (
@@ -650,14 +742,20 @@ def _surface_batch(index: _Index, messages: list[Any]) -> Batch:
         common += 1
     new = [event for _, event in wanted[common:]]
     if common == len(have):
-        return _with_calls([{**event, "surface_op": "append"} for event in new])
+        return _with_calls([{**event, "surface_op": "append"} for event in new]), state
     shadowed = [seq for _, seq, _ in have[common:]]
     op = Replace(shadowed[0], shadowed[-1])
     if not new:
         removed = {"type": "surface/removed", "data": {"reason": "langgraph"}}
-        return [{**removed, "surface_op": op, "source_event_seqs": shadowed}]
+        return [{**removed, "surface_op": op, "source_event_seqs": shadowed}], state
     first = {**new[0], "surface_op": op, "source_event_seqs": shadowed}
-    return _with_calls([first] + [{**event, "surface_op": "append"} for event in new[1:]])
+    batch = [first] + [{**event, "surface_op": "append"} for event in new[1:]]
+    return _with_calls(batch), state
+
+
+def _surface_mark(index: _Index) -> tuple[int, int]:
+    """What the surface shows, in short: how many of our nodes, and the last one's seq."""
+    return len(index.surfaced), index.surfaced[-1][1] if index.surfaced else -1
 
 
 def _with_calls(batch: Batch) -> Batch:
@@ -817,6 +915,7 @@ class SessionSQLSaver(BaseCheckpointSaver[str], _Logic):
             try:
                 index.handle.append_many(batch)
                 index.fold()
+                index.committed()
                 return index
             except (ConcurrencyError, SessionNotFoundError):
                 continue
@@ -1157,6 +1256,7 @@ class AsyncSessionSQLSaver(BaseCheckpointSaver[str], _Logic):
             try:
                 await index.handle.append_many(batch)
                 index.fold()
+                index.committed()
                 return index
             except (ConcurrencyError, SessionNotFoundError):
                 continue

@@ -12,6 +12,9 @@ thread is one session whose surface is the conversation (``messages()``, ``stats
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import math
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -28,6 +31,7 @@ from session_sql import (
     SessionStore,
     open_async_store,
     open_store,
+    thaw,
 )
 from session_sql.integrations.langgraph import (
     CHECKPOINT_TYPE,
@@ -186,15 +190,31 @@ def test_a_checkpoint_costs_what_changed(backend: Backend) -> None:
     with _store(backend) as store:
         saver = SessionSQLSaver(store)
         _chat(saver, "chat", 60)
-        sizes = [
-            len(str(e.data["values"].get("messages", "")))
+        stored = [
+            e.data["values"]["messages"]
             for e in store.events("langgraph:chat")
             if e.type == CHECKPOINT_TYPE and "messages" in e.data["values"]
         ]
-        # Whole values every 32 versions; otherwise what the step appended, whatever the length.
-        parts = [s for s in sizes if s < 2_000]
-        assert len(parts) >= len(sizes) - 5
-        assert max(parts) < 2 * min(parts[1:])
+        ours = sum(len(json.dumps(thaw(blob))) for blob in stored)
+        # What storing the whole list at every version would cost, in the same encoding.
+        whole = 0
+        for found in saver.list(_cfg("chat")):
+            messages = found.checkpoint["channel_values"].get("messages", [])
+            whole += len(base64.b64encode(saver.serde.dumps_typed(messages)[1]))
+        assert ours < 0.15 * whole
+        # A read decodes a whole value and at most log2(versions) + 1 parts.
+        depths = []
+        by_seq = {
+            e.seq: e.data["values"]
+            for e in store.events("langgraph:chat")
+            if e.type == CHECKPOINT_TYPE
+        }
+        for values in by_seq.values():
+            blob, depth = values.get("messages"), 0
+            while blob is not None and "extends" in blob:
+                blob, depth = by_seq[blob["extends"]]["messages"], depth + 1
+            depths.append(depth)
+        assert max(depths) <= math.log2(len(stored)) + 1
         last = saver.get_tuple(_cfg("chat"))
         assert last is not None
         assert len(last.checkpoint["channel_values"]["messages"]) == 120
