@@ -838,9 +838,12 @@ class SessionSQLSaver(BaseCheckpointSaver[str], _Logic):
 
     # -- threads ------------------------------------------------------------------------
 
-    def _index(self, thread_id: str, *, create: bool) -> _Index | None:
-        """The thread's current generation, refreshed (None when it has none)."""
+    def _index(self, thread_id: str, *, create: bool, fresh: bool = True) -> _Index | None:
+        """The thread's current generation, refreshed unless ``fresh`` is False (None when it
+        has none)."""
         index = self._threads.get(thread_id)
+        if index is not None and not fresh and index.moved is None:
+            return index  # a write: conditional on the head this index saw
         if index is not None:
             try:
                 index.handle.refresh()
@@ -905,13 +908,18 @@ class SessionSQLSaver(BaseCheckpointSaver[str], _Logic):
             self.store.delete_session(index.handle.id)
 
     def _append(self, thread_id: str, build: Any, *, create: bool = True) -> Any:
+        fresh = False  # the first try trusts the cached log: the append is conditional on it
         for _ in range(MAX_ATTEMPTS):
-            index = self._index(thread_id, create=create)
+            index = self._index(thread_id, create=create, fresh=fresh)
             if index is None:
                 return None
             batch = build(index)
             if not batch:
+                if not fresh:  # nothing to write, by the cache's account: make sure
+                    fresh = True
+                    continue
                 return index
+            fresh = True
             try:
                 index.handle.append_many(batch)
                 index.fold()
@@ -1177,9 +1185,11 @@ class AsyncSessionSQLSaver(BaseCheckpointSaver[str], _Logic):
 
     # -- threads ------------------------------------------------------------------------
 
-    async def _index(self, thread_id: str, *, create: bool) -> _Index | None:
+    async def _index(self, thread_id: str, *, create: bool, fresh: bool = True) -> _Index | None:
         self._loop = asyncio.get_running_loop()
         index = self._threads.get(thread_id)
+        if index is not None and not fresh and index.moved is None:
+            return index  # a write: conditional on the head this index saw
         if index is not None:
             try:
                 await index.handle.refresh()
@@ -1246,13 +1256,18 @@ class AsyncSessionSQLSaver(BaseCheckpointSaver[str], _Logic):
             await self.store.delete_session(index.handle.id)
 
     async def _append(self, thread_id: str, build: Any, *, create: bool = True) -> Any:
+        fresh = False  # the first try trusts the cached log: the append is conditional on it
         for _ in range(MAX_ATTEMPTS):
-            index = await self._index(thread_id, create=create)
+            index = await self._index(thread_id, create=create, fresh=fresh)
             if index is None:
                 return None
             batch = build(index)
             if not batch:
+                if not fresh:  # nothing to write, by the cache's account: make sure
+                    fresh = True
+                    continue
                 return index
+            fresh = True
             try:
                 await index.handle.append_many(batch)
                 index.fold()
