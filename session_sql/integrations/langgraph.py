@@ -885,12 +885,20 @@ class SessionSQLSaver(BaseCheckpointSaver[str], _Logic):
         return index
 
     def _generations(self, base: str) -> dict[int, str]:
-        infos = self.store.list_sessions(id_prefix=base, limit=10_000, order="created")
+        """The thread's sessions by generation: normally one; two while a move finishes.
+
+        Later generations are listed by the prefix ``<base>~`` (no other thread's id starts
+        with it: a thread id with ``~`` gets a digest id), the first is looked up by id.
+        """
+        infos = self.store.list_sessions(id_prefix=base + "~", limit=1000, order="created")
         gens = {}
         for info in infos:
             gen = _generation(info.id, base)
             if gen is not None:
                 gens[gen] = info.id
+        with contextlib.suppress(SessionNotFoundError):
+            self.store.head_seq(base)
+            gens[0] = base
         return gens
 
     def _drop_if_sealed(self, session_id: str) -> None:
@@ -1234,12 +1242,20 @@ class AsyncSessionSQLSaver(BaseCheckpointSaver[str], _Logic):
         raise ConcurrencyError(f"thread {thread_id!r}: could not open its session")
 
     async def _generations(self, base: str) -> dict[int, str]:
-        infos = await self.store.list_sessions(id_prefix=base, limit=10_000, order="created")
+        """The thread's sessions by generation: normally one; two while a move finishes.
+
+        Later generations are listed by the prefix ``<base>~`` (no other thread's id starts
+        with it: a thread id with ``~`` gets a digest id), the first is looked up by id.
+        """
+        infos = await self.store.list_sessions(id_prefix=base + "~", limit=1000, order="created")
         gens = {}
         for info in infos:
             gen = _generation(info.id, base)
             if gen is not None:
                 gens[gen] = info.id
+        with contextlib.suppress(SessionNotFoundError):
+            await self.store.head_seq(base)
+            gens[0] = base
         return gens
 
     async def _drop_if_sealed(self, session_id: str) -> None:

@@ -329,6 +329,22 @@ def test_long_and_odd_thread_ids(backend: Backend) -> None:
         assert len(list(saver.list(None))) >= 4  # listed by label (printable ids)
 
 
+def test_threads_whose_ids_share_a_prefix_stay_apart(backend: Backend) -> None:
+    with _store(backend) as store:
+        saver = SessionSQLSaver(store)
+        for thread in ("1", "10", "1~1"):
+            _chat(saver, thread, 2)
+        saver.prune(["1"])
+        fresh = SessionSQLSaver(store)
+        assert len(list(fresh.list(_cfg("1")))) == 1
+        assert len(list(fresh.list(_cfg("10")))) == 6
+        assert len(list(fresh.list(_cfg("1~1")))) == 6
+        saver.delete_thread("1")
+        assert fresh.get_tuple(_cfg("1")) is None
+        assert fresh.get_tuple(_cfg("10")) is not None
+        assert fresh.get_tuple(_cfg("1~1")) is not None
+
+
 def test_wrong_stores_are_refused(backend: Backend) -> None:
     with _store(backend) as store, pytest.raises(InvalidArgumentError):
         AsyncSessionSQLSaver(store)  # type: ignore[arg-type]
