@@ -345,6 +345,28 @@ def test_threads_whose_ids_share_a_prefix_stay_apart(backend: Backend) -> None:
         assert fresh.get_tuple(_cfg("1~1")) is not None
 
 
+def test_two_savers_writing_one_thread_both_land(backend: Backend) -> None:
+    """A saver whose cached log is stale loses its conditional append, reloads and retries."""
+    with _store(backend) as store:
+        one, two = SessionSQLSaver(store), SessionSQLSaver(store)
+        parent = None
+        for i in range(6):
+            saver = one if i % 2 == 0 else two
+            config = _cfg("t") if parent is None else _cfg("t", checkpoint_id=parent)
+            values = {"log": [f"entry {j}" for j in range(i + 1)]}
+            cp = {**_checkpoint(f"{i:02d}", values), "channel_versions": {"log": f"{i + 1}"}}
+            stored = saver.put(config, cp, {"step": i}, {"log": f"{i + 1}"})
+            saver.put_writes(stored, [("log", f"w{i}")], f"task{i}")
+            parent = stored["configurable"]["checkpoint_id"]
+        for saver in (one, two, SessionSQLSaver(store)):
+            tuples = list(saver.list(_cfg("t")))
+            assert [t.checkpoint["id"] for t in tuples] == [f"{i:02d}" for i in range(5, -1, -1)]
+            assert tuples[0].checkpoint["channel_values"]["log"] == [f"entry {j}" for j in range(6)]
+            assert [w[2] for t in tuples for w in t.pending_writes or []] == [
+                f"w{i}" for i in range(5, -1, -1)
+            ]
+
+
 def test_wrong_stores_are_refused(backend: Backend) -> None:
     with _store(backend) as store, pytest.raises(InvalidArgumentError):
         AsyncSessionSQLSaver(store)  # type: ignore[arg-type]
