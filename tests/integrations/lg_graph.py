@@ -165,3 +165,33 @@ async def run_async(make: Callable[[], BaseCheckpointSaver[Any]], thread: str) -
     record["fork_done"] = normal(await graph.ainvoke(Command(resume="no"), cfg))
     record["history_after"] = [snapshot(s) async for s in graph.aget_state_history(cfg)]
     return record
+
+
+def apause(url: str, schema: str, thread: str) -> dict[str, Any]:
+    """``pause`` through the async saver, in a process (and event loop) of its own."""
+    import asyncio
+
+    from session_sql.integrations.langgraph import AsyncSessionSQLSaver
+
+    async def main() -> dict[str, Any]:
+        cfg: Any = {"configurable": {"thread_id": thread}}
+        async with AsyncSessionSQLSaver.from_url(url, schema=schema) as saver:
+            graph = build(saver)
+            await graph.ainvoke({"messages": [HumanMessage(QUESTION, id="h1")]}, cfg)
+            return snapshot(await graph.aget_state(cfg))
+
+    return asyncio.run(main())
+
+
+def aresume(url: str, schema: str, thread: str) -> dict[str, Any]:
+    """``resume`` through the async saver, in another process."""
+    import asyncio
+
+    from session_sql.integrations.langgraph import AsyncSessionSQLSaver
+
+    async def main() -> dict[str, Any]:
+        cfg: Any = {"configurable": {"thread_id": thread}}
+        async with AsyncSessionSQLSaver.from_url(url, schema=schema) as saver:
+            return normal(await build(saver).ainvoke(Command(resume="yes"), cfg))
+
+    return asyncio.run(main())

@@ -41,7 +41,7 @@ from session_sql.integrations.langgraph import (
 )
 
 from ..conftest import Backend
-from .lg_graph import pause, resume, run_async, run_sync
+from .lg_graph import apause, aresume, pause, resume, run_async, run_sync
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -117,13 +117,15 @@ def test_sync_and_async_savers_read_each_others_threads(backend: Backend) -> Non
     assert [t.pending_writes for t in async_tuples] == [t.pending_writes for t in sync_tuples]
 
 
-def test_resume_from_a_fresh_process(backend: Backend) -> None:
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_resume_from_a_fresh_process(backend: Backend, api: str) -> None:
     memory = InMemorySaver()
     expected = run_sync(lambda: memory, "t1")
+    first, second = (pause, resume) if api == "sync" else (apause, aresume)
     with ProcessPoolExecutor(1, mp_context=SPAWN) as pool:
-        paused = pool.submit(pause, backend.url, backend.schema, "t1").result(timeout=120)
+        paused = pool.submit(first, backend.url, backend.schema, "t1").result(timeout=120)
     with ProcessPoolExecutor(1, mp_context=SPAWN) as pool:
-        resumed = pool.submit(resume, backend.url, backend.schema, "t1").result(timeout=120)
+        resumed = pool.submit(second, backend.url, backend.schema, "t1").result(timeout=120)
     assert paused == expected["paused"]
     assert resumed == expected["resumed"]
 
