@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from sqlalchemy import Engine, text
@@ -84,6 +85,14 @@ class PrivateCluster:
     restart: Callable[[], None]
 
 
+def unavailable(message: str) -> NoReturn:
+    """A server binary this test needs is missing: skip, or fail under
+    SESSION_SQL_REQUIRE_POSTGRES=1, where no PostgreSQL test may skip."""
+    if os.environ.get("SESSION_SQL_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"SESSION_SQL_REQUIRE_POSTGRES=1 but {message}", pytrace=False)
+    pytest.skip(message)
+
+
 def _postgres_bin() -> Path | None:
     """The newest ``/usr/lib/postgresql/<version>/bin`` holding initdb and pg_ctl."""
     candidates = [d for d in Path("/usr/lib/postgresql").glob("*/bin") if (d / "initdb").exists()]
@@ -108,10 +117,7 @@ def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Priva
     """
     bin_dir = _postgres_bin()
     if bin_dir is None:
-        message = "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin"
-        if os.environ.get("SESSION_SQL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"SESSION_SQL_REQUIRE_POSTGRES=1 but {message}", pytrace=False)
-        pytest.skip(message)
+        unavailable("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
     base = Path(tempfile.mkdtemp(prefix="session_sql_pg_"))
     data, log = base / "data", base / "server.log"
     as_user: list[str] = []

@@ -28,7 +28,7 @@ from sqlalchemy.schema import DropSchema
 
 from session_sql import PermanentStoreError, open_async_store, open_store
 
-from .conftest import _free_port
+from .conftest import _free_port, unavailable
 from .reliability_builders import user_message
 
 pytestmark = pytest.mark.postgresql
@@ -47,10 +47,7 @@ def bouncer(postgres_admin: Engine) -> Iterator[str]:
     """The URL of a transaction-pooling PgBouncer in front of the test server's database."""
     binary = _pgbouncer()
     if binary is None:
-        message = "PgBouncer is not installed (Debian package pgbouncer)"
-        if os.environ.get("SESSION_SQL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"SESSION_SQL_REQUIRE_POSTGRES=1 but {message}", pytrace=False)
-        pytest.skip(message)
+        unavailable("PgBouncer is not installed (Debian package pgbouncer)")
     upstream = make_url(postgres_admin.url)
     user = upstream.username or "postgres"
     base = Path(tempfile.mkdtemp(prefix="session_sql_pgbouncer_"))

@@ -48,7 +48,7 @@ from session_sql._store.following import (
     payload,
 )
 
-from .conftest import _free_port, _postgres_bin
+from .conftest import _free_port, _postgres_bin, unavailable
 from .reliability_builders import user_message
 
 CATCH_UP = 30.0
@@ -103,10 +103,7 @@ def cluster() -> Iterator[Replicated]:
     """
     bin_dir = _postgres_bin()
     if bin_dir is None:
-        message = "no PostgreSQL server binaries under /usr/lib/postgresql/*/bin"
-        if os.environ.get("SESSION_SQL_REQUIRE_POSTGRES") == "1":
-            pytest.fail(f"SESSION_SQL_REQUIRE_POSTGRES=1 but {message}", pytrace=False)
-        pytest.skip(message)
+        unavailable("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
     base = Path(tempfile.mkdtemp(prefix="session_sql_replica_"))
     as_user: list[str] = []
     if os.geteuid() == 0:
