@@ -93,6 +93,16 @@ def unavailable(message: str) -> NoReturn:
     pytest.skip(message)
 
 
+def stop_cluster(as_user: list[str], pg_ctl: str, data: Path) -> None:
+    """Stop a throwaway cluster at once (``-m immediate``), whatever state a test left."""
+    subprocess.run(
+        [*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
+        check=False,
+        timeout=120,
+        capture_output=True,
+    )
+
+
 def _postgres_bin() -> Path | None:
     """The newest ``/usr/lib/postgresql/<version>/bin`` holding initdb and pg_ctl."""
     candidates = [d for d in Path("/usr/lib/postgresql").glob("*/bin") if (d / "initdb").exists()]
@@ -147,10 +157,5 @@ def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Priva
         url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"
         yield PrivateCluster(url, f"r_{uuid.uuid4().hex}", restart)
     finally:
-        subprocess.run(
-            [*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
-            check=False,
-            timeout=120,
-            capture_output=True,
-        )
+        stop_cluster(as_user, pg_ctl, data)
         shutil.rmtree(base, ignore_errors=True)

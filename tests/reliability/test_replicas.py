@@ -48,7 +48,7 @@ from session_sql._store.following import (
     payload,
 )
 
-from .conftest import _free_port, _postgres_bin, unavailable
+from .conftest import _free_port, _postgres_bin, stop_cluster, unavailable
 from .reliability_builders import user_message
 
 CATCH_UP = 30.0
@@ -168,12 +168,7 @@ def cluster() -> Iterator[Replicated]:
         for engine in engines:
             engine.dispose()
         for data in reversed(started):
-            subprocess.run(
-                [*as_user, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
-                check=False,
-                timeout=120,
-                capture_output=True,
-            )
+            stop_cluster(as_user, pg_ctl, data)
         shutil.rmtree(base, ignore_errors=True)
 
 
