@@ -184,3 +184,25 @@ def test_the_pause_is_drawn_from_a_doubling_window() -> None:
 def test_a_policy_refuses_bounds_that_make_no_sense(options: dict[str, Any]) -> None:
     with pytest.raises(InvalidArgumentError):
         RetryPolicy(**options)
+
+
+def test_a_handle_that_lost_a_race_paces_its_next_calls_until_they_are_clean(backend) -> None:
+    from session_sql import retrying
+
+    policy = RetryPolicy(first_delay=0.001, max_delay=0.004)
+    with _opened(backend) as store:
+        a = store.create_session("s1")
+        b = store.open_session("s1")
+        a.append("session/title", {"title": "a"})
+
+        def title(h: Any) -> None:
+            h.append("session/title", {"title": "b"})
+
+        retry_on_conflict(b, title, policy=policy)
+        assert retrying._windows[b] == 0.001  # lost once: its window opened
+        assert a not in retrying._windows  # a writer that never lost is not paced
+        a.refresh()
+        for _ in range(3):  # the window halves on each clean call, then is forgotten
+            retry_on_conflict(b, title, policy=policy)
+        assert b not in retrying._windows
+        assert len(list(store.events("s1"))) == 5
