@@ -486,3 +486,52 @@ def test_duckdb_attaches_the_store_and_queries_the_views(backend):
     [(m,)] = conn.execute(f"SELECT COUNT(*) FROM {prefix}.tool_calls").fetchall()
     assert n == m > 0
     conn.close()
+
+
+@pytest.fixture
+def huge_and_small(backend, engine: Engine) -> Engine:
+    """A store of two sessions, one of them most of the log: PostgreSQL's statistics then
+    put half the log under any one session key."""
+    open_store(backend.url, schema=backend.schema).close()
+    bulk_session(engine, backend.table_schema, "big", EVENTS)
+    bulk_session(engine, backend.table_schema, "small", 32 * TURN)
+    t = tables_for(backend.table_schema)
+    analyze(engine, [t.sessions, t.events, t.surface])
+    return engine
+
+
+def test_stats_of_a_small_session_beside_a_huge_one_reads_only_its_events(
+    backend, huge_and_small: Engine
+):
+    captured: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if "events" in statement:
+            captured.append((statement, parameters))
+
+    with open_store(backend.url, schema=backend.schema) as store:
+        event.listen(store._ctx.engine, "before_cursor_execute", capture)
+        try:
+            small = store.stats("small")
+        finally:
+            event.remove(store._ctx.engine, "before_cursor_execute", capture)
+        whole = store.stats()
+    assert small.events == 32 * TURN
+    assert sum(small.events_by_type.values()) == 32 * TURN
+    # One call a turn, the five tools in turn.
+    assert sorted(t.tool for t in small.tools) == sorted(
+        ("shell", "read_file", "edit_file", "search", "web_fetch")
+    )
+    assert sorted(t.calls for t in small.tools) == [6, 6, 6, 7, 7]
+    assert whole.events == EVENTS + 32 * TURN
+    unnarrowed = {}
+    for statement, parameters in captured:
+        plan, problems = _explain(huge_and_small, backend, statement, parameters)
+        assert not problems, (statement, problems)
+        if backend.name == "sqlite":
+            missed = _sqlite_unnarrowed(plan.split("\n"))
+        else:
+            missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
+        if missed:
+            unnarrowed[statement] = missed
+    assert not unnarrowed, unnarrowed
