@@ -67,4 +67,9 @@ def decode(serde: SerializerProtocol, encoded: Any) -> Any:
     """The value ``encode`` stored."""
     if "json" in encoded:
         return thaw(encoded["json"])
-    return serde.loads_typed((encoded["serde"], base64.b64decode(encoded["b64"])))
+    return serde.loads_typed(raw(encoded))
+
+
+def raw(encoded: Any) -> tuple[str, bytes]:
+    """What ``serde`` made of a value that is not JSON (``encoded`` is not ``{"json"}``)."""
+    return encoded["serde"], base64.b64decode(encoded["b64"])

@@ -9,7 +9,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from session_sql import Replace, SessionEvent, thaw
 
-from ._codec import decode
+from ._codec import raw
 from ._ids import CHECKPOINT_TYPE, MOVED_TYPE, WRITES_TYPE
 
 
@@ -57,21 +57,37 @@ class Index:
     # Which messages value the surface shows, so that a put appends only the new ones.
     basis: Basis | None = None
     pending_basis: Basis | None = None
+    # The serde bytes of the pieces the last read of each channel decoded: (seq -> (type,
+    # bytes)); the next version's read shares most of them, so base64 runs once a piece.
+    pieces: dict[str, dict[int, tuple[str, bytes]]] = field(default_factory=dict)
 
     def value(self, serde: SerializerProtocol, seq: int, channel: str) -> tuple[bool, Any]:
         """The value of ``channel`` stored by the checkpoint event ``seq`` (False: empty)."""
-        parts: list[Any] = []
+        chain: list[tuple[int, Any]] = []  # (seq, encoded piece), the newest first
         blob = self.values[seq][channel]
         while "extends" in blob:
-            parts.append(blob["append"])
-            blob = self.values[blob["extends"]][channel]
+            chain.append((seq, blob["append"]))
+            seq = blob["extends"]
+            blob = self.values[seq][channel]
         if blob.get("empty"):
             return False, None
-        value = decode(serde, blob)
-        if parts:
+        chain.append((seq, blob))
+        known = self.pieces.get(channel, {})
+        kept: dict[int, tuple[str, bytes]] = {}
+        parts = []
+        for at, encoded in reversed(chain):
+            if "json" in encoded:
+                parts.append(thaw(encoded["json"]))
+                continue
+            piece = known.get(at) or raw(encoded)
+            kept[at] = piece
+            parts.append(serde.loads_typed(piece))
+        self.pieces[channel] = kept
+        value = parts[0]
+        if len(parts) > 1:
             value = list(value)
-            for part in reversed(parts):
-                value.extend(decode(serde, part))
+            for part in parts[1:]:
+                value.extend(part)
         return True, value
 
     def decoded_value(
