@@ -175,32 +175,38 @@ def _assistant(item: dict[str, Any], blocks: list[Any], turn: int, step: int) ->
 def batch_of(items: list[Any], at: Position, usage: Usage | None) -> tuple[Batch, Position]:
     """The events that append ``items`` to a log standing at ``at``, and where it then stands.
 
-    A batch that starts with a user message starts a turn (ending one left open, as
-    ``interrupted``); model output outside a turn starts one too. A batch with model output or
-    tool results is one step. A batch whose last model item is assistant text and whose calls
-    all have their outputs ends the turn (``completed``). ``usage`` goes on the batch's first
-    assistant message.
+    A user message starts a turn when it begins the batch (a run's input) or is user text
+    after model output in it (a history added by hand), ending one left open (``interrupted``, or
+    ``completed`` when it ended on assistant text); model output outside a turn starts one too.
+    A batch with model output or tool results is one step. A batch whose last model item is
+    assistant text and whose calls all have their outputs ends the turn (``completed``).
+    ``usage`` goes on the batch's first assistant message.
     """
     events: Batch = []
     turn, open_, step = at.turn, at.open, at.step
-
-    def start() -> None:
-        nonlocal turn, open_, step
-        if open_:
-            events.append(_turn_end(turn, "interrupted"))
-        turn, open_, step = turn + 1, True, 0
-        events.append({"type": "turn/start", "data": {"turn": turn}})
-
-    if items and is_user_input(items[0]):
-        start()
-    stepped = False
+    stepped = False  # this batch holds model output or tool results (one step)
     calls: dict[str, int] = {}  # call id -> seq of its tool/call in this batch
     answered: set[str] = set()
     last_model = ""
-    for item in items:
+
+    def done() -> bool:
+        return last_model == "assistant" and set(calls) <= answered
+
+    def start() -> None:
+        nonlocal turn, open_, step, stepped, last_model
+        if open_:
+            events.append(_turn_end(turn, "completed" if stepped and done() else "interrupted"))
+        turn, open_, step, stepped, last_model = turn + 1, True, 0, False, ""
+        calls.clear()
+        answered.clear()
+        events.append({"type": "turn/start", "data": {"turn": turn}})
+
+    for index, item in enumerate(items):
         if item is None:
             raise InvalidArgumentError("an item must not be None", argument="items")
         kind = kind_of(item)
+        if is_user_input(item) and (index == 0 or (stepped and kind == "user")):
+            start()  # a run's input, or user text after model output
         if kind in ("assistant", "call", "result"):
             if not open_:
                 start()
@@ -240,7 +246,7 @@ def batch_of(items: list[Any], at: Position, usage: Usage | None) -> tuple[Batch
             answered.add(item["call_id"])
         else:
             events.append({"type": OPENAI_AGENTS_ITEM, "data": item})
-    if open_ and last_model == "assistant" and set(calls) <= answered:
+    if open_ and stepped and done():
         events.append(_turn_end(turn, "completed"))
         open_ = False
     for event in events:

@@ -123,10 +123,11 @@ def test_core_shapes_hold_what_they_can_and_the_rest_are_items(backend) -> None:
             "tool/call",  # beside it, for the analytics
             "tool/result",
             "assistant/message",
+            "turn/end",  # user text after assistant text: that turn is complete
+            "turn/start",
             "user/message",
             ITEM_TYPE,  # an image
             ITEM_TYPE,  # an item type the SDK does not have yet
-            "turn/end",  # assistant text, every call answered
         ]
         messages = await store.messages("s1")
         first = messages[0]
@@ -256,12 +257,12 @@ def test_clear_then_add(backend) -> None:
         assert clear.surface_op == Replace(nodes[0], nodes[-1])
         assert clear.source_event_seqs == tuple(nodes)
         assert clear.data == {"reason": "clear_session"}
-        # the second add is a turn of its own: turn/start, two messages, turn/end
+        # the second add: an answer in the open turn, then user text starts the next one
         assert [e.type for e in events[clear.seq + 1 :]] == [
-            "turn/start",
             "assistant/message",
-            "user/message",
             "turn/end",
+            "turn/start",
+            "user/message",
         ]
         assert (await store.verify("s1")).ok
 

@@ -88,12 +88,14 @@ def test_a_resumed_session_sends_the_model_the_live_bytes(backend: Backend) -> N
         async with open_async_store(backend.url, schema=backend.schema) as store:
             return [e.type async for e in await store.events("chat")]
 
-    assert asyncio.run(types())[: len(HISTORY) + 1] == [
+    assert asyncio.run(types())[: len(HISTORY) + 3] == [
         "turn/start",
         "user/message",
         "assistant/message",
         ITEM_TYPE,
         ITEM_TYPE,
+        "turn/end",  # user text after the assistant's: a turn of its own
+        "turn/start",
         "user/message",
         ITEM_TYPE,
     ]
