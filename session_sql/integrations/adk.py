@@ -13,7 +13,11 @@ Mapping (see docs/integrations.md):
   event that a core message holds (user text, model text and function calls, one function
   response) is a ``user/message``, ``assistant/message`` or ``tool/result`` whose message also
   carries the event itself under ``"adk"``; any other is an ``adk/event`` whose data is the
-  event. Either way the event's JSON comes back exactly. Order is the log's seq.
+  event. Either way the event's JSON comes back exactly. Order is the log's seq (events that
+  share a timestamp stay in the order they were appended). A model message's function calls
+  each get a log-only ``tool/call`` beside it, and ``turn/start``/``turn/end`` go around each
+  invocation (ended by its final response), so the CLI, ``stats`` and the SQL views read an
+  ADK session as they read a native one. ``last_update_time`` is the last event's timestamp.
 - State. Session state is the creation state (in the header) folded with the events' deltas.
   App and user state live in sessions of their own (labels ``adk_kind=app-state`` /
   ``user-state``) as ``adk/state`` events ``{delta, state, cause}``, appended in the same

@@ -1,14 +1,20 @@
 """The OpenAI Agents SDK's ``Session`` protocol over a session_sql store (SPEC §11.5).
 
 Every history item becomes one surface event, so the item order is the surface order and the
-protocol's reads are tail reads of the surface:
+protocol's reads are tail reads of the surface. Where a core message says what an item says,
+the event is that core message and keeps the item itself (``_openai_agents_mapping``):
 
 * a user message whose content is text (a string, or ``input_text`` parts only) is a
-  ``user/message`` whose message keeps the item's other keys in ``source``, so SQL analytics
-  see the user's words as a core message and the item comes back exactly;
-* every other item (assistant output, function calls and their outputs, reasoning, hosted
-  tool calls, items of types that do not exist yet) is an ``openai-agents/item`` event whose
-  data, and message, is the item itself.
+  ``user/message`` whose message keeps the item's other keys in ``source``;
+* an assistant message is an ``assistant/message`` with text blocks, a ``function_call`` one
+  with a ``tool-call`` block followed by a log-only ``tool/call``, a ``function_call_output`` a
+  ``tool/result``; each keeps the exact item in ``source.item``;
+* every other item (reasoning, hosted tool calls, items of types that do not exist yet) is an
+  ``openai-agents/item`` event whose data, and message, is the item itself.
+
+A run's batches also get ``turn/start``/``turn/end`` around them and the run's token usage
+(from the ``wrapper`` the SDK passes to sessions that take one), so the CLI, ``stats`` and the
+SQL views read a run as they read a native session. Every item comes back exactly.
 
 ``pop_item`` and ``clear_session`` append a ``surface/removed`` whose provenance names what it
 takes off; nothing is ever deleted. Compaction by the SDK's ``OpenAIResponsesCompactionSession``

@@ -119,3 +119,31 @@ def test_batches_outside_a_run_still_count_their_calls(backend) -> None:
 
 CALL = {"type": "function_call", "call_id": "c9", "name": "count", "arguments": "{}"}
 ANSWER = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "1"}]}
+
+
+def test_a_writer_continues_the_turn_another_writer_left(backend) -> None:
+    """The turn a write continues is read back from the log when another writer (another
+    instance, another process) moved the session on."""
+
+    async def main() -> None:
+        async with SessionSQLSession.from_url("two", backend.url, schema=backend.schema) as a:
+            b = SessionSQLSession("two", a.store)
+            await a.add_items([{"role": "user", "content": "hi"}])  # turn 1 starts
+            await b.add_items([dict(CALL)])  # b has not seen it: reads the turn back
+            await b.add_items([{"type": "function_call_output", "call_id": "c9", "output": "1"}])
+            await a.add_items([dict(ANSWER)])  # a's copy is stale: it reloads, then ends turn 1
+            await b.add_items([{"role": "user", "content": "again"}])  # turn 2
+            await a.add_items([dict(ANSWER)])
+
+    asyncio.run(main())
+    assert turns(backend, "two") == [
+        (1, "completed", 1, 2, 1, 1, True),
+        (2, "completed", 1, 1, 0, 0, True),
+    ]
+    with open_store(backend.url, schema=backend.schema) as store:
+        steps = [
+            (e.data["turn"], e.data["step"])
+            for e in store.events("two")
+            if e.type == "assistant/message"
+        ]
+        assert steps == [(1, 1), (1, 3), (2, 1)]  # one step per batch of model output
