@@ -12,6 +12,9 @@ import pytest
 
 pytest.importorskip("google.adk")
 
+from google.adk.events.event import Event
+from google.genai import types
+
 from session_sql import open_store
 from session_sql.integrations.adk import SQLSessionService, store_id
 
@@ -78,3 +81,36 @@ def test_a_run_reads_like_a_native_session(backend) -> None:
         (1, "completed", 1, 1, 0, 0, True),
         (2, "completed", 1, 2, 1, 1, True),
     ]
+
+
+def test_turns_follow_invocations_and_final_responses(backend) -> None:
+    """An invocation that goes on after a final response (a second agent) starts a turn; an
+    invocation that starts while a turn is open ends it as interrupted."""
+
+    def said(text: str, invocation: str, author: str) -> Event:
+        role = "user" if author == "user" else "model"
+        content = types.Content(role=role, parts=[types.Part(text=text)])
+        return Event(author=author, invocation_id=invocation, content=content)
+
+    async def main() -> None:
+        async with SQLSessionService.from_url(backend.url, schema=backend.schema) as service:
+            s = await service.create_session(app_name="app", user_id="u", session_id="s")
+            for event in [
+                said("plan a trip", "i1", "user"),
+                said("first leg", "i1", "planner"),  # final: turn 1 ends
+                said("second leg", "i1", "booker"),  # the invocation goes on: turn 2
+                said("and hotels?", "i2", "user"),  # turn 3 begins
+                Event(author="booker", invocation_id="i2"),  # no content: not final
+                said("new question", "i3", "user"),  # turn 3 was left open
+            ]:
+                await service.append_event(s, event)
+
+    asyncio.run(main())
+    assert turns(backend, KEY) == [
+        (1, "completed", 1, 1, 0, 0, True),
+        (2, "completed", 0, 1, 0, 0, True),
+        (3, "interrupted", 1, 0, 0, 0, True),
+        (4, None, 1, 0, 0, 0, False),
+    ]
+    with open_store(backend.url, schema=backend.schema) as store:
+        assert store.verify(KEY).ok
