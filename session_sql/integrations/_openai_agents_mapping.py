@@ -157,17 +157,27 @@ def item_event(item: Any) -> dict[str, Any]:
     return {"type": OPENAI_AGENTS_ITEM, "data": item}
 
 
-def _model_source(item: Any) -> dict[str, Any]:
-    return {"kind": "model", "provider": SOURCE_KIND, "model": MODEL, "item": item}
+def _kept(source: dict[str, Any], item: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """``source`` keeping ``item``: whole, or without ``key`` (a string the message holds
+    already: a call's arguments, a tool's output), with where it goes back among the keys."""
+    if key is None or type(item.get(key)) is not str:
+        source["item"] = item
+        return source
+    source["item"] = {k: v for k, v in item.items() if k != key}
+    source["omitted"] = [key, list(item).index(key)]
+    return source
 
 
-def _assistant(item: dict[str, Any], blocks: list[Any], turn: int, step: int) -> dict[str, Any]:
+def _assistant(
+    item: dict[str, Any], blocks: list[Any], turn: int, step: int, omit: str | None = None
+) -> dict[str, Any]:
     given = item.get("id")
+    source = {"kind": "model", "provider": SOURCE_KIND, "model": MODEL}
     message = {
         "id": given if _nonempty(given) else new_id(),
         "role": "assistant",
         "content": blocks,
-        "source": _model_source(item),
+        "source": _kept(source, item, omit),
     }
     return {"turn": turn, "step": step, "message": message}
 
@@ -227,7 +237,7 @@ def batch_of(items: list[Any], at: Position, usage: Usage | None) -> tuple[Batch
                 "name": item["name"],
                 "arguments": item["arguments"],
             }
-            data = _assistant(item, [block], turn, step)
+            data = _assistant(item, [block], turn, step, "arguments")
             if usage is not None:
                 data["usage"], usage = usage.to_json(), None
             events.append({"type": "assistant/message", "data": data})
@@ -262,7 +272,7 @@ def _turn_end(turn: int, reason: str) -> dict[str, Any]:
 def _result(item: dict[str, Any], turn: int, step: int, call_seq: int | None) -> dict[str, Any]:
     call_id = item["call_id"]
     block = {"type": "tool-result", "toolCallId": call_id, "content": _blocks(item["output"])}
-    source = {"kind": "tool", "callId": call_id, "provider": SOURCE_KIND, "item": item}
+    source = _kept({"kind": "tool", "callId": call_id, "provider": SOURCE_KIND}, item, "output")
     message = {"id": new_id(), "role": "user", "content": [block], "source": source}
     event: dict[str, Any] = {
         "type": "tool/result",
@@ -282,9 +292,17 @@ def item_of(node: SurfaceMessage) -> Any:
     if not isinstance(source, Mapping):
         return None
     if node.type in ("assistant/message", "tool/result"):
-        if source.get("provider") == SOURCE_KIND and "item" in source:
-            return thaw(source["item"])
-        return None
+        if source.get("provider") != SOURCE_KIND or "item" not in source:
+            return None
+        item = thaw(source["item"])
+        if "omitted" not in source:
+            return item
+        key, at = source["omitted"]
+        block = message["content"][0]
+        value = block["arguments"] if key == "arguments" else block["content"][0]["text"]
+        pairs = list(item.items())
+        pairs.insert(at, (key, value))
+        return dict(pairs)
     if node.type != "user/message" or source.get("kind") != SOURCE_KIND:
         return None
     texts = [block["text"] for block in message["content"]]

@@ -8,6 +8,7 @@ processes, and a store opened by another process that sees the same items.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -142,11 +143,18 @@ def test_core_shapes_hold_what_they_can_and_the_rest_are_items(backend) -> None:
                 "arguments": '{"city": "Paris"}',
             }
         ]
+        # the item is kept without the arguments the block holds (and where they go back)
+        call_item = {k: v for k, v in CALL.items() if k != "arguments"}
         assert messages[3]["source"] == {
             "kind": "model",
             "provider": "openai-agents",
             "model": "unknown",
-            "item": CALL,
+            "item": call_item,
+            "omitted": ["arguments", 4],
+        }
+        assert messages[4]["source"]["item"] == {
+            "type": "function_call_output",
+            "call_id": "call_1",
         }
         assert messages[4]["content"][0]["toolCallId"] == "call_1"
         assert messages[4]["content"][0]["content"] == [{"type": "text", "text": "sunny"}]
@@ -461,5 +469,34 @@ def test_entries_another_writer_put_on_the_surface_are_not_items(backend) -> Non
         assert await session.get_items() == [USER_TEXT]
         await session.clear_session()  # clears every entry, items or not
         assert await store.messages("s1") == []
+
+    run(backend, body)
+
+
+def test_calls_and_outputs_come_back_in_their_key_order(backend) -> None:
+    """A call's arguments and a tool's text output are stored once (in the core message) and
+    put back where they stood among the item's keys; other outputs are kept whole."""
+    items = [
+        {"arguments": "{}", "type": "function_call", "call_id": "a", "name": "f"},
+        {"output": "first", "call_id": "a", "type": "function_call_output"},
+        {"type": "function_call", "name": "g", "arguments": "[1]", "call_id": "b", "x": None},
+        {
+            "type": "function_call_output",
+            "call_id": "b",
+            "output": [{"type": "input_text", "text": "parts"}, {"type": "input_image"}],
+        },
+    ]
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(items)
+        got = await SessionSQLSession("s1", store).get_items()
+        assert [json.dumps(item) for item in got] == [json.dumps(item) for item in items]
+        messages = await store.messages("s1")
+        assert messages[3]["source"]["item"] == items[3]  # a list output: kept whole
+        assert messages[3]["content"][0]["content"] == [
+            {"type": "text", "text": "parts"},
+            {"type": "input_image"},
+        ]
 
     run(backend, body)
