@@ -68,43 +68,20 @@ def list_sessions(
 ) -> list[SessionInfo]:
     """``SessionStore.list_sessions``: its arguments checked, then one read."""
     limit = min(int_arg("limit", limit, minimum=0), MAX_BOUND)
-    if id_prefix is not None and type(id_prefix) is not str:
-        raise InvalidArgumentError(
-            f"id_prefix must be a str, got {type(id_prefix).__name__}", argument="id_prefix"
-        )
-    user = check_user_id(user_id, argument="user_id")
-    wanted = check_labels(labels, "labels")
     if order not in ("updated", "created"):
         raise InvalidArgumentError(
             f"order must be 'updated' or 'created', got {order!r}", argument="order"
         )
-    for name, bound in (("created_after", created_after), ("created_before", created_before)):
-        if bound is not None:
-            int_arg(name, bound)
     s = ctx.tables.sessions
+    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
+    if conditions is None:
+        return []
     key = s.c.updated_at if order == "updated" else s.c.created_at
     query = (
         select(*info_columns(s))
-        .where(own(ctx, s))
+        .where(*conditions)
         .order_by(*((key.desc(), s.c.id.desc()) if order == "updated" else (key, s.c.id)))
     )
-    if user is not None:
-        query = query.where(s.c.user_id == user)
-    for condition in ctx.backend.labels_match(s.c.labels, wanted):
-        query = query.where(condition)
-    if parent is not None:
-        if not is_session_id(parent):
-            return []  # no session can have it as its parent
-        query = query.where(s.c.parent_session == parent)
-    if id_prefix:
-        if not id_prefix.isprintable():
-            return []  # no session id has it (and PostgreSQL text cannot hold a NUL)
-        # substr, not LIKE: SQLite's LIKE ignores case and both treat % and _ as wildcards.
-        query = query.where(func.substr(s.c.id, 1, len(id_prefix)) == id_prefix)
-    if created_after is not None:
-        query = query.where(s.c.created_at >= clamp(created_after))
-    if created_before is not None:
-        query = query.where(s.c.created_at < clamp(created_before))
     with translate_errors(), read_tx(ctx.read_engine()) as conn:
         if after is not None:
             cursor = after if isinstance(after, SessionInfo) else session_info(conn, ctx, after)
@@ -124,6 +101,67 @@ def list_sessions(
                 )
         rows = conn.execute(query.limit(limit)).all()
     return [info_from_row(row) for row in rows]
+
+
+def count_sessions(
+    ctx: StoreContext,
+    *,
+    parent: str | None,
+    created_after: int | None,
+    created_before: int | None,
+    id_prefix: str | None,
+    user_id: str | None,
+    labels: Mapping[str, str] | None,
+) -> int:
+    """``SessionStore.count_sessions``: how many sessions ``list_sessions`` would list with
+    the same filters and no limit (one count over the sessions table)."""
+    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
+    if conditions is None:
+        return 0
+    query = select(func.count()).select_from(ctx.tables.sessions).where(*conditions)
+    with translate_errors(), read_tx(ctx.read_engine()) as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def _filters(
+    ctx: StoreContext,
+    parent: str | None,
+    created_after: int | None,
+    created_before: int | None,
+    id_prefix: str | None,
+    user_id: str | None,
+    labels: Mapping[str, str] | None,
+) -> list[Any] | None:
+    """The WHERE conditions of the listing filters, checked; ``None`` when no session can
+    match (then nothing is read)."""
+    if id_prefix is not None and type(id_prefix) is not str:
+        raise InvalidArgumentError(
+            f"id_prefix must be a str, got {type(id_prefix).__name__}", argument="id_prefix"
+        )
+    user = check_user_id(user_id, argument="user_id")
+    wanted = check_labels(labels, "labels")
+    for name, bound in (("created_after", created_after), ("created_before", created_before)):
+        if bound is not None:
+            int_arg(name, bound)
+    s = ctx.tables.sessions
+    conditions: list[Any] = [own(ctx, s)]
+    if user is not None:
+        conditions.append(s.c.user_id == user)
+    conditions.extend(ctx.backend.labels_match(s.c.labels, wanted))
+    if parent is not None:
+        if not is_session_id(parent):
+            return None  # no session can have it as its parent
+        conditions.append(s.c.parent_session == parent)
+    if id_prefix:
+        if not id_prefix.isprintable():
+            return None  # no session id has it (and PostgreSQL text cannot hold a NUL)
+        # substr, not LIKE: SQLite's LIKE ignores case and both treat % and _ as wildcards.
+        conditions.append(func.substr(s.c.id, 1, len(id_prefix)) == id_prefix)
+    if created_after is not None:
+        conditions.append(s.c.created_at >= clamp(created_after))
+    if created_before is not None:
+        conditions.append(s.c.created_at < clamp(created_before))
+    return conditions
 
 
 def iter_sessions(ctx: StoreContext, parent: str | None, page_size: int) -> Iterator[SessionInfo]:

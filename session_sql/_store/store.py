@@ -349,6 +349,28 @@ class SessionStore:
             labels=labels,
         )
 
+    def count_sessions(
+        self,
+        *,
+        parent: str | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+        id_prefix: str | None = None,
+        user_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> int:
+        """How many of the tenant's sessions ``list_sessions`` lists with these filters and
+        no limit: a page's "of N" (``session-sql ls`` prints it)."""
+        return listing.count_sessions(
+            self._ctx,
+            parent=parent,
+            created_after=created_after,
+            created_before=created_before,
+            id_prefix=id_prefix,
+            user_id=user_id,
+            labels=labels,
+        )
+
     def iter_sessions(
         self, *, parent: str | None = None, page_size: int = 500
     ) -> Iterator[SessionInfo]:

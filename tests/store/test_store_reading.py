@@ -379,6 +379,28 @@ def test_list_sessions_filters(store, listed):
     assert store.list_sessions(limit=0) == []
 
 
+def test_count_sessions_counts_what_list_sessions_lists_with_the_same_filters(store, listed):
+    store.open_session("a").append("todo/write", {"items": []})
+    store.fork_session("a", child_id="a-child")
+    store.update_session("b", labels={"team": "x"})
+    assert store.count_sessions() == len(store.list_sessions(limit=1000)) == 8
+    for filters in (
+        {"parent": "a"},
+        {"parent": "nothing-forked-from-it"},
+        {"parent": "not a valid id!"},
+        {"created_after": 1002, "created_before": 1005},
+        {"id_prefix": "a"},
+        {"id_prefix": "a\x00"},
+        {"labels": {"team": "x"}},
+        {"user_id": "nobody"},
+    ):
+        assert store.count_sessions(**filters) == len(store.list_sessions(**filters)), filters
+    assert store.count_sessions(created_after=1002, created_before=1005) == 3
+    with pytest.raises(InvalidArgumentError) as refused:
+        store.count_sessions(created_after="soon")  # type: ignore[arg-type]
+    assert refused.value.argument == "created_after"
+
+
 def test_list_sessions_by_id_prefix_compares_exactly(store):
     ids = ["abc-1", "abc-2", "abd", "ab", "a_b", "axb", "a%b", "ABC-3", "☃-1"]
     for sid in ids:
