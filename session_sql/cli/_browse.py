@@ -283,7 +283,8 @@ def title(
 ) -> None:
     """Set a session's title (shown by 'session-sql ls').
 
-    The title is metadata: the session's log and its updated time do not change.
+    The title is metadata: the session's log and its updated time do not change. An agent
+    sets it too, by appending a session/title event; the latest of the two wins.
     """
     with cli_store(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session)

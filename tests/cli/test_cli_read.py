@@ -56,6 +56,14 @@ def test_ls_lists_sessions_newest_first(shared):
     assert [r["id"] for r in first + rest] == [info.id for info in infos]
 
 
+def test_ls_shows_the_title_the_demo_agent_gave_its_session(shared):
+    # The demo appends a session/title event; the TITLE column is that title.
+    rows = {row["id"]: row for row in json.loads(shared.cli("ls", "--json").stdout)}
+    title = "Failing billing tests: half-cent rounding"
+    assert rows[shared.demo.session_id]["title"] == title
+    assert title in shared.cli("ls").stdout
+
+
 def test_ls_on_an_empty_store(cli):
     assert cli("init").code == 0
     assert cli("ls").stdout == "no sessions\n"
