@@ -126,7 +126,8 @@ def insert_session(
     """``bulk.insert_session`` with ``ctx``'s dialect: a whole new session in one transaction,
     with appends to other sessions in it."""
     inserted = bulk.insert_session(ctx, dialect(ctx), row, event_rows, surface_rows, parts)
-    statistics.appended(ctx, len(event_rows) + sum(len(p.events) for p in parts))
+    if inserted.lost is None:  # (else nothing was written)
+        statistics.appended(ctx, len(event_rows) + sum(len(p.events) for p in parts))
     return inserted
 
 
