@@ -201,6 +201,7 @@ def ls(
         "created_after": created_after,
         "created_before": created_before,
     }
+    out = Out()
     with cli_store(url, schema, tenant=tenant) as store:
         if after is not None:
             after = _option_id(store, "--after", after)
@@ -208,9 +209,9 @@ def ls(
             filters["parent"] = parent = _parent_id(store, parent)
         # One more than shown, in the same query: whether a next page exists.
         found = store.list_sessions(limit=limit + 1, after=after, order=sort.value, **filters)
-        total = store.count_sessions(**filters) if not as_json and found else 0
+        # The total, for the terminal's last line only (a pipe and --json get none).
+        total = store.count_sessions(**filters) if out.tty and not as_json and found else 0
     infos, more = found[:limit], len(found) > limit
-    out = Out()
     if as_json:
         out.json([{**info.model_dump(), "event_count": info.event_count} for info in infos])
         return
