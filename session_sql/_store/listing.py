@@ -65,6 +65,7 @@ def list_sessions(
     id_prefix: str | None,
     user_id: str | None,
     labels: Mapping[str, str] | None,
+    reverse: bool = False,
 ) -> list[SessionInfo]:
     """``SessionStore.list_sessions``: its arguments checked, then one read."""
     limit = min(int_arg("limit", limit, minimum=0), MAX_BOUND)
@@ -76,29 +77,26 @@ def list_sessions(
     conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
     if conditions is None:
         return []
+    # Newest-updated first, or oldest-created first; ``reverse`` turns either round.
+    if type(reverse) is not bool:
+        raise InvalidArgumentError(
+            f"reverse must be a bool, got {type(reverse).__name__}", argument="reverse"
+        )
+    descending = (order == "updated") != reverse
     key = s.c.updated_at if order == "updated" else s.c.created_at
     query = (
         select(*info_columns(s))
         .where(*conditions)
-        .order_by(*((key.desc(), s.c.id.desc()) if order == "updated" else (key, s.c.id)))
+        .order_by(*((key.desc(), s.c.id.desc()) if descending else (key, s.c.id)))
     )
     with translate_errors(), read_tx(ctx.read_engine()) as conn:
         if after is not None:
             cursor = after if isinstance(after, SessionInfo) else session_info(conn, ctx, after)
-            if order == "updated":
-                query = query.where(
-                    or_(
-                        s.c.updated_at < cursor.updated_at,
-                        and_(s.c.updated_at == cursor.updated_at, s.c.id < cursor.id),
-                    )
-                )
+            at = cursor.updated_at if order == "updated" else cursor.created_at
+            if descending:
+                query = query.where(or_(key < at, and_(key == at, s.c.id < cursor.id)))
             else:
-                query = query.where(
-                    or_(
-                        s.c.created_at > cursor.created_at,
-                        and_(s.c.created_at == cursor.created_at, s.c.id > cursor.id),
-                    )
-                )
+                query = query.where(or_(key > at, and_(key == at, s.c.id > cursor.id)))
         rows = conn.execute(query.limit(limit)).all()
     return [info_from_row(row) for row in rows]
 

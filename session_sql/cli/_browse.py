@@ -184,6 +184,12 @@ def ls(
             "they were created (which no write changes).",
         ),
     ] = SortOrder.updated,
+    reverse: Annotated[
+        bool,
+        typer.Option(
+            "--reverse", "-r", help="The opposite order: oldest-updated or newest-created first."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List sessions, most recently updated first, with their title, user and event count.
@@ -208,7 +214,9 @@ def ls(
         if parent is not None:
             filters["parent"] = parent = _parent_id(store, parent)
         # One more than shown, in the same query: whether a next page exists.
-        found = store.list_sessions(limit=limit + 1, after=after, order=sort.value, **filters)
+        found = store.list_sessions(
+            limit=limit + 1, after=after, order=sort.value, reverse=reverse, **filters
+        )
         # The total, for the terminal's last line only (a pipe and --json get none).
         total = store.count_sessions(**filters) if out.tty and not as_json and found else 0
     infos, more = found[:limit], len(found) > limit

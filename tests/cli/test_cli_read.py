@@ -121,6 +121,10 @@ def test_ls_sorts_by_update_or_creation(cli, store):
     assert ids()[0] == "old"
     assert ids("--sort", "created") == ["old", "mid", "new"]
     assert ids("--sort", "created", "-n", "1", "--after", "mid") == ["new"]
+    assert ids("--sort", "created", "--reverse") == ["new", "mid", "old"]
+    assert ids("--sort", "created", "-r", "-n", "1", "--after", "new") == ["mid"]
+    assert ids("-r") == ids()[::-1]
+    assert ids("-r", "--after", ids("-r")[0]) == ids("-r")[1:]
     bad = cli("ls", "--sort", "size")
     assert bad.code == 2 and "--sort" in bad.stderr and bad.stdout == ""
 

@@ -356,6 +356,23 @@ def test_list_sessions_pages_by_updated_at_and_id(store, listed):
             assert all(len(page) == limit for page in pages[:-1])
 
 
+def test_list_sessions_reversed_pages_the_other_way(store, listed):
+    assert [i.id for i in store.list_sessions(reverse=True)] == listed[::-1]
+    created = [i.id for i in store.list_sessions(order="created", limit=100)]
+    assert [i.id for i in store.list_sessions(order="created", reverse=True)] == created[::-1]
+    for order in ("updated", "created"):
+        everything = [i.id for i in store.list_sessions(order=order, reverse=True)]
+        pages: list[str] = []
+        after: str | None = None
+        while page := store.list_sessions(order=order, reverse=True, limit=2, after=after):
+            pages += [i.id for i in page]
+            after = page[-1].id
+        assert pages == everything, order
+    with pytest.raises(InvalidArgumentError) as refused:
+        store.list_sessions(reverse="yes")  # type: ignore[arg-type]
+    assert refused.value.argument == "reverse"
+
+
 def test_an_append_moves_a_session_to_the_front(store, listed):
     handle = store.open_session("g")
     say(handle)
