@@ -535,3 +535,23 @@ def test_stats_of_a_small_session_beside_a_huge_one_reads_only_its_events(
         if missed:
             unnarrowed[statement] = missed
     assert not unnarrowed, unnarrowed
+
+
+def test_the_duckdb_extra_installs_the_duckdb_the_recipe_is_tested_with():
+    # The recipe above runs on the test extra's pinned DuckDB; a user's `pip install
+    # 'session-sql[duckdb]'` must get one of the same minor release, never the next major.
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    [tested] = [r for r in map(Requirement, extras["test"]) if r.name == "duckdb"]
+    [offered] = [r for r in map(Requirement, extras["duckdb"]) if r.name == "duckdb"]
+    [pin] = [s.version for s in tested.specifier if s.operator == "=="]
+    assert offered.specifier.contains(pin), (offered, pin)
+    major, minor = (int(part) for part in pin.split(".")[:2])
+    for newer in (f"{major}.{minor + 1}.0", f"{major + 1}.0.0"):
+        assert not offered.specifier.contains(newer), (offered, newer)
+    if duckdb is not None:
+        assert offered.specifier.contains(duckdb.__version__), duckdb.__version__

@@ -352,6 +352,7 @@ class PostgreSQLBackend(Backend):
     listens = True
     standbys = True
     async_threads = False
+    stale_statistics = False
 
     appends_module = "postgresql"
 
@@ -437,6 +438,10 @@ class PostgreSQLBackend(Backend):
         role does not own."""
         preparer = conn.dialect.identifier_preparer
         conn.exec_driver_sql("ANALYZE " + ", ".join(preparer.format_table(t) for t in tables))
+
+    def statistics_stale(self, conn: Connection) -> bool:
+        """Never: autovacuum's autoanalyze refreshes them as tables change."""
+        return False
 
     # -- connections kept outside a checkout -------------------------------------------
 
