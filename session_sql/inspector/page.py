@@ -16,7 +16,7 @@ import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote, urlencode
 
 from session_sql import Replace, SessionEvent, SessionInfo
@@ -138,7 +138,7 @@ def sessions_page(infos: Sequence[SessionInfo], query: ListQuery, next_after: st
 # One event
 
 
-def _is_list(value: Any) -> bool:
+def _is_list(value: Any) -> TypeGuard[Sequence[Any]]:
     """A JSON array, as stored (a frozen list) or plain."""
     return isinstance(value, Sequence) and not isinstance(value, str | bytes)
 
