@@ -39,7 +39,6 @@ def is_loopback(host: str) -> bool:
 
 @app.command(
     epilog=example(
-        "session-sql serve",
         "session-sql serve --url postgresql://postgres@localhost/agents --port 9000",
         'session-sql serve --host 0.0.0.0 --token "$(openssl rand -hex 16)"',
     )
