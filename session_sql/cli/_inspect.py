@@ -101,13 +101,19 @@ def serve(
             address += f"?token={token}"
         Out().line(f"serving {store.display_url} (read-only) at {address}")
         sys.stdout.flush()
-        uvicorn.run(
-            application,
-            host=host,
-            port=port,
-            log_level="warning",
-            timeout_graceful_shutdown=2,
+        server = uvicorn.Server(
+            uvicorn.Config(
+                application, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+            )
         )
+        exit_handler = server.handle_exit
+
+        def handle_exit(sig: int, frame: object) -> None:
+            application.stopping.set()  # the follow streams end, then the server does
+            exit_handler(sig, frame)  # type: ignore[arg-type]
+
+        server.handle_exit = handle_exit  # type: ignore[method-assign]
+        server.run()
 
 
 @app.command(epilog=example("session-sql view 3f2a9c -o session.html"))

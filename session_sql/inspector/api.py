@@ -45,6 +45,10 @@ MAX_EVENTS = 5000
 SURFACE_PAGE = 300
 """Surface nodes shown beside the log: the last ones (the model reads the whole surface)."""
 MAX_CHILDREN = 100
+TURN_SPAN = 10_000
+"""The timeline and the token chart draw the turns that start in this many events before the
+end of the page (and the whole log when it is no longer): what a page costs follows the page,
+not the log."""
 
 
 def int_param(
@@ -222,7 +226,9 @@ def session_view(
     events = list(store.events(session_id, from_seq=start, to_seq=stop))
     seqs = store.surface(session_id)
     surface = store.surface_messages(session_id, last=surface_last)
-    shape = outline(store, session_id)
+    page_end = start + len(events)
+    turns_from = 0 if limit is None else max(0, page_end - TURN_SPAN)
+    shape = outline(store, session_id, turns_from=turns_from, turns_to=page_end)
     page_seqs = [e.seq for e in events]
     ids = sorted({c for c in (call_id(e) for e in events) if c is not None})
     return SessionView(

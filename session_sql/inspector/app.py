@@ -3,9 +3,11 @@
 Built on Starlette over one sync ``SessionStore``. Each store call (and each page render) runs
 in Starlette's thread pool: the whole-log outline is a query through the ORM read models on the
 store's sync engine, which the async store does not expose, and the sync store's ``follow``
-already waits on one shared ``LISTEN`` connection on PostgreSQL (a short poll on SQLite), so
-a follower costs a pool thread only while it waits, for at most ``follow_wait`` seconds at a
-time, between which the stream sends a keep-alive and notices a client that went away.
+already waits on one shared ``LISTEN`` connection on PostgreSQL (a short poll on SQLite). A
+follower waits in a thread of its own pool (``max_followers`` of them; one more is 503, and
+the browser's ``EventSource`` retries), so followers never starve the pages; it waits at
+most ``follow_wait`` seconds at a time, between which the stream sends a keep-alive, notices
+a client that went away, and ends when the server is stopping (``Guard.stopping``).
 
 ``Guard`` wraps every request: only ``GET`` and ``HEAD`` pass (405 otherwise), the ``Host``
 must be a loopback name when the app serves loopback only (no DNS rebinding), the token when
@@ -17,10 +19,13 @@ from __future__ import annotations
 
 import hmac
 import json
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
 
+import anyio
+import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
@@ -74,9 +79,16 @@ class Guard:
     """The ASGI middleware that makes the app read-only, loopback-bound and token-checked."""
 
     def __init__(
-        self, app: ASGIApp, *, token: str | None, allowed_hosts: frozenset[str] | None
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        allowed_hosts: frozenset[str] | None,
+        stopping: threading.Event,
     ) -> None:
         self.app, self.token, self.allowed_hosts = app, token, allowed_hosts
+        self.stopping = stopping
+        """Set when the server stops: the follow streams end at their next keep-alive."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -181,14 +193,19 @@ def create_app(
     *,
     token: str | None = None,
     allowed_hosts: frozenset[str] | None = LOOPBACK_HOSTS,
-    follow_wait: float = 10.0,
-) -> ASGIApp:
+    follow_wait: float = 2.0,
+    max_followers: int = 16,
+) -> Guard:
     """The inspector over ``store`` (its tenant's sessions only).
 
     ``token``: required on every request. ``allowed_hosts``: the ``Host`` names accepted
-    (None: any; the loopback names by default). ``follow_wait``: the longest a follow stream
+    (None: any; the loopback names by default). ``max_followers``: how many follow streams
+    may be open at once. ``follow_wait``: the longest a follow stream
     waits for an event before a keep-alive.
     """
+
+    stopping = threading.Event()
+    followers = Followers(max_followers)
 
     async def sessions_html(request: Request) -> Response:
         query = api.list_query(_query(request), request.query_params.getlist("label"))
@@ -271,8 +288,10 @@ def create_app(
         after = api.int_param(params, name, None, low=-1)
         head = await run_in_threadpool(store.head_seq, sid)  # 404 before the stream starts
         start = head if after is None else after
+        if followers.open >= max_followers:
+            return _error(request, 503, f"{max_followers} follow streams are open already")
         return StreamingResponse(
-            _sse(request, store, sid, start, follow_wait),
+            _sse(request, store, sid, start, follow_wait, followers, stopping),
             media_type="text/event-stream",
             headers={"X-Accel-Buffering": "no"},
         )
@@ -302,7 +321,16 @@ def create_app(
             StoreError: _unavailable,
         },
     )
-    return Guard(app, token=token, allowed_hosts=allowed_hosts)
+    return Guard(app, token=token, allowed_hosts=allowed_hosts, stopping=stopping)
+
+
+class Followers:
+    """The open follow streams, and the threads they wait in (one each at most, so a stream
+    never waits for a thread)."""
+
+    def __init__(self, size: int) -> None:
+        self.open = 0
+        self.threads = anyio.CapacityLimiter(size)
 
 
 def _next_event(events: Iterator[SessionEvent]) -> SessionEvent | None:
@@ -310,24 +338,36 @@ def _next_event(events: Iterator[SessionEvent]) -> SessionEvent | None:
 
 
 async def _sse(
-    request: Request, store: SessionStore, sid: str, after: int, wait: float
+    request: Request,
+    store: SessionStore,
+    sid: str,
+    after: int,
+    wait: float,
+    followers: Followers,
+    stopping: threading.Event,
 ) -> AsyncIterator[str]:
     """The follow stream: ``ready``, then one ``event`` per committed event (its ``id`` the
     seq, so a reconnecting ``EventSource`` resumes with ``Last-Event-ID``), keep-alives
     between."""
-    yield f"event: ready\ndata: {json.dumps({'session_id': sid, 'after_seq': after})}\n\n"
-    last = after
-    while not await request.is_disconnected():
-        events = await run_in_threadpool(
-            lambda: store.follow(sid, after_seq=last, timeout=wait)  # noqa: B023 (awaited now)
-        )
-        try:
-            while True:
-                event = await run_in_threadpool(_next_event, events)
-                if event is None:
-                    break
-                last = event.seq
-                yield f"id: {event.seq}\nevent: event\ndata: {api.event_json(event)}\n\n"
-        finally:
-            await run_in_threadpool(getattr(events, "close", lambda: None))
-        yield ": keep-alive\n\n"
+
+    def follow_from(seq: int) -> Iterator[SessionEvent]:
+        return store.follow(sid, after_seq=seq, timeout=wait)
+
+    async def in_thread(fn: Any, *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args, limiter=followers.threads)
+
+    followers.open += 1  # (on the event loop: no lock needed)
+    try:
+        yield f"event: ready\ndata: {json.dumps({'session_id': sid, 'after_seq': after})}\n\n"
+        last = after
+        while not stopping.is_set() and not await request.is_disconnected():
+            events = await in_thread(follow_from, last)
+            try:
+                while (event := await in_thread(_next_event, events)) is not None:
+                    last = event.seq
+                    yield f"id: {event.seq}\nevent: event\ndata: {api.event_json(event)}\n\n"
+            finally:
+                await in_thread(getattr(events, "close", lambda: None))
+            yield ": keep-alive\n\n"
+    finally:
+        followers.open -= 1

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session as OrmSession
 
 from session_sql import SessionNotFoundError, SessionStore
@@ -58,6 +58,8 @@ class Outline:
 
     turns: list[Turn] = field(default_factory=list)
     replacements: list[Replacement] = field(default_factory=list)
+    turns_from: int = 0
+    """The first seq the turns were read from (0: the whole log)."""
 
     def shadowed_by(self, seqs: Iterable[int]) -> dict[int, list[int]]:
         """For each of ``seqs`` cited by a replacement, the replacements that cite it."""
@@ -85,62 +87,64 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def outline(store: SessionStore, session_id: str) -> Outline:
-    """Turns (with steps and token usage) and replacements of a whole session, in one read."""
+def outline(
+    store: SessionStore, session_id: str, *, turns_from: int = 0, turns_to: int | None = None
+) -> Outline:
+    """The replacements of the whole log, and the turns (with steps and token usage) that
+    start in seqs ``[turns_from, turns_to)``: the replacements are few and need no JSON
+    read, while the turns are a scan of their window (the page bounds it)."""
     models = orm_models(store.schema)
     ev: Any = models.Event  # (the JSON paths and call_id are not in the stub types)
     with OrmSession(store.engine) as orm:
         key = _session_key(orm, models, store, session_id)
+        replacing = orm.execute(
+            select(ev.seq, ev.type, ev.surface_op, ev.source_event_seqs)
+            .where(ev.session_key == key, ev.surface_op.is_not(None), ev.surface_op != APPEND_OP)
+            .order_by(ev.seq)
+        ).all()
+        window = [ev.session_key == key, ev.seq >= turns_from, ev.type.in_(BOUNDARY_TYPES)]
+        if turns_to is not None:
+            window.append(ev.seq < turns_to)
         rows = orm.execute(
             select(
                 ev.seq,
                 ev.type,
-                ev.surface_op,
-                ev.source_event_seqs,
                 ev.data["turn"],
                 ev.data["usage"],
                 ev.data[("reason", "kind")],
             )
-            .where(
-                ev.session_key == key,
-                or_(
-                    ev.type.in_(BOUNDARY_TYPES),
-                    and_(ev.surface_op.is_not(None), ev.surface_op != APPEND_OP),
-                ),
-            )
+            .where(*window)
             .order_by(ev.seq)
         ).all()
-    result = Outline()
+    result = Outline(turns_from=turns_from)
+    for seq, type_, op_text, sources_text in replacing:
+        op = json.loads(op_text)
+        sources = tuple(json.loads(sources_text)) if sources_text else ()
+        if isinstance(op, dict):
+            result.replacements.append(
+                Replacement(int(seq), type_, int(op["start"]), int(op["end"]), sources)
+            )
     by_number: dict[int, Turn] = {}
     current: Turn | None = None
-    for seq, type_, op_text, sources_text, turn_value, usage_value, reason in rows:
+    for seq, type_, turn_value, usage, reason in rows:
         number = _int(turn_value)
         if type_ == "turn/start":
             current = Turn(turn=number, start_seq=int(seq))
             result.turns.append(current)
             by_number[number] = current
-        elif type_ == "turn/end":
-            ended = by_number.get(number)
-            if ended is not None and ended.end_seq is None:
-                ended.end_seq = int(seq)
-                ended.reason = reason if isinstance(reason, str) else None
+            continue
+        target = by_number.get(number, current)
+        if target is None:  # a turn that started before the window
+            continue
+        if type_ == "turn/end":
+            if target.end_seq is None:
+                target.end_seq = int(seq)
+                target.reason = reason if isinstance(reason, str) else None
         elif type_ == "step/start":
-            target = by_number.get(number, current)
-            if target is not None:
-                target.steps += 1
-        if type_ == "assistant/message":
-            usage = usage_value
-            target = by_number.get(number, current)
-            if target is not None and isinstance(usage, Mapping):
-                target.input_tokens += _int(usage.get("inputTokens"))
-                target.output_tokens += _int(usage.get("outputTokens"))
-        if op_text and op_text != APPEND_OP:
-            op = json.loads(op_text)
-            sources = tuple(json.loads(sources_text)) if sources_text else ()
-            if isinstance(op, dict):
-                result.replacements.append(
-                    Replacement(int(seq), type_, int(op["start"]), int(op["end"]), sources)
-                )
+            target.steps += 1
+        elif type_ == "assistant/message" and isinstance(usage, Mapping):
+            target.input_tokens += _int(usage.get("inputTokens"))
+            target.output_tokens += _int(usage.get("outputTokens"))
     return result
 
 

@@ -324,10 +324,17 @@ def _timeline(view: SessionView, links: Links) -> str:
             f" · seq {links.seq(t.start_seq)}–{end} · {t.steps} step{'s' if t.steps != 1 else ''}"
             f" · {esc(t.reason or 'not ended')}" + (f" · {tokens}" if tokens else "") + "</li>"
         )
+    windowed = " near this page" if view.outline.turns_from > 0 else ""
     more = len(turns) - MAX_TURNS_LISTED
     earlier = f'<p class="more">{more} earlier turns not listed</p>' if more > 0 else ""
+    if view.outline.turns_from > 0:
+        earlier += (
+            f'<p class="more">the turns that start from seq {view.outline.turns_from} on, '
+            "to the end of this page (earlier pages show earlier turns)</p>"
+        )
     return (
-        f'<section id="timeline"><h2>Turns ({len(turns)})</h2>{_chart(turns, links)}{earlier}'
+        f'<section id="timeline"><h2>Turns ({len(turns)}{windowed})</h2>'
+        f"{_chart(turns, links)}{earlier}"
         f'<ol class="turns">{"".join(items)}</ol></section>'
     )
 

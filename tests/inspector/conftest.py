@@ -132,6 +132,7 @@ def serve_in_thread(app: Any) -> Served:
 
 
 def stop_serving(served: Served) -> None:
+    served.server.config.app.stopping.set()  # as serve's exit handler does
     served.server.should_exit = True
     served.thread.join(timeout=30)
 

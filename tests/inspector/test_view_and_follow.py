@@ -121,3 +121,20 @@ def test_follow_refuses_a_bad_after_seq(served, scene, after):
     url = f"{served.url}/api/sessions/{scene.session_id}/follow"
     response = httpx.get(url, params={"after_seq": after}, timeout=60.0)
     assert response.status_code == 400
+
+
+def test_one_follower_too_many_is_503(scene):
+    from session_sql.inspector.app import create_app
+    from tests.inspector.conftest import serve_in_thread, stop_serving
+
+    running = serve_in_thread(create_app(scene.store, follow_wait=0.5, max_followers=1))
+    try:
+        url = f"{running.url}/api/sessions/{scene.session_id}/follow"
+        with httpx.stream("GET", url, timeout=60.0) as first:
+            messages = sse(first.iter_lines())  # (kept: closing it would close the stream)
+            assert next(messages)["event"] == "ready"
+            second = httpx.get(url, timeout=60.0)
+            assert second.status_code == 503
+            assert "follow streams" in second.json()["error"]
+    finally:
+        stop_serving(running)
