@@ -37,6 +37,7 @@ td.op { white-space: nowrap; color: var(--dim); }
 .pager a { margin-right: 12px; }
 .split { display: grid; grid-template-columns: minmax(260px, 2fr) 3fr; gap: 16px; }
 #surface, #log { min-width: 0; }
+#surface { position: sticky; top: 0; align-self: start; max-height: 100vh; overflow-y: auto; }
 .nodes { list-style: none; padding: 0; margin: 0; }
 .node { border-left: 3px solid var(--line); padding: 4px 8px; margin-bottom: 6px; }
 .node.role-user { border-color: #60a5fa; }

@@ -150,7 +150,10 @@ def _block_text(block: Any) -> str:
     if kind in ("text", "reasoning"):
         return str(block.get("text", ""))
     if kind == "tool-call":
-        return f"→ {block.get('name', '')}({block.get('arguments', '')})"
+        arguments = block.get("arguments", "")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
+        return f"→ {block.get('name', '')}({arguments})"
     if kind == "tool-result":
         inner = block.get("content")
         parts = [_block_text(b) for b in inner] if _is_list(inner) else []
