@@ -134,25 +134,27 @@ def view(
     schema: SchemaOption = DEFAULT_SCHEMA,
     tenant: TenantOption = "",
     last: Annotated[
-        int | None,
-        typer.Option(
-            "--last", min=1, metavar="N", help="Only the last N events of the log (default: all)."
-        ),
-    ] = None,
+        int,
+        typer.Option("--last", min=1, metavar="N", help="The last N events of the log."),
+    ] = 5000,
 ) -> None:
     """Write one session as a self-contained HTML page, to attach to a bug report.
 
     The page of 'serve' in one file: no script, no style sheet or image from elsewhere, no
-    network (its Content-Security-Policy allows nothing else). It holds the whole log, or
-    the last N events with --last, beside the whole surface.
+    network (its Content-Security-Policy allows nothing else). It holds the last 5000 events
+    of the log (the whole log when it is shorter; --last for more or fewer) beside the whole
+    surface.
     """
     from session_sql.inspector import render_file
 
     with cli_store(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session_id)
+        head = store.head_seq(session_id)
         page = render_file(store, session_id, last=last)
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
     Out().line(f"{session_id}: wrote {output} ({len(page.encode()):,} bytes)")
+    if head + 1 > last:
+        Out().line(f"(the last {last} of {head + 1:,} events: --last N for more)")

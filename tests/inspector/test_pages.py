@@ -199,3 +199,27 @@ def test_the_file_page_holds_no_script_and_no_network(scene):
     )
     assert "default-src 'none'" in csp
     assert HOSTILE_TEXT in "".join(parsed.text)
+
+
+def test_a_long_log_draws_the_turns_near_the_page(client, scene, monkeypatch):
+    from session_sql.inspector import api
+
+    monkeypatch.setattr(api, "TURN_SPAN", 6)  # (10,000 events in a real store)
+    sid = scene.session_id
+    page = client.get(f"/sessions/{sid}").text
+    parsed = Parsed(page)
+    turns = [a for t, a in parsed.tags if t == "li" and "turn" in a.get("class", "").split()]
+    assert len(turns) == 1  # turn 2 starts in the last 6 events; turn 1 does not
+    head = scene.store.head_seq(sid)
+    assert f"the turns that start from seq {head + 1 - 6} on" in "".join(parsed.text)
+
+
+def test_a_tool_pair_across_pages_links_to_the_other_page(client, scene):
+    sid = scene.session_id
+    result = scene.seqs["tool/result"]
+    parsed = Parsed(
+        client.get(f"/sessions/{sid}", params={"from_seq": str(result), "limit": "1"}).text
+    )
+    pairs = [a["href"] for t, a in parsed.tags if t == "a" and a.get("class") == "pair"]
+    call = scene.seqs["tool/call"]
+    assert pairs == [f"/sessions/{sid}?from_seq={max(0, call - 10)}&limit=1#e{call}"]

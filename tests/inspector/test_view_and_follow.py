@@ -38,9 +38,11 @@ def test_view_writes_one_self_contained_page(backend, scene, tmp_path, capsys):
     assert len(rows) == scene.store.head_seq(scene.session_id) + 1
 
 
-def test_view_last_writes_the_last_events(backend, scene, tmp_path):
+def test_view_last_writes_the_last_events(backend, scene, tmp_path, capsys):
     out = tmp_path / "tail.html"
     assert view(backend, scene.session_id, "-o", str(out), "--last", "2") == 0
+    head = scene.store.head_seq(scene.session_id)
+    assert f"(the last 2 of {head + 1} events" in capsys.readouterr().out
     parsed = Parsed(out.read_text(encoding="utf-8"))
     rows = [a["id"] for t, a in parsed.tags if t == "tr" and a.get("id", "").startswith("e")]
     head = scene.store.head_seq(scene.session_id)
