@@ -100,6 +100,8 @@ def list_query(params: Mapping[str, str], labels: Sequence[str]) -> ListQuery:
     """``ListQuery`` from query parameters (``label`` repeatable, each ``NAME=VALUE``)."""
     pairs: dict[str, str] = {}
     for pair in labels:
+        if not pair:  # (the form's empty label input)
+            continue
         name, sep, value = pair.partition("=")
         if not sep or not name:
             raise InvalidArgumentError(f"label {pair!r} is not NAME=VALUE", argument="label")

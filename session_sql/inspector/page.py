@@ -99,12 +99,17 @@ def sessions_page(infos: Sequence[SessionInfo], query: ListQuery, next_after: st
             f"<td>{when(info.created_at)}</td><td>{when(info.updated_at)}</td><td>{parent}</td>"
             "</tr>"
         )
-    labels = " ".join(f"{k}={v}" for k, v in query.labels)
+    # One input per label filter (a value may hold spaces), and an empty one to add another.
+    label_inputs = "".join(
+        f'<label>label <input name="label" value="{esc(f"{k}={v}")}"></label>'
+        for k, v in query.labels
+    )
+    label_inputs += '<label>label <input name="label" placeholder="name=value"></label>'
     form = (
         '<form class="filters" method="get" action="/">'
         f'<label>user <input name="user" value="{esc(query.user or "")}"></label>'
-        f'<label>label <input name="label" placeholder="name=value" value="{esc(labels)}"></label>'
-        f'<label>parent <input name="parent" value="{esc(query.parent or "")}"></label>'
+        + label_inputs
+        + f'<label>parent <input name="parent" value="{esc(query.parent or "")}"></label>'
         f'<label>id prefix <input name="id_prefix" value="{esc(query.id_prefix or "")}"></label>'
         '<label>order <select name="order">'
         + "".join(

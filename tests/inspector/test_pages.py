@@ -223,3 +223,13 @@ def test_a_tool_pair_across_pages_links_to_the_other_page(client, scene):
     pairs = [a["href"] for t, a in parsed.tags if t == "a" and a.get("class") == "pair"]
     call = scene.seqs["tool/call"]
     assert pairs == [f"/sessions/{sid}?from_seq={max(0, call - 10)}&limit=1#e{call}"]
+
+
+def test_the_filter_form_round_trips_its_labels(client, scene):
+    params = [("label", f"link={URL}"), ("label", ""), ("user", "")]
+    parsed = Parsed(client.get("/", params=params).text)
+    values = [a.get("value") for t, a in parsed.tags if t == "input" and a.get("name") == "label"]
+    assert values == [f"link={URL}", None]  # the filter given, and an empty one to add
+    rows = [a["href"] for t, a in parsed.tags if t == "a" and a["href"].startswith("/sessions/")]
+    assert f"/sessions/{scene.session_id}" in rows
+    assert "/sessions/" + quote(HOSTILE_ID, safe="") not in rows  # (it has no such label)
