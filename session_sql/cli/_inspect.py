@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -40,7 +41,7 @@ def is_loopback(host: str) -> bool:
 @app.command(
     epilog=example(
         "session-sql serve --url postgresql://postgres@localhost/agents --port 9000",
-        'session-sql serve --host 0.0.0.0 --token "$(openssl rand -hex 16)"',
+        "session-sql serve --host 0.0.0.0 --port 9000 --token 5f0c2a9e7d1b4c8e",
     )
 )
 def serve(
@@ -99,13 +100,21 @@ def serve(
         address = f"http://{shown}:{port}/"
         if token:
             address += f"?token={token}"
-        Out().line(f"serving {store.display_url} (read-only) at {address}")
-        sys.stdout.flush()
+        announcement = f"serving {store.display_url} (read-only) at {address}"
         server = uvicorn.Server(
             uvicorn.Config(
                 application, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
             )
         )
+        startup = server.startup
+
+        async def announced(sockets: Any = None) -> None:
+            await startup(sockets=sockets)
+            if server.started:  # listening now: the address answers
+                Out().line(announcement)
+                sys.stdout.flush()
+
+        server.startup = announced  # type: ignore[method-assign]
         exit_handler = server.handle_exit
 
         def handle_exit(sig: int, frame: object) -> None:
@@ -113,7 +122,10 @@ def serve(
             exit_handler(sig, frame)  # type: ignore[arg-type]
 
         server.handle_exit = handle_exit  # type: ignore[method-assign]
-        server.run()
+        # uvicorn raises the Ctrl-C again once it has stopped: the way serve is meant to end,
+        # so a normal end (exit code 0), as for tail -f.
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
 
 
 @app.command(epilog=example("session-sql view 3f2a9c -o session.html"))
