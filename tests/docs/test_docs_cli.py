@@ -22,6 +22,8 @@ COMMANDS = [
     "title",
     "show",
     "tail",
+    "serve",
+    "view",
     "import",
     "export",
     "migrate",
