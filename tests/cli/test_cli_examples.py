@@ -18,12 +18,12 @@ busy machine. ``tail -f`` and ``serve`` run as the real script, stopped with Ctr
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import shlex
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -207,7 +207,8 @@ def _fake_bench(
 @pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
 def test_every_help_example_runs_as_printed(cli, monkeypatch):
     _prepare(cli)
-    monkeypatch.setattr(sys.modules["session_sql.cli.bench"], "run", _fake_bench)
+    # The CLI imports the benchmark only when `bench` runs: import it here to patch it.
+    monkeypatch.setattr(importlib.import_module("session_sql.cli.bench"), "run", _fake_bench)
     examples = help_examples()
     ordered = [e for e in examples if e[0] != "delete"] + [e for e in examples if e[0] == "delete"]
     ran: list[str] = []
