@@ -257,6 +257,22 @@ def _explain(engine: Engine, backend: Any, sql: str, params: Any = None) -> tupl
         return json.dumps(plan), _pg_problems(plan[0]["Plan"])
 
 
+def _assert_narrowed(engine: Engine, backend: Any, queries: Any) -> None:
+    """Each query (``(name, sql)`` or ``(name, sql, params)``) plans without problems and
+    reads events only by ranges that name the session."""
+    unnarrowed = {}
+    for name, sql, *params in queries:
+        plan, problems = _explain(engine, backend, sql, *params)
+        assert not problems, (name, problems)
+        if backend.name == "sqlite":
+            missed = _sqlite_unnarrowed(plan.split("\n"))
+        else:
+            missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
+        if missed:
+            unnarrowed[name] = missed
+    assert not unnarrowed, unnarrowed
+
+
 # One-turn sessions beside the two above, as a store holds many. Events name their session by
 # session_key, and a filter on a session's id reaches them through the sessions row, so
 # PostgreSQL estimates one session's events as the log over the number of distinct keys: in a
@@ -310,17 +326,7 @@ def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
     bad = {name: problems for name, (_, problems) in plans.items() if problems}
     assert not bad, bad
 
-    unnarrowed = {}
-    for name, sql in SMALL_SESSION_QUERIES.items():
-        plan, problems = _explain(big, backend, sql)
-        assert not problems, (name, problems)
-        if backend.name == "sqlite":
-            missed = _sqlite_unnarrowed(plan.split("\n"))
-        else:
-            missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
-        if missed:
-            unnarrowed[name] = missed
-    assert not unnarrowed, unnarrowed
+    _assert_narrowed(big, backend, SMALL_SESSION_QUERIES.items())
     call_index = "ix_events_session_key_call_id"
     if backend.name == "sqlite":
         # SQLite joins by nested loops only: the inner side must be an index search.
@@ -524,17 +530,7 @@ def test_stats_of_a_small_session_beside_a_huge_one_reads_only_its_events(
     )
     assert sorted(t.calls for t in small.tools) == [6, 6, 6, 7, 7]
     assert whole.events == EVENTS + 32 * TURN
-    unnarrowed = {}
-    for statement, parameters in captured:
-        plan, problems = _explain(huge_and_small, backend, statement, parameters)
-        assert not problems, (statement, problems)
-        if backend.name == "sqlite":
-            missed = _sqlite_unnarrowed(plan.split("\n"))
-        else:
-            missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
-        if missed:
-            unnarrowed[statement] = missed
-    assert not unnarrowed, unnarrowed
+    _assert_narrowed(huge_and_small, backend, ((s, s, p) for s, p in captured))
 
 
 def test_the_duckdb_extra_installs_the_duckdb_the_recipe_is_tested_with():
