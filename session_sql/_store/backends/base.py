@@ -156,6 +156,12 @@ class Backend(ABC):
         """Prepare ``conn`` (not yet in a transaction) so that its next ``begin`` writes."""
 
     @abstractmethod
+    def begin_create(self, conn: Connection) -> None:
+        """Prepare ``conn`` (not yet in a transaction) whose next transaction may create the
+        store's tables: what must be chosen before the first table exists (SQLite's
+        ``auto_vacuum``)."""
+
+    @abstractmethod
     def begin_snapshot(self, conn: Connection) -> None:
         """Prepare ``conn`` so that its next transaction reads one snapshot throughout."""
 
@@ -240,6 +246,16 @@ class Backend(ABC):
         event (``with_events``)."""
 
     # -- listing, stats, schema gate, migrate ------------------------------------------
+
+    @abstractmethod
+    def text_bytes(self, column: ColumnElement[Any]) -> ColumnElement[int]:
+        """The size in bytes of a JSON text column's value (its UTF-8 text as stored)."""
+
+    @abstractmethod
+    def reclaim_space(self, engine: Engine, pages: int) -> None:
+        """After a prune: give the space of deleted rows back as this database can without a
+        long exclusive lock (SQLite: incremental vacuum, ``pages`` per transaction; PostgreSQL:
+        autovacuum does it). Raises driver errors (wrap in ``translate_errors``)."""
 
     @abstractmethod
     def labels_match(
