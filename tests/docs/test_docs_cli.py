@@ -22,6 +22,7 @@ COMMANDS = [
     "title",
     "show",
     "tail",
+    "prune",
     "import",
     "export",
     "migrate",
