@@ -392,6 +392,9 @@ class AsyncSessionStore:
                 result = await self._archive(step.session_id, step.path)
             elif isinstance(step, retention.Delete):
                 result = await self._runner.call(retention.delete_batch, ctx, step.batch)
+            elif isinstance(step, retention.Pause):
+                await asyncio.sleep(step.seconds)
+                result = None
             else:
                 result = await self._runner.call(retention.reclaim, ctx)
 

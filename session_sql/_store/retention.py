@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +42,10 @@ BATCH_EVENTS = 20_000
 """A delete transaction holds at most this many sessions, and stops adding sessions once it
 holds this many events (a bigger session is a transaction of its own): the write lock
 (SQLite) or the row locks (PostgreSQL) are held for one bounded batch, never for the run."""
-VACUUM_PAGES = 2048
-"""Pages an SQLite incremental vacuum step gives back per transaction (8 MiB of 4 KiB pages)."""
+MAX_PAUSE = 0.2
+"""The longest pause between two delete transactions (see ``Pause``), in seconds."""
+VACUUM_PAGES = 256
+"""Pages an SQLite incremental vacuum step gives back per transaction (1 MiB of 4 KiB pages)."""
 
 
 class PrunedSession(BaseModel):
@@ -138,11 +141,18 @@ class Delete:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """Sleep ``seconds`` -> None: a database with one write lock lets waiting writers in."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Reclaim:
     """``ctx.backend.reclaim_space(ctx.engine, VACUUM_PAGES)`` -> None."""
 
 
-Step = ReadPage | Archive | Delete | Reclaim
+Step = ReadPage | Archive | Delete | Pause | Reclaim
 Progress = Callable[[PrunedSession], None]
 
 
@@ -230,7 +240,14 @@ def prune_steps(
                     kept.append(candidate.session.id)  # moved (or gone) since it was selected
                     continue
                 ready.append(_archived(candidate, path))
-            deleted: list[bool] = (yield Delete(ready)) if ready else []
+            if not ready:
+                continue
+            began = time.monotonic()
+            deleted: list[bool] = yield Delete(ready)
+            if ctx.backend.single_writer:
+                # Writers blocked on the lock retry at growing intervals (SQLite's busy
+                # handler): were the next batch to start at once, they could wait for many.
+                yield Pause(min(time.monotonic() - began, MAX_PAUSE))
             for candidate, gone in zip(ready, deleted, strict=True):
                 if not gone:
                     kept.append(candidate.session.id)
@@ -383,6 +400,9 @@ def run(
             result = archive(step.session_id, step.path)
         elif isinstance(step, Delete):
             result = delete_batch(ctx, step.batch)
+        elif isinstance(step, Pause):
+            time.sleep(step.seconds)
+            result = None
         else:
             reclaim(ctx)
             result = None

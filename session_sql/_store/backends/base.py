@@ -87,6 +87,9 @@ class Backend(ABC):
     """Whether followers are woken by NOTIFY (else they poll through the pool)."""
     standbys: ClassVar[bool]
     """Whether a store may serve its reads from hot standbys (``replica_urls``)."""
+    single_writer: ClassVar[bool]
+    """Whether every write takes one database-wide lock (a long job pauses between its
+    transactions so that other writers get in)."""
     async_threads: ClassVar[bool]
     """Whether the async store runs this backend in worker threads (else on the event loop,
     through the async driver: ``make_engine(..., async_driver=True)``)."""

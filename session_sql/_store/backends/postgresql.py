@@ -342,6 +342,7 @@ class PostgreSQLBackend(Backend):
     driver_error = psycopg.Error
     listens = True
     standbys = True
+    single_writer = False
     async_threads = False
 
     appends_module = "postgresql"

@@ -66,6 +66,8 @@ BEGIN_READ: Final = "BEGIN"
 
 INCREMENTAL_VACUUM: Final = 2
 """``PRAGMA auto_vacuum``'s value for INCREMENTAL."""
+RECLAIM_MAX_PAUSE: Final = 0.2
+"""The longest pause between two incremental vacuum steps, in seconds."""
 RECLAIM_BUSY_MS: Final = 100
 """How long the WAL-truncating checkpoint after a prune waits for readers before giving up."""
 
@@ -206,6 +208,7 @@ class SQLiteBackend(Backend):
     driver_error = sqlite3.Error
     listens = False
     standbys = False
+    single_writer = True
     async_threads = True
 
     appends_module = "sqlite"
@@ -405,12 +408,12 @@ class SQLiteBackend(Backend):
         return func.length(cast(column, LargeBinary))  # a BLOB's length is in bytes
 
     def reclaim_space(self, engine: Engine, pages: int) -> None:
-        """Incremental vacuum, ``pages`` per ``BEGIN IMMEDIATE`` transaction, so a writer
-        waits for one step at most; then a passive checkpoint, which moves the shrunken
-        database into the file and truncates it, and a truncating one that gives up after
-        ``RECLAIM_BUSY_MS`` rather than make writers wait for readers. A file made before
-        ``auto_vacuum`` was set when a store is created keeps its size (VACUUM it:
-        docs/operations.md)."""
+        """Incremental vacuum, ``pages`` per ``BEGIN IMMEDIATE`` transaction with a pause
+        after each, so a writer waits for one step at most; then a passive checkpoint, which
+        moves the shrunken database into the file and truncates it, and a truncating one
+        that gives up after ``RECLAIM_BUSY_MS`` rather than make writers wait for readers. A
+        file made before ``auto_vacuum`` was set when a store is created keeps its size
+        (VACUUM it: docs/operations.md)."""
         raw = engine.raw_connection()
         try:
             db = raw.driver_connection
@@ -423,6 +426,7 @@ class SQLiteBackend(Backend):
                     break
                 # A script, because the pragma frees one page per step of its statement and
                 # the driver's execute() steps once; executescript steps each to the end.
+                began = time.monotonic()
                 try:
                     db.executescript(
                         f"{BEGIN_WRITE}; PRAGMA incremental_vacuum({int(pages)}); COMMIT;"
@@ -431,6 +435,9 @@ class SQLiteBackend(Backend):
                     if db.in_transaction:
                         db.execute("ROLLBACK")
                     raise
+                # As long again without the lock: writers waiting for it get in (their busy
+                # handler retries at growing intervals, and would lose every race to us).
+                time.sleep(min(time.monotonic() - began, RECLAIM_MAX_PAUSE))
             db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             timeout = int(db.execute("PRAGMA busy_timeout").fetchone()[0])
             db.execute(f"PRAGMA busy_timeout = {RECLAIM_BUSY_MS}")
