@@ -146,3 +146,13 @@ def test_an_archive_dir_that_cannot_be_written_changes_nothing(cli, store, peopl
     assert out.code == 1
     assert "is not writable" in out.error_lines[-1]
     assert _state(store) == before
+
+
+def test_prune_on_sqlite_loads_neither_postgresql_nor_the_benchmark(sqlite_cli):
+    from session_sql import open_store
+
+    from .test_cli_startup import CLI_EXTRAS, POSTGRESQL_ONLY, among, loaded
+
+    open_store(sqlite_cli.url).close()
+    modules = loaded(sqlite_cli, "prune", "--older-than", "1d", "--json")
+    assert among(modules, POSTGRESQL_ONLY + CLI_EXTRAS) == []
