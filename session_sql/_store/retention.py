@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select
+from sqlalchemy import Connection, and_, delete, func, or_, select, tuple_
 
 from session_sql._store.backends import read_tx, translate_errors, write_tx
 from session_sql._store.context import StoreContext
@@ -349,27 +349,31 @@ def _sizes(conn: Connection, ctx: StoreContext, keys: Sequence[int]) -> dict[int
 
 
 def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
-    """Delete each session of ``batch`` that is still as selected, in one write transaction
-    (its events and surface rows go with it, by their foreign keys); one bool each."""
-    s = ctx.tables.sessions
-    statement = delete(s).where(
-        own(ctx, s),
-        s.c.session_key == bindparam("b_key"),
-        s.c.updated_at == bindparam("b_updated"),
-        s.c.head_seq == bindparam("b_head"),
-        s.c.incarnation == bindparam("b_incarnation"),
+    """Delete each session of ``batch`` that is still as selected, in one write transaction;
+    one bool each.
+
+    The rows still as selected (``updated_at``, ``head_seq``, ``incarnation``) are locked
+    first (PostgreSQL: ``FOR UPDATE``, which re-reads a row an append committed meanwhile;
+    SQLite holds the write lock already); then their surface rows, events and session rows
+    go in one statement per table, so the foreign keys' cascades find nothing left to do
+    row by row.
+    """
+    s, e, sf = ctx.tables.sessions, ctx.tables.events, ctx.tables.surface
+    selected = [(c.key, c.session.updated_at, c.head_seq, c.incarnation) for c in batch]
+    still = (
+        select(s.c.session_key)
+        .where(
+            own(ctx, s),
+            tuple_(s.c.session_key, s.c.updated_at, s.c.head_seq, s.c.incarnation).in_(selected),
+        )
+        .with_for_update()
     )
-    gone: list[bool] = []
     with translate_errors(), write_tx(ctx.engine) as conn:
-        for c in batch:
-            params = {
-                "b_key": c.key,
-                "b_updated": c.session.updated_at,
-                "b_head": c.head_seq,
-                "b_incarnation": c.incarnation,
-            }
-            gone.append(conn.execute(statement, params).rowcount == 1)
-    return gone
+        keys = set(conn.execute(still).scalars())
+        if keys:
+            for table in (sf, e, s):
+                conn.execute(delete(table).where(own(ctx, table), table.c.session_key.in_(keys)))
+    return [c.key in keys for c in batch]
 
 
 def reclaim(ctx: StoreContext) -> None:
