@@ -364,6 +364,9 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
         select(s.c.session_key)
         .where(
             own(ctx, s),
+            # The keys alone first: SQLite looks them up by rowid, where a row-value IN
+            # alone would scan the table.
+            s.c.session_key.in_([c.key for c in batch]),
             tuple_(s.c.session_key, s.c.updated_at, s.c.head_seq, s.c.incarnation).in_(selected),
         )
         .with_for_update()
