@@ -82,7 +82,8 @@ class PruneReport(BaseModel):
     sessions: list[PrunedSession]
     """Deleted (dry run: selected) sessions, oldest update first."""
     kept: list[str] = []
-    """Selected, then written to (or deleted) by someone else before its delete: not deleted."""
+    """Selected, then written to (or deleted) by someone else before its delete: not deleted
+    then (a later page selects it again if its new last update still matches)."""
 
     @property
     def events(self) -> int:
