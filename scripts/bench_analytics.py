@@ -18,6 +18,11 @@ session_id = ...``); the recipes run as written. The
 target is every figure under 5 s at a million events. The SQLite file or PostgreSQL schema is
 dropped at the end unless --keep is given; with --keep, a later run with the same --url and
 --schema reuses the store and skips the import.
+
+``--fill appends`` grows the store as agents do instead: one ``append_many`` (one transaction)
+per 16-event turn, with the planner statistics the store keeps by itself (on SQLite,
+``_store.statistics``); ``--drop-statistics`` deletes SQLite's before the queries run, as a
+store grown by appends had none before the store kept them (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from sqlalchemy import Engine, create_engine  # noqa: E402
 from session_sql import SessionNotFoundError, SessionStore, open_store  # noqa: E402
 from session_sql.schema import views_for  # noqa: E402
 from tests.docs.test_docs_sql import recipes  # noqa: E402
-from tests.store.analytics_data import TURN, write_jsonl  # noqa: E402
+from tests.store.analytics_data import TURN, append_session, write_jsonl  # noqa: E402
 
 BIG, SMALL = "bench", "bench-small"
 
@@ -76,6 +81,21 @@ def _import(store: SessionStore, session_id: str, events: int) -> float:
         return time.perf_counter() - start
 
 
+def _append(store: SessionStore, session_id: str, events: int) -> float:
+    """Grow the session one turn (one transaction) at a time; the seconds it took."""
+    start = time.perf_counter()
+    append_session(store, session_id, events)
+    return time.perf_counter() - start
+
+
+def _drop_statistics(engine: Engine) -> None:
+    """Delete SQLite's planner statistics (a store grown by appends had none)."""
+    with engine.begin() as conn:
+        if conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").all():
+            conn.exec_driver_sql("DROP TABLE sqlite_stat1")
+            conn.exec_driver_sql("ANALYZE sqlite_master")
+
+
 def _load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -87,6 +107,9 @@ def main() -> None:
     parser.add_argument("--schema", default="analytics_bench")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="keep the store for a later run")
+    parser.add_argument("--fill", choices=("import", "appends"), default="import")
+    parser.add_argument("--drop-statistics", action="store_true", help="SQLite only")
+    parser.add_argument("--skip", action="append", default=[], help="a query name to skip")
     args = parser.parse_args()
     url = args.url.replace("postgresql://", "postgresql+psycopg://", 1)
     sqlite = url.startswith("sqlite")
@@ -100,12 +123,19 @@ def main() -> None:
             store.head_seq(BIG)
             print(f"{dialect}: reusing the stored session {BIG!r}")
         except SessionNotFoundError:
-            seconds = _import(store, BIG, events)
-            _import(store, SMALL, 32 * TURN)
+            fill = _import if args.fill == "import" else _append
+            seconds = fill(store, BIG, events)
+            fill(store, SMALL, 32 * TURN)
+            how = "imported" if args.fill == "import" else "appended, a turn per transaction,"
             print(
-                f"{dialect}: {events:,} events imported in {seconds:.1f} s "
+                f"{dialect}: {events:,} events {how} in {seconds:.1f} s "
                 f"({events / seconds:,.0f} events/s, ANALYZE included)"
             )
+        if args.drop_statistics and sqlite:
+            store.close()  # (closing may refresh them: drop them after)
+            store = open_store(url, schema=args.schema)
+            engine = store.engine
+            _drop_statistics(engine)
         print(f"before: {_load()}; medians of {args.repeat} runs, seconds")
         big = f"the {store.head_seq(BIG) + 1:,}-event session"
         small = f"the {store.head_seq(SMALL) + 1:,}-event session"
@@ -127,7 +157,7 @@ def main() -> None:
                     args.repeat,
                 )
         for name, recipe_dialect, sql in recipes():
-            if recipe_dialect in (None, dialect):
+            if recipe_dialect in (None, dialect) and name not in args.skip:
                 results[f"recipe {name}"] = _median(
                     lambda sql=sql: _query(engine, schema, sql, {}), args.repeat
                 )

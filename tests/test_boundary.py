@@ -1,4 +1,5 @@
-"""The public boundary: the CLI, the integrations and the scripts use session_sql's public API.
+"""The public boundary: the CLI, the integrations, the inspector and the scripts use session_sql's
+public API.
 
 A name is private when a segment of its dotted path starts with ``_`` (``session_sql._store``,
 ``session_sql._gc``, ``session_sql.cli.bench._chunk``). A package may use its own private names
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIENTS = ("session_sql/cli", "session_sql/integrations", "scripts")
+CLIENTS = ("session_sql/cli", "session_sql/integrations", "session_sql/inspector", "scripts")
 STORE_CLASSES = frozenset(
     {"SessionStore", "StoredSession", "AsyncSessionStore", "AsyncStoredSession"}
 )

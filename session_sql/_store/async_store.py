@@ -181,6 +181,7 @@ class AsyncSessionStore:
     surface = forwarding.offloaded(SessionStore.surface)
     surface_messages = forwarding.offloaded(SessionStore.surface_messages)
     list_sessions = forwarding.offloaded(SessionStore.list_sessions)
+    count_sessions = forwarding.offloaded(SessionStore.count_sessions)
     session_info = forwarding.offloaded(SessionStore.session_info)
     update_session = forwarding.offloaded(SessionStore.update_session)
     head_seq = forwarding.offloaded(SessionStore.head_seq)

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from session_sql._store import statistics
 from session_sql._store.backends import (
     DEFAULT_MAX_OVERFLOW,
     DEFAULT_POOL_SIZE,
@@ -137,6 +138,7 @@ def _dispose(engine: Engine, replicas: Sequence[Engine]) -> None:
 
 def close(ctx: StoreContext) -> None:
     """Release every pooled connection; afterwards every connect raises ``StoreError``."""
+    statistics.closing(ctx)  # (first: it may ANALYZE what this store appended)
     for engine in (ctx.engine, *ctx.replicas):
         if not event.contains(engine, "do_connect", _refuse_closed):
             # Without this the engine would quietly open a new pool on its next use.

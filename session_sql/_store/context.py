@@ -87,6 +87,9 @@ class Statements:
                 replace_generation=bindparam("b_gen"),
                 surface_digest=bindparam("b_digest"),
                 updated_at=bindparam("b_now"),
+                # The latest session/title event appended sets the title (metadata.title_of);
+                # NULL: none in this append, the title stays.
+                title=func.coalesce(bindparam("b_title", type_=Text), s.c.title),
             )
         )
         self.retarget_node = (

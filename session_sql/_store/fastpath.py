@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection
 
-from session_sql._store import bulk
+from session_sql._store import bulk, statistics
 from session_sql._store.appends import AppendDialect, AppendPart, SurfaceOp
 from session_sql._store.bulk import INSERT_CHUNK
 from session_sql._store.context import Compiled, StoreContext
@@ -110,7 +110,10 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     no row (nothing written: that session's writer lost a race). Raises as :func:`append`;
     what a failure means is ``appends.classify``'s rule, the same for every dialect.
     """
-    return dialect(ctx).append_parts(ctx, parts)
+    lost = dialect(ctx).append_parts(ctx, parts)
+    if lost is None:
+        statistics.appended(ctx, sum(len(p.events) for p in parts))
+    return lost
 
 
 def insert_session(
@@ -122,7 +125,10 @@ def insert_session(
 ) -> bulk.Inserted:
     """``bulk.insert_session`` with ``ctx``'s dialect: a whole new session in one transaction,
     with appends to other sessions in it."""
-    return bulk.insert_session(ctx, dialect(ctx), row, event_rows, surface_rows, parts)
+    inserted = bulk.insert_session(ctx, dialect(ctx), row, event_rows, surface_rows, parts)
+    if inserted.lost is None:  # (else nothing was written)
+        statistics.appended(ctx, len(event_rows) + sum(len(p.events) for p in parts))
+    return inserted
 
 
 def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:

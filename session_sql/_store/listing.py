@@ -65,65 +65,101 @@ def list_sessions(
     id_prefix: str | None,
     user_id: str | None,
     labels: Mapping[str, str] | None,
+    reverse: bool = False,
 ) -> list[SessionInfo]:
     """``SessionStore.list_sessions``: its arguments checked, then one read."""
     limit = min(int_arg("limit", limit, minimum=0), MAX_BOUND)
+    if order not in ("updated", "created"):
+        raise InvalidArgumentError(
+            f"order must be 'updated' or 'created', got {order!r}", argument="order"
+        )
+    s = ctx.tables.sessions
+    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
+    if conditions is None:
+        return []
+    # Newest-updated first, or oldest-created first; ``reverse`` turns either round.
+    if type(reverse) is not bool:
+        raise InvalidArgumentError(
+            f"reverse must be a bool, got {type(reverse).__name__}", argument="reverse"
+        )
+    descending = (order == "updated") != reverse
+    key = s.c.updated_at if order == "updated" else s.c.created_at
+    query = (
+        select(*info_columns(s))
+        .where(*conditions)
+        .order_by(*((key.desc(), s.c.id.desc()) if descending else (key, s.c.id)))
+    )
+    with translate_errors(), read_tx(ctx.read_engine()) as conn:
+        if after is not None:
+            cursor = after if isinstance(after, SessionInfo) else session_info(conn, ctx, after)
+            at = cursor.updated_at if order == "updated" else cursor.created_at
+            if descending:
+                query = query.where(or_(key < at, and_(key == at, s.c.id < cursor.id)))
+            else:
+                query = query.where(or_(key > at, and_(key == at, s.c.id > cursor.id)))
+        rows = conn.execute(query.limit(limit)).all()
+    return [info_from_row(row) for row in rows]
+
+
+def count_sessions(
+    ctx: StoreContext,
+    *,
+    parent: str | None,
+    created_after: int | None,
+    created_before: int | None,
+    id_prefix: str | None,
+    user_id: str | None,
+    labels: Mapping[str, str] | None,
+) -> int:
+    """``SessionStore.count_sessions``: how many sessions ``list_sessions`` would list with
+    the same filters and no limit (one count over the sessions table)."""
+    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
+    if conditions is None:
+        return 0
+    query = select(func.count()).select_from(ctx.tables.sessions).where(*conditions)
+    with translate_errors(), read_tx(ctx.read_engine()) as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def _filters(
+    ctx: StoreContext,
+    parent: str | None,
+    created_after: int | None,
+    created_before: int | None,
+    id_prefix: str | None,
+    user_id: str | None,
+    labels: Mapping[str, str] | None,
+) -> list[Any] | None:
+    """The WHERE conditions of the listing filters, checked; ``None`` when no session can
+    match (then nothing is read)."""
     if id_prefix is not None and type(id_prefix) is not str:
         raise InvalidArgumentError(
             f"id_prefix must be a str, got {type(id_prefix).__name__}", argument="id_prefix"
         )
     user = check_user_id(user_id, argument="user_id")
     wanted = check_labels(labels, "labels")
-    if order not in ("updated", "created"):
-        raise InvalidArgumentError(
-            f"order must be 'updated' or 'created', got {order!r}", argument="order"
-        )
     for name, bound in (("created_after", created_after), ("created_before", created_before)):
         if bound is not None:
             int_arg(name, bound)
     s = ctx.tables.sessions
-    key = s.c.updated_at if order == "updated" else s.c.created_at
-    query = (
-        select(*info_columns(s))
-        .where(own(ctx, s))
-        .order_by(*((key.desc(), s.c.id.desc()) if order == "updated" else (key, s.c.id)))
-    )
+    conditions: list[Any] = [own(ctx, s)]
     if user is not None:
-        query = query.where(s.c.user_id == user)
-    for condition in ctx.backend.labels_match(s.c.labels, wanted):
-        query = query.where(condition)
+        conditions.append(s.c.user_id == user)
+    conditions.extend(ctx.backend.labels_match(s.c.labels, wanted))
     if parent is not None:
         if not is_session_id(parent):
-            return []  # no session can have it as its parent
-        query = query.where(s.c.parent_session == parent)
+            return None  # no session can have it as its parent
+        conditions.append(s.c.parent_session == parent)
     if id_prefix:
         if not id_prefix.isprintable():
-            return []  # no session id has it (and PostgreSQL text cannot hold a NUL)
+            return None  # no session id has it (and PostgreSQL text cannot hold a NUL)
         # substr, not LIKE: SQLite's LIKE ignores case and both treat % and _ as wildcards.
-        query = query.where(func.substr(s.c.id, 1, len(id_prefix)) == id_prefix)
+        conditions.append(func.substr(s.c.id, 1, len(id_prefix)) == id_prefix)
     if created_after is not None:
-        query = query.where(s.c.created_at >= clamp(created_after))
+        conditions.append(s.c.created_at >= clamp(created_after))
     if created_before is not None:
-        query = query.where(s.c.created_at < clamp(created_before))
-    with translate_errors(), read_tx(ctx.read_engine()) as conn:
-        if after is not None:
-            cursor = after if isinstance(after, SessionInfo) else session_info(conn, ctx, after)
-            if order == "updated":
-                query = query.where(
-                    or_(
-                        s.c.updated_at < cursor.updated_at,
-                        and_(s.c.updated_at == cursor.updated_at, s.c.id < cursor.id),
-                    )
-                )
-            else:
-                query = query.where(
-                    or_(
-                        s.c.created_at > cursor.created_at,
-                        and_(s.c.created_at == cursor.created_at, s.c.id > cursor.id),
-                    )
-                )
-        rows = conn.execute(query.limit(limit)).all()
-    return [info_from_row(row) for row in rows]
+        conditions.append(s.c.created_at < clamp(created_before))
+    return conditions
 
 
 def iter_sessions(ctx: StoreContext, parent: str | None, page_size: int) -> Iterator[SessionInfo]:

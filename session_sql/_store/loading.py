@@ -22,6 +22,7 @@ from session_sql._store.metadata import (
     check_labels,
     check_title,
     check_user_id,
+    title_of,
 )
 from session_sql._store.rows import (
     NEW_SESSION_KEY,
@@ -82,6 +83,8 @@ def create(
         max_event_bytes=ctx.max_event_bytes,
     )
     log = list(session.events)
+    if metadata.title is None:  # a seed's latest session/title names it, as an append would
+        metadata = metadata._replace(title=title_of(log))
     state = session._state  # the seed's replay: the session is not used again
     incarnation, key = insert_session(ctx, session.header, log, 0, state, metadata, prepared)
     handle = StoredSession._attach(ctx, session.header, log, 0, incarnation, key, state)

@@ -9,7 +9,7 @@ quoting in a JSON path on any backend.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from session_sql.errors import ConfigurationError, InvalidArgumentError, InvalidHeaderError
@@ -25,7 +25,9 @@ __all__ = [
     "Metadata",
     "check_labels",
     "check_tenant",
+    "TITLE_EVENT",
     "check_title",
+    "title_of",
     "check_user_id",
     "export_header",
     "split_export_header",
@@ -85,6 +87,24 @@ def check_user_id(user_id: object, *, argument: str = "user_id") -> str | None:
             argument=argument,
         )
     return user_id
+
+
+TITLE_EVENT = "session/title"
+"""The plugin event whose latest ``data.title`` is the session's title (docs/concepts.md)."""
+
+
+def title_of(events: Iterable[Any]) -> str | None:
+    """The title the latest ``session/title`` event of ``events`` sets, or ``None`` when none
+    sets one: a title must be a non-empty string that ``check_title`` accepts (the event's
+    data is opaque, so any other value is kept in the log and leaves the title alone)."""
+    found = None
+    for event in events:
+        if event.type != TITLE_EVENT or not isinstance(event.data, Mapping):
+            continue
+        title = event.data.get("title")
+        if type(title) is str and _printable(title, minimum=1, maximum=MAX_TITLE_LENGTH):
+            found = title
+    return found
 
 
 def check_title(title: object) -> str | None:

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Select,
     and_,
     case,
     false,
     func,
     select,
+    true,
 )
 
 from session_sql._store.schema import SchemaTables
@@ -81,26 +82,42 @@ def _cited(session_id: str | None, raw: str | None) -> int:
     return len(seqs) if isinstance(seqs, list) else 0
 
 
-def _own_events(t: SchemaTables, tenant: str, session_id: str | None) -> Any:
-    """A tenant's events joined to their session row, skipping inherited copies; optionally
-    one session.
-
-    The session is chosen on the session row (by its public id), and its events through their
-    ``session_key``.
-    """
-    e, s = t.events, t.sessions
-    condition = and_(
-        s.c.tenant == tenant,
-        e.c.session_key == s.c.session_key,
-        e.c.seq >= s.c.inherited_event_count,
-    )
-    if session_id is not None:
-        condition = and_(condition, s.c.id == session_id)
-    return e.join(s, condition)
+PIN_BELOW = 50_000
+"""A session of fewer own events than this is read by its key as a bound value, not through a
+join to its session row. Joined, PostgreSQL estimates a session's events as the average
+session's, so beside one huge session a small one is read by a scan (0.24 s for 512 events
+beside 1M, measured); bound, the estimate is the key's own. A large session keeps the join,
+whose plan measured faster at 1M events than the bound key's."""
 
 
-def _where_session(query: Select[Any], column: Any, session_id: str | None) -> Select[Any]:
-    return query if session_id is None else query.where(column == session_id)
+@dataclass(frozen=True)
+class _Scope:
+    """Which events a statement reads: a tenant's, one session's through its row, or one
+    small session's by its key (``pinned``: ``(session_key, inherited_event_count)``)."""
+
+    tables: SchemaTables
+    tenant: str
+    session_id: str | None
+    pinned: tuple[int, int] | None
+
+    def events(self, e: Any) -> tuple[Any, ColumnElement[bool]]:
+        """``(from clause, condition)`` of the scope's own events (``e``, an alias of
+        ``events``), skipping what a fork inherited."""
+        if self.pinned is not None:
+            key, inherited = self.pinned
+            return e, and_(e.c.session_key == key, e.c.seq >= inherited)
+        s = self.tables.sessions
+        joined = e.join(
+            s,
+            and_(
+                s.c.tenant == self.tenant,
+                e.c.session_key == s.c.session_key,
+                e.c.seq >= s.c.inherited_event_count,
+            ),
+        )
+        if self.session_id is None:
+            return joined, true()
+        return joined, s.c.id == self.session_id
 
 
 # A subquery with a LIMIT is computed row by row and never merged into the query around it, so
@@ -109,16 +126,34 @@ def _where_session(query: Select[Any], column: Any, session_id: str | None) -> S
 _UNMERGED = 2**62
 
 
-def _replacing_rows(conn: Connection, t: SchemaTables, tenant: str, session_id: str | None) -> Any:
+def _replacing_rows(conn: Connection, scope: _Scope) -> Any:
     """``(type, source_event_seqs)`` of each replacing event: one pass over the events (no
     index holds ``surface_op``)."""
-    e = t.events
+    e = scope.tables.events
+    source, condition = scope.events(e)
     query = (
         select(e.c.type, e.c.source_event_seqs)
-        .select_from(_own_events(t, tenant, session_id))
-        .where(e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
+        .select_from(source)
+        .where(condition, e.c.surface_op.is_not(None), e.c.surface_op != APPEND_OP)
     )
     return conn.execute(query)
+
+
+def _scope(conn: Connection, t: SchemaTables, tenant: str, session_id: str | None) -> _Scope:
+    """The scope of a ``stats`` call (``SessionNotFoundError`` for a missing session)."""
+    if session_id is None:
+        return _Scope(t, tenant, None, None)
+    s = t.sessions
+    row = conn.execute(
+        select(s.c.session_key, s.c.inherited_event_count, s.c.head_seq).where(
+            s.c.tenant == tenant, s.c.id == session_id
+        )
+    ).one_or_none()
+    if row is None:
+        raise SessionNotFoundError.for_session(session_id)
+    small = row.head_seq + 1 - row.inherited_event_count < PIN_BELOW
+    pinned = (int(row.session_key), int(row.inherited_event_count)) if small else None
+    return _Scope(t, tenant, session_id, pinned)
 
 
 def collect_stats(
@@ -132,7 +167,7 @@ def collect_stats(
     result by one search of the ``call_id`` index) and the replies.
     """
     e, s = t.events, t.sessions
-    own = _own_events(t, tenant, session_id)
+    scope = _scope(conn, t, tenant, session_id)
 
     # Tool calls, left-joined to the result appended for them (a pruning replacement is a
     # second tool/result for the same call, so only appended results count).
@@ -142,14 +177,8 @@ def collect_stats(
     is_error: ColumnElement[Any] = func.coalesce(
         result.c.data[("message", "content", 0, "isError")].as_boolean(), false()
     )
-    calls_joined = call.join(
-        s,
-        and_(
-            s.c.tenant == tenant,
-            call.c.session_key == s.c.session_key,
-            call.c.seq >= s.c.inherited_event_count,
-        ),
-    ).outerjoin(
+    calls_source, calls_condition = scope.events(call)
+    calls_joined = calls_source.outerjoin(
         result,
         and_(
             result.c.session_key == call.c.session_key,
@@ -159,16 +188,12 @@ def collect_stats(
         ),
     )
     per_call = (
-        _where_session(
-            select(
-                call.c.data["name"].as_string().label("tool"),
-                case((is_error, 1), else_=0).label("error"),
-            )
-            .select_from(calls_joined)
-            .where(call.c.type == "tool/call"),
-            s.c.id,
-            session_id,
+        select(
+            call.c.data["name"].as_string().label("tool"),
+            case((is_error, 1), else_=0).label("error"),
         )
+        .select_from(calls_joined)
+        .where(calls_condition, call.c.type == "tool/call")
         .limit(_UNMERGED)
         .subquery("calls")
     )
@@ -182,6 +207,7 @@ def collect_stats(
         .order_by(func.count().desc(), per_call.c.tool)
     )
 
+    own, own_condition = scope.events(e)
     replies = (
         select(
             e.c.data[("message", "source", "model")].as_string().label("model"),
@@ -189,7 +215,7 @@ def collect_stats(
             e.c.data[("usage", "outputTokens")].as_integer().label("output_tokens"),
         )
         .select_from(own)
-        .where(e.c.type == "assistant/message")
+        .where(own_condition, e.c.type == "assistant/message")
         .limit(_UNMERGED)
         .subquery("replies")
     )
@@ -207,25 +233,20 @@ def collect_stats(
     # One pass over the events (a session's: a range of its primary key), grouped.
     by_type_query = (
         select(e.c.type, func.count().label("n"))
-        .select_from(_own_events(t, tenant, session_id))
+        .select_from(own)
+        .where(own_condition)
         .group_by(e.c.type)
         .order_by(func.count().desc(), e.c.type)
     )
-    sessions_query = _where_session(
-        select(
-            func.count().label("sessions"),
-            func.count(s.c.parent_session).label("forks"),
-            func.coalesce(func.sum(s.c.head_seq + 1 - s.c.inherited_event_count), 0).label(
-                "events"
-            ),
-        ).where(s.c.tenant == tenant),
-        s.c.id,
-        session_id,
-    )
+    sessions_query = select(
+        func.count().label("sessions"),
+        func.count(s.c.parent_session).label("forks"),
+        func.coalesce(func.sum(s.c.head_seq + 1 - s.c.inherited_event_count), 0).label("events"),
+    ).where(s.c.tenant == tenant)
+    if session_id is not None:
+        sessions_query = sessions_query.where(s.c.id == session_id)
 
     totals = conn.execute(sessions_query).one()
-    if session_id is not None and totals.sessions == 0:
-        raise SessionNotFoundError.for_session(session_id)
     by_type = {row.type: int(row.n) for row in conn.execute(by_type_query) if row.n}
     tools = [
         ToolStats(tool=str(row.tool), calls=int(row.calls), errors=int(row.errors or 0))
@@ -242,7 +263,7 @@ def collect_stats(
     ]
     replacements: Counter[str] = Counter()
     shadowed = 0
-    for row in _replacing_rows(conn, t, tenant, session_id):
+    for row in _replacing_rows(conn, scope):
         replacements[row.type] += 1
         shadowed += _cited(session_id, row.source_event_seqs)
     return StoreStats(

@@ -362,6 +362,7 @@ class SessionStore:
         id_prefix: str | None = None,
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
+        reverse: bool = False,
     ) -> list[SessionInfo]:
         """The tenant's sessions newest-updated first (ties by id), paged by ``after`` (an info
         or an id).
@@ -371,7 +372,8 @@ class SessionStore:
         beyond what any table holds is clamped. ``id_prefix`` keeps the sessions whose id
         starts with it, compared exactly (case and all), so that a short prefix can name a
         session as in git. ``user_id`` keeps that user's sessions; ``labels`` keeps the
-        sessions carrying every given label with the given value.
+        sessions carrying every given label with the given value. ``reverse=True`` lists in
+        the opposite order (oldest-updated, or newest-created, first), paged the same way.
         """
         return listing.list_sessions(
             self._ctx,
@@ -381,6 +383,29 @@ class SessionStore:
             created_after=created_after,
             created_before=created_before,
             order=order,
+            id_prefix=id_prefix,
+            user_id=user_id,
+            labels=labels,
+            reverse=reverse,
+        )
+
+    def count_sessions(
+        self,
+        *,
+        parent: str | None = None,
+        created_after: int | None = None,
+        created_before: int | None = None,
+        id_prefix: str | None = None,
+        user_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> int:
+        """How many of the tenant's sessions ``list_sessions`` lists with these filters and
+        no limit: a page's "of N" (``session-sql ls`` prints it)."""
+        return listing.count_sessions(
+            self._ctx,
+            parent=parent,
+            created_after=created_after,
+            created_before=created_before,
             id_prefix=id_prefix,
             user_id=user_id,
             labels=labels,

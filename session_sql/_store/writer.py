@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from session_sql._store import fastpath
 from session_sql._store.backends import read_tx, translate_errors
 from session_sql._store.context import StoreContext
+from session_sql._store.metadata import title_of
 from session_sql._store.opening import StoredLog, read_log, read_open
 from session_sql._store.rows import event_from_row, frozen_header, stored_problems
 from session_sql.errors import (
@@ -118,6 +119,7 @@ class StoredSession(Session):
             "b_gen": generation,
             "b_digest": digest,
             "b_now": ctx.clock(),
+            "b_title": title_of(events),
         }
         return fastpath.AppendPart(
             self.id, self._session_key, advance, events, transitions, state.next_pos, head

@@ -6,7 +6,8 @@ from __future__ import annotations
 import sys
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,6 +30,7 @@ from session_sql.cli._support import (
     cli_store,
     format_time,
     resolve_id,
+    when_ms,
 )
 
 if TYPE_CHECKING:
@@ -111,10 +113,17 @@ def init(
     Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
 
 
+class SortOrder(StrEnum):
+    """``ls --sort``: the orders ``list_sessions`` pages by."""
+
+    updated = "updated"
+    created = "created"
+
+
 @app.command(
     epilog=example(
         "session-sql ls --limit 5 --user alice --label team=support",
-        "session-sql ls --json | jq '.[0].id'",
+        "session-sql ls --since 7d --sort created --json | jq '.[0].id'",
     )
 )
 def ls(
@@ -151,25 +160,66 @@ def ls(
             help="Only sessions with this label (repeatable: every one must match).",
         ),
     ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="WHEN",
+            help="Only sessions created at or after WHEN: a UTC date or time (2026-12-01, "
+            "2026-12-01T09:30) or a time ago (90m, 12h, 7d, 2w).",
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until", metavar="WHEN", help="Only sessions created before WHEN (as --since)."
+        ),
+    ] = None,
+    sort: Annotated[
+        SortOrder,
+        typer.Option(
+            "--sort",
+            metavar="updated|created",
+            help="updated: most recently updated first; created: oldest first, in the order "
+            "they were created (which no write changes).",
+        ),
+    ] = SortOrder.updated,
+    reverse: Annotated[
+        bool,
+        typer.Option(
+            "--reverse", "-r", help="The opposite order: oldest-updated or newest-created first."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List sessions, most recently updated first, with their title, user and event count.
 
-    On a terminal, a last line counts the sessions listed and, when there are more, names the
-    --after that lists the next page.
+    On a terminal, a last line counts the sessions listed and how many match in all (of N)
+    and, when there are more, names the --after that lists the next page.
     """
     labels = _label_pairs(label or [])
+    created_after = None if since is None else when_ms(since, "--since")
+    created_before = None if until is None else when_ms(until, "--until")
+    filters: dict[str, Any] = {
+        "parent": parent,
+        "user_id": user,
+        "labels": labels or None,
+        "created_after": created_after,
+        "created_before": created_before,
+    }
+    out = Out()
     with cli_store(url, schema, tenant=tenant) as store:
         if after is not None:
             after = _option_id(store, "--after", after)
         if parent is not None:
-            parent = _parent_id(store, parent)
+            filters["parent"] = parent = _parent_id(store, parent)
         # One more than shown, in the same query: whether a next page exists.
         found = store.list_sessions(
-            limit=limit + 1, after=after, parent=parent, user_id=user, labels=labels or None
+            limit=limit + 1, after=after, order=sort.value, reverse=reverse, **filters
         )
+        # The total, for the terminal's last line only (a pipe and --json get none).
+        total = store.count_sessions(**filters) if out.tty and not as_json and found else 0
     infos, more = found[:limit], len(found) > limit
-    out = Out()
     if as_json:
         out.json([{**info.model_dump(), "event_count": info.event_count} for info in infos])
         return
@@ -190,7 +240,8 @@ def ls(
         return
     out.table(["ID", "TITLE", "USER", "EVENTS", "CREATED (UTC)", "UPDATED (UTC)", "PARENT"], rows)
     if out.tty:  # a pipe gets the bare table, for cut and awk
-        count = f"{len(rows)} session{'s' if len(rows) != 1 else ''}"
+        shown = f"{len(rows)} of {total}" if total != len(rows) else str(total)
+        count = f"{shown} session{'s' if total != 1 else ''}"
         out.line(f"{count}; the next page: --after {infos[-1].id}" if more else count)
 
 
@@ -241,7 +292,8 @@ def title(
 ) -> None:
     """Set a session's title (shown by 'session-sql ls').
 
-    The title is metadata: the session's log and its updated time do not change.
+    The title is metadata: the session's log and its updated time do not change. An agent
+    sets it too, by appending a session/title event; the latest of the two wins.
     """
     with cli_store(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session)

@@ -41,6 +41,10 @@ only, and so does `ls --parent` for a parent that was deleted (its forks still n
 **Shell completion** of commands, options and session ids: `{PROG} --install-completion`
 (bash, zsh, fish, PowerShell), or `--show-completion` to see the script.
 
+**Times** (`ls --since`, `--until`) are ISO-8601 dates or times, UTC unless they name an
+offset (`2026-12-01`, `2026-12-01T09:30`, `2026-12-01T09:30+01:00`), or a time ago as a number
+and a unit: `90m`, `12h`, `7d`, `2w` (`s`, `m`, `h`, `d`, `w`).
+
 **Output.** On a terminal, tables and colour; in a pipe, plain text; with `--json`, plain JSON
 on stdout. Progress bars are drawn on stderr, and only when stderr is a terminal.
 

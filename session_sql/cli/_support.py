@@ -59,6 +59,7 @@ __all__ = [
     "progress_bar",
     "resolve_id",
     "warn",
+    "when_ms",
 ]
 
 PROG = "session-sql"
@@ -102,6 +103,33 @@ def warn(message: str) -> None:
 def format_time(ms: int) -> str:
     """Epoch milliseconds as an ISO-8601 UTC timestamp with seconds."""
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def when_ms(given: str, option: str) -> int:
+    """An option's time as epoch milliseconds: an ISO-8601 date or time (UTC unless it names
+    an offset), or a time ago as a number and a unit (``90m``, ``12h``, ``7d``, ``2w``).
+
+    Anything else is a usage error (exit code 2) naming the option.
+    """
+    text = given.strip()
+    number, unit = text[:-1], text[-1:].lower()
+    if unit in _UNITS and number.isdigit():
+        now = datetime.now(tz=UTC).timestamp()
+        return int((now - int(number) * _UNITS[unit]) * 1000)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{given!r} is neither a date or time (2026-12-01, 2026-12-01T09:30) nor a time "
+            "ago (90m, 12h, 7d, 2w)",
+            param_hint=f"'{option}'",
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
 
 
 def isatty(stream: Any) -> bool:

@@ -10,7 +10,8 @@ The baseline's SQL comes from the store: Core statements over ``tables_for(schem
 once per dialect and run on the raw driver connection; its SQLite connection runs the engine's
 ``sqlite_pragmas``. W8 measures on a fresh database of its own; W9 reads W4's big session, and
 W10 opens W4's sessions (compacted) and appends to them.
-W11 (PostgreSQL) compares the async API with the sync one, both session_sql.
+W11 (PostgreSQL) compares the async API with the sync one, both session_sql. W12 grows the
+store to 10M events and times the everyday operations at each size (``_bench_scale``).
 
 This module holds the writes (W1-W3), the multi-process workloads (W6, W7), W8, W11 and
 ``run``; the event mix is in ``_bench_events``, the harness (``Target``, timing, the temporary
@@ -61,6 +62,8 @@ from session_sql.cli._bench_harness import (
 )
 from session_sql.cli._bench_raw import Raw, RawPostgres, RawSQLite
 from session_sql.cli._bench_reads import _big_session, w_open, w_read  # noqa: F401 (tests)
+from session_sql.cli._bench_scale import OPERATIONS as SCALE_OPERATIONS
+from session_sql.cli._bench_scale import SCALE_LEVELS, w_scale
 from session_sql.errors import ConcurrencyError
 from session_sql.schema import tables_for
 
@@ -69,6 +72,7 @@ __all__ = [
     "Raw",
     "RawPostgres",
     "RawSQLite",
+    "SCALE_OPERATIONS",
     "Target",
     "Workload",
     "agent_events",
@@ -84,6 +88,7 @@ __all__ = [
     "w_follow",
     "w_open",
     "w_read",
+    "w_scale",
     "w_storage",
 ]
 
@@ -489,7 +494,8 @@ def run(
     only: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """Run every workload for the backend of ``url`` (or those named in ``only``, e.g.
-    ``{"W1", "W11"}``) and return the JSON report.
+    ``{"W1", "W11"}``) and return the JSON report. W12 (the store grown to 10M events) runs
+    only when named.
 
     ``scale`` shrinks every size (the tests run the real workloads at a tiny scale). W4, W5,
     W9 and W10 share one setup: naming any of them runs all four.
@@ -551,6 +557,9 @@ def run(
         if main.backend == "postgresql" and wanted("W11"):
             progress("W11 async appends")
             workloads.append(w_async_appends(main, size(200, 50, 5), reps))
+        if only is not None and "W12" in only:  # minutes to hours: only when named
+            levels = [size(level, level // 10, 1000) for level in SCALE_LEVELS]
+            workloads.extend(w_scale(main, _store_bytes, levels, progress))
     return {
         "backend": targets[0].backend,
         "quick": quick,

@@ -150,6 +150,42 @@ def merged_state(
     return merged
 
 
+def boundaries(
+    record: dict[str, Any], final: bool, turn: int, step: int, starts: bool, open_turn: int | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The log-only events before and after the core event that holds ``record``.
+
+    Before: the ``turn/end`` of a turn left open (``interrupted``) and the ``turn/start`` of a
+    new one. After: a ``tool/call`` per function call of a model message (what the analytics
+    count), and the ``turn/end`` after a final response (``completed``).
+    """
+    before: list[dict[str, Any]] = []
+    if starts:
+        if open_turn is not None:
+            before.append(turn_end(open_turn, "interrupted"))
+        before.append({"type": "turn/start", "data": {"turn": turn}})
+    after: list[dict[str, Any]] = []
+    if (record.get("content") or {}).get("role") == "model":
+        for part in record["content"].get("parts") or ():
+            call = _tool_call(part)
+            if call is not None:
+                data = {
+                    "turn": turn,
+                    "step": step,
+                    "callId": call["id"],
+                    "name": call["name"],
+                    "arguments": call["arguments"],
+                }
+                after.append({"type": "tool/call", "data": data})
+    if final:
+        after.append(turn_end(turn, "completed"))
+    return before, after
+
+
+def turn_end(turn: int, reason: str) -> dict[str, Any]:
+    return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": reason}}}
+
+
 @dataclass
 class Tracked:
     """A cached write handle on an ADK session and what its log folds to so far."""
@@ -158,17 +194,23 @@ class Tracked:
     state: dict[str, Any]
     records: list[Any] = field(default_factory=list)  # the ADK events' JSON, in log order
     folded: int = 0  # how many events of the log are folded
-    turn: int = 0  # one per ADK invocation
+    turn: int = 0  # one per ADK invocation (and per part of one after a final response)
     step: int = 0  # one per model message inside the turn
     invocation: Any = None
+    open: bool = False  # a turn/start without its turn/end yet
+    fresh: bool = False  # the next event starts a turn (after a turn/start or a turn/end)
 
     def fold(self) -> None:
         """Fold the events the handle has and this has not seen yet."""
         events = self.handle.events
         for event in events[self.folded :]:
+            if event.type in ("turn/start", "turn/end"):
+                self.open, self.fresh = event.type == "turn/start", True
+                continue
             record = record_of(event)
             if record is not None:
                 self.turn, self.step = self.numbers(record)
+                self.fresh = False
                 self.invocation = record.get("invocation_id")
                 self.records.append(record)
                 delta = (record.get("actions") or {}).get("state_delta") or {}
@@ -176,10 +218,11 @@ class Tracked:
         self.folded = len(events)
 
     def numbers(self, record: Any) -> tuple[int, int]:
-        """The (turn, step) of ``record`` after this log: a turn per ADK invocation, a step
-        per model message in it."""
+        """The (turn, step) of ``record`` after this log: a turn per ADK invocation (and a
+        new one when an invocation goes on after a final response), a step per model
+        message in it."""
         turn, step = self.turn, self.step
-        if turn == 0 or record.get("invocation_id") != self.invocation:
+        if turn == 0 or self.fresh or record.get("invocation_id") != self.invocation:
             turn, step = turn + 1, 0
         if (record.get("content") or {}).get("role") == "model":
             step += 1
@@ -190,7 +233,10 @@ class Tracked:
         return self.handle.seq - 1
 
     def updated(self) -> float:
-        """Seconds since the epoch of the last write (the creation for an empty log)."""
-        events = self.handle.events
-        millis = events[len(events) - 1].time if len(events) else self.handle.header["createdAt"]
-        return float(millis) / 1000
+        """ADK's ``last_update_time``: the last event's timestamp (ADK sets it from
+        ``event.timestamp``), the creation time for a session without events."""
+        if self.records:
+            stamp = self.records[-1].get("timestamp")
+            if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+                return float(stamp)
+        return float(self.handle.header["createdAt"]) / 1000

@@ -13,7 +13,11 @@ Mapping (see docs/integrations.md):
   event that a core message holds (user text, model text and function calls, one function
   response) is a ``user/message``, ``assistant/message`` or ``tool/result`` whose message also
   carries the event itself under ``"adk"``; any other is an ``adk/event`` whose data is the
-  event. Either way the event's JSON comes back exactly. Order is the log's seq.
+  event. Either way the event's JSON comes back exactly. Order is the log's seq (events that
+  share a timestamp stay in the order they were appended). A model message's function calls
+  each get a log-only ``tool/call`` beside it, and ``turn/start``/``turn/end`` go around each
+  invocation (ended by its final response), so the CLI, ``stats`` and the SQL views read an
+  ADK session as they read a native one. ``last_update_time`` is the last event's timestamp.
 - State. Session state is the creation state (in the header) folded with the events' deltas.
   App and user state live in sessions of their own (labels ``adk_kind=app-state`` /
   ``user-state``) as ``adk/state`` events ``{delta, state, cause}``, appended in the same
@@ -61,6 +65,7 @@ from session_sql.integrations._adk_mapping import (
     SESSION,
     Tracked,
     adk_header,
+    boundaries,
     merged_state,
     message_of,
     split_state,
@@ -432,33 +437,46 @@ class SQLSessionService(BaseSessionService):
     async def list_sessions(
         self, *, app_name: str, user_id: str | None = None
     ) -> ListSessionsResponse:
-        """The app's sessions (of one user, or of all), least recently updated first.
+        """The app's sessions (of one user, or of all), least recently updated first, each
+        with its state (app and user state merged in, as ADK's own services give it) and
+        without its events (``get_session`` has them).
 
         Paged in creation order, which no write changes (paging by update time would skip a
-        session appended to between two pages). As ``BaseSessionService`` documents, the
-        sessions carry neither events nor state (``get_session`` has both); building them
-        would replay every listed log.
+        session appended to between two pages). A session's state is a fold of its log, so
+        listing reads each listed session (its whole log once per process while it stays in
+        the cache, then only what other writers appended).
         """
         store = await self._ready()
-        found: list[AdkSession] = []
+        infos: list[Any] = []
         after = None
         while True:
             labels = {KIND: "session", APP: app_name}
             page = await store.list_sessions(
                 limit=_LIST_PAGE, after=after, order="created", user_id=user_id, labels=labels
             )
-            for info in page:
-                found.append(
-                    AdkSession(
-                        id=info.labels[SESSION],
-                        app_name=app_name,
-                        user_id=info.user_id or "",
-                        last_update_time=info.updated_at / 1000,
-                    )
-                )
+            infos.extend(page)
             if len(page) < _LIST_PAGE:
                 break
             after = page[-1]
+        shared: dict[str, tuple[Any, Any]] = {}
+        found: list[AdkSession] = []
+        for info in infos:
+            owner = info.user_id or ""
+            tracked = await self._tracked(info.id)
+            if tracked is None:  # deleted while listing
+                continue
+            if owner not in shared:
+                shared[owner] = await self._scoped_state(app_name, owner)
+            app_state, user_state = shared[owner]
+            found.append(
+                AdkSession(
+                    id=info.labels[SESSION],
+                    app_name=app_name,
+                    user_id=owner,
+                    state=merged_state(thaw(tracked.state), app_state, user_state),
+                    last_update_time=tracked.updated(),
+                )
+            )
         found.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=found)
 
@@ -504,9 +522,23 @@ class SQLSessionService(BaseSessionService):
                 mapped = message_of(record, turn, max(step, 1))
                 item_type, data = mapped if mapped else (ADK_EVENT, record)
                 item = {"type": item_type, "data": data, "surface_op": "append"}
+                final = (
+                    event.author != "user"
+                    and event.content is not None
+                    and event.is_final_response()
+                )
+                starts = turn != tracked.turn
+                before, after = boundaries(
+                    record,
+                    final,
+                    turn,
+                    max(step, 1),
+                    starts,
+                    tracked.turn if tracked.open else None,
+                )
                 app, user, _ = split_state(record.get("actions", {}).get("state_delta") or {})
                 cause = {"session": session.id, "user": session.user_id, "event": record["id"]}
-                first = (tracked.handle, [item])
+                first = (tracked.handle, [*before, item, *after])
                 done = await self._write(
                     first, session.app_name, session.user_id, app, user, cause, head
                 )
@@ -519,7 +551,7 @@ class SQLSessionService(BaseSessionService):
                 tracked.fold()
             # What this object has seen: its own event, even if a read moved the handle on.
             session._storage_update_marker = str(done[-1].seq)
-            session.last_update_time = done[0].time / 1000
+            session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
 
     async def _check_fresh(self, tracked: Tracked, session: AdkSession) -> int:

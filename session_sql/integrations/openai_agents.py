@@ -1,14 +1,20 @@
 """The OpenAI Agents SDK's ``Session`` protocol over a session_sql store (SPEC §11.5).
 
 Every history item becomes one surface event, so the item order is the surface order and the
-protocol's reads are tail reads of the surface:
+protocol's reads are tail reads of the surface. Where a core message says what an item says,
+the event is that core message and keeps the item itself (``_openai_agents_mapping``):
 
 * a user message whose content is text (a string, or ``input_text`` parts only) is a
-  ``user/message`` whose message keeps the item's other keys in ``source``, so SQL analytics
-  see the user's words as a core message and the item comes back exactly;
-* every other item (assistant output, function calls and their outputs, reasoning, hosted
-  tool calls, items of types that do not exist yet) is an ``openai-agents/item`` event whose
-  data, and message, is the item itself.
+  ``user/message`` whose message keeps the item's other keys in ``source``;
+* an assistant message is an ``assistant/message`` with text blocks, a ``function_call`` one
+  with a ``tool-call`` block followed by a log-only ``tool/call``, a ``function_call_output`` a
+  ``tool/result``; each keeps the exact item in ``source.item``;
+* every other item (reasoning, hosted tool calls, items of types that do not exist yet) is an
+  ``openai-agents/item`` event whose data, and message, is the item itself.
+
+A run's batches also get ``turn/start``/``turn/end`` around them and the run's token usage
+(from the ``wrapper`` the SDK passes to sessions that take one), so the CLI, ``stats`` and the
+SQL views read a run as they read a native session. Every item comes back exactly.
 
 ``pop_item`` and ``clear_session`` append a ``surface/removed`` whose provenance names what it
 takes off; nothing is ever deleted. Compaction by the SDK's ``OpenAIResponsesCompactionSession``
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import uuid
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,17 +62,23 @@ from session_sql import (
     SurfaceMessage,
     loopsafe,
     open_async_store,
-    thaw,
 )
 from session_sql.integrations import OPENAI_AGENTS_ITEM
+from session_sql.integrations._openai_agents_mapping import (
+    SOURCE_KIND,
+    Position,
+    Usage,
+    batch_of,
+    item_event,
+    item_of,
+    kind_of,
+    position_after,
+)
 
 __all__ = ["ITEM_TYPE", "SOURCE_KIND", "SessionSQLSession"]
 
 ITEM_TYPE = OPENAI_AGENTS_ITEM
 """The catalog type of an item stored as is (an item type: its message is the item)."""
-
-SOURCE_KIND = "openai-agents"
-"""``source.kind`` of the user messages this integration writes."""
 
 MAX_ATTEMPTS = 200
 """Retries of one write against other writers: each ConcurrencyError means one of them won."""
@@ -114,6 +126,11 @@ class SessionSQLSession:
         self._owned = False
         self._checked = False
         self._handle: AsyncStoredSession | None = None
+        # Where the log stands turn-wise (valid while the handle's seq is its seq), what the
+        # batch being written leads to, and the last run's usage already recorded.
+        self._at: Position | None = None
+        self._next: Position | None = None
+        self._seen: tuple[Any, int, int] | None = None
         self._lock = loopsafe.Semaphore()  # writes from any loop (thread), one at a time
 
     @classmethod
@@ -162,7 +179,9 @@ class SessionSQLSession:
 
     # -- the Session protocol ---------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+    async def get_items(
+        self, limit: int | None = None, *, wrapper: Any = None
+    ) -> list[TResponseInputItem]:
         """The latest ``limit`` items (all when None), oldest first; costs O(limit).
 
         ``limit=None`` falls back to ``session_settings.limit``; ``0`` gives none, a negative
@@ -172,15 +191,50 @@ class SessionSQLSession:
         if count == 0:
             return []
         nodes = await self._tail(count)
-        return [item for item in map(_item_of, nodes) if item is not None]
+        return [item for item in map(item_of, nodes) if item is not None]
 
-    async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Append ``items`` in order, atomically (one transaction); creates the session."""
-        batch = [{**_event_of(item), "surface_op": "append"} for item in _listed(items)]
-        if batch:
-            await self._write(lambda handle: batch, create=True)
+    async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
+        """Append ``items`` in order, atomically (one transaction); creates the session.
 
-    async def pop_item(self) -> TResponseInputItem | None:
+        ``wrapper`` is the run's context, which the SDK passes to sessions that take it: the
+        tokens its usage gained since the last batch go on this batch's first assistant
+        message.
+        """
+        listed = _listed(items)
+        if not listed:
+            return
+        usage, seen = self._usage_of(wrapper, listed)
+
+        def build(handle: AsyncStoredSession) -> Batch | None:
+            at = self._at if self._at is not None else Position(handle.seq)
+            batch, self._next = batch_of(listed, at, usage)
+            return batch
+
+        await self._write(build, create=True, positioned=True)
+        if seen is not None:
+            self._seen = seen
+
+    def _usage_of(
+        self, wrapper: Any, items: list[Any]
+    ) -> tuple[Usage | None, tuple[Any, int, int] | None]:
+        """The tokens the run behind ``wrapper`` used since its last batch with model output,
+        and what to remember once this batch is written (None: nothing to record)."""
+        total = getattr(wrapper, "usage", None)
+        tokens_in = getattr(total, "input_tokens", None)
+        tokens_out = getattr(total, "output_tokens", None)
+        if type(tokens_in) is not int or type(tokens_out) is not int:
+            return None, None
+        if not any(kind_of(item) in ("assistant", "call") for item in items):
+            return None, None  # kept for the batch that holds the model's output
+        before_in = before_out = 0
+        if self._seen is not None and self._seen[0]() is wrapper:
+            before_in, before_out = self._seen[1], self._seen[2]
+        if (tokens_in, tokens_out) == (before_in, before_out):
+            return None, None
+        usage = Usage(max(tokens_in - before_in, 0), max(tokens_out - before_out, 0))
+        return usage, (weakref.ref(wrapper), tokens_in, tokens_out)
+
+    async def pop_item(self, *, wrapper: Any = None) -> TResponseInputItem | None:
         """Take the latest item off the history and return it (None when there is none).
 
         Surface entries this integration did not write (another writer's core messages) are
@@ -191,10 +245,10 @@ class SessionSQLSession:
         def removal(handle: AsyncStoredSession) -> Batch | None:
             popped.clear()
             tail = handle.surface_messages(last=1)
-            if tail and _item_of(tail[0]) is None:  # another writer's entry: look further
+            if tail and item_of(tail[0]) is None:  # another writer's entry: look further
                 tail = handle.surface_messages()
             for node in reversed(tail):
-                item = _item_of(node)
+                item = item_of(node)
                 if item is not None:
                     popped.append(item)
                     return [_removed(node.seq, node.seq, [node.seq], "pop_item")]
@@ -203,7 +257,7 @@ class SessionSQLSession:
         await self._write(removal, create=False)
         return popped[0] if popped else None
 
-    async def clear_session(self) -> None:
+    async def clear_session(self, *, wrapper: Any = None) -> None:
         """Take every item off the history (one ``surface/removed``; the log keeps them)."""
 
         def removal(handle: AsyncStoredSession) -> Batch | None:
@@ -226,7 +280,7 @@ class SessionSQLSession:
         nodes = await self._tail(limit + 1)
         complete = len(nodes) <= limit
         nodes = nodes[-limit:]
-        items = [_item_of(node) for node in nodes]
+        items = [item_of(node) for node in nodes]
         if any(item is None for item in items):
             return None  # a node this integration did not write: keep the SDK's fallback
         seqs = [node.seq for node in nodes]
@@ -235,7 +289,7 @@ class SessionSQLSession:
             expected = seqs[start:]
             if not expected:
                 return False
-            replacement = [_event_of(item) for item in _listed(output)]
+            replacement = [item_event(item) for item in _listed(output)]
             stale: list[bool] = []
 
             def swap(handle: AsyncStoredSession) -> Batch | None:
@@ -250,7 +304,7 @@ class SessionSQLSession:
 
     async def _atomic_replace_items(self, output_items: list[TResponseInputItem]) -> bool:
         """Replace the whole history by ``output_items`` in one transaction."""
-        replacement = [_event_of(item) for item in _listed(output_items)]
+        replacement = [item_event(item) for item in _listed(output_items)]
 
         def swap(handle: AsyncStoredSession) -> Batch | None:
             nodes = list(handle.surface.nodes)
@@ -298,24 +352,42 @@ class SessionSQLSession:
         return self._handle
 
     async def _write(
-        self, build: Callable[[AsyncStoredSession], Batch | None], *, create: bool
+        self,
+        build: Callable[[AsyncStoredSession], Batch | None],
+        *,
+        create: bool,
+        positioned: bool = False,
     ) -> None:
-        """Append ``build(handle)`` atomically; on losing a race, reload and build again."""
+        """Append ``build(handle)`` atomically; on losing a race, reload and build again.
+
+        ``positioned``: ``build`` reads ``self._at`` (where the log stands turn-wise, read back
+        from the log when another writer moved it) and leaves the position after it in
+        ``self._next``. Other batches leave the turn as it was.
+        """
         async with self._lock:
             for attempt in range(MAX_ATTEMPTS):
                 handle = await self._writer(create)
                 if handle is None:
                     return
-                batch = build(handle)
-                if not batch:
-                    return
                 try:
+                    if positioned and (self._at is None or self._at.seq != handle.seq):
+                        self._at = await self._position(handle.seq)
+                    batch = build(handle)
+                    if not batch:
+                        return
+                    before = handle.seq
                     await handle.append_many(batch)
+                    at = self._at
+                    if positioned and self._next is not None:
+                        self._at = self._next
+                    elif at is not None and at.seq == before:
+                        self._at = Position(handle.seq, at.turn, at.open, at.step)
                     return
                 except ConcurrencyError:
                     await handle.refresh()
                 except SessionNotFoundError:  # deleted under us: start over
                     self._handle = None
+                    self._at = None
                 if attempt >= 3:  # a crowd of writers: step aside a little
                     await asyncio.sleep(random.uniform(0, 0.002 * attempt))
             raise ConcurrencyError(
@@ -323,6 +395,23 @@ class SessionSQLSession:
                 "with other writers",
                 session_id=self.session_id,
             )
+
+    async def _position(self, count: int) -> Position:
+        """Where a log of ``count`` events stands turn-wise: read back from its end until a
+        turn boundary (a few events, unless the session has none)."""
+        store = await self._ready()
+        end, size = count, 64
+        while end > 0:
+            start = max(0, end - size)
+            events = [
+                event
+                async for event in await store.events(self.session_id, from_seq=start, to_seq=end)
+            ]
+            found = position_after(events, count)
+            if found is not None:
+                return found
+            end, size = start, size * 4
+        return Position(count)
 
 
 def _limit(limit: Any) -> int | None:
@@ -344,74 +433,6 @@ def _listed(items: Sequence[Any]) -> list[Any]:
             f"items must be a list of items, not {type(items).__name__}", argument="items"
         )
     return list(items)
-
-
-def _text_parts(content: Any) -> bool:
-    """Content made of ``input_text`` parts only, with nothing else in them, each keyed in the
-    order they are rebuilt in (another order is kept verbatim as an item, SPEC §12.1)."""
-    return (
-        isinstance(content, list)
-        and len(content) > 0
-        and all(
-            isinstance(part, dict)
-            and list(part) == ["type", "text"]
-            and part["type"] == "input_text"
-            and type(part["text"]) is str
-            for part in content
-        )
-    )
-
-
-def _event_of(item: Any) -> dict[str, Any]:
-    """The event (type and data) that holds ``item`` losslessly."""
-    if item is None:
-        raise InvalidArgumentError("an item must not be None", argument="items")
-    if (
-        isinstance(item, dict)
-        and item.get("role") == "user"
-        and item.get("type", "message") == "message"
-        and all(type(key) is str for key in item)
-    ):
-        content: Any = item.get("content")
-        if type(content) is str or _text_parts(content):
-            texts = [content] if type(content) is str else [part["text"] for part in content]
-            rest = {key: value for key, value in item.items() if key != "content"}
-            source: dict[str, Any] = {
-                "kind": SOURCE_KIND,
-                "item": rest,
-                "content": "text" if type(content) is str else "parts",
-            }
-            at = list(item).index("content")
-            if at < len(rest):  # not the last key: say where it goes back (SPEC §12.1)
-                source["contentAt"] = at
-            message = {
-                "id": f"oa_{uuid.uuid4().hex}",
-                "role": "user",
-                "content": [{"type": "text", "text": text} for text in texts],
-                "source": source,
-            }
-            return {"type": "user/message", "data": message}
-    return {"type": ITEM_TYPE, "data": item}
-
-
-def _item_of(node: SurfaceMessage) -> Any:
-    """The item a surface node holds, or None for a node this integration did not write."""
-    if node.type == ITEM_TYPE:
-        return thaw(node.message)
-    message = node.message
-    source = message.get("source") if node.type == "user/message" else None
-    if source is None or source.get("kind") != SOURCE_KIND:
-        return None
-    texts = [block["text"] for block in message["content"]]
-    if source.get("content") == "text":
-        content: Any = texts[0]
-    else:
-        content = [{"type": "input_text", "text": text} for text in texts]
-    # The item's keys in their order, ``content`` where it was (last when not recorded), so
-    # that the item serialises as it did when it was added (SPEC §12.1).
-    pairs = list(thaw(source["item"]).items())
-    pairs.insert(source.get("contentAt", len(pairs)), ("content", content))
-    return dict(pairs)
 
 
 def _removed(start: int, end: int, sources: list[int], reason: str) -> dict[str, Any]:

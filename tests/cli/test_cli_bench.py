@@ -308,6 +308,53 @@ def test_only_runs_the_named_workloads(backend):
 
 
 def test_only_refuses_an_unknown_workload(sqlite_cli: Cli):
-    out = sqlite_cli("bench", "--quick", "--only", "W1,W12")
+    out = sqlite_cli("bench", "--quick", "--only", "W1,W13")
     assert out.code == 2
-    assert "W12" in out.stderr
+    assert "W13" in out.stderr
+
+
+def test_w12_grows_the_store_with_sessions_that_read_and_verify(backend):
+    """W12 fills by copying its templates inside the database: each copy is a whole session
+    (its events, its surface, its fork parent), and every operation is timed at each size."""
+    with bench.bench_targets(_backend_url(backend)) as targets:
+        target = targets[0]
+        workloads = bench.w_scale(target, bench._store_bytes, (400, 2000))
+        with target.store() as store:
+            ids = {s.id for s in store.iter_sessions()}
+            for name in ("full", "short-a", "compacted", "fork"):
+                template = store.load_session(f"w12-{name}")
+                for copy in (0, 7, 31):
+                    sid = f"w12-{name}-{copy}"
+                    assert store.verify(sid).ok, sid
+                    assert store.messages(sid) == template.messages(), sid
+                    assert [(e.type, e.data) for e in store.events(sid)] == [
+                        (e.type, e.data) for e in store.events(f"w12-{name}")
+                    ]
+            fork = store.session_info("w12-fork-7")
+            assert fork.parent_session == "w12-short-a-7" and fork.parent_session in ids
+            assert store.session_info("w12-full-7").labels == {"team": "t7"}
+            by_user = store.list_sessions(user_id="user7", limit=10000)
+    assert {s.id.rsplit("-", 1)[-1] for s in by_user} == {"7"}
+    by_name = {w.name: w for w in workloads}
+    assert list(by_name) == [
+        "W12 fill",
+        *(f"W12 {op}" for op in bench.SCALE_OPERATIONS),
+        "W12 bytes per event",
+    ]
+    events = by_name["W12 fill"].extra["events"]
+    assert len(events) == 2 and 400 <= events[0] < 2000 <= events[1]
+    for op in bench.SCALE_OPERATIONS:
+        extra = by_name[f"W12 {op}"].extra
+        assert len(extra["p50_ms"]) == len(extra["p99_ms"]) == 2, op
+        assert all(p50 > 0 for p50 in extra["p50_ms"]), op
+        assert extra["growth"] == round(extra["p50_ms"][1] / extra["p50_ms"][0], 3), op
+    assert all(b > 0 for b in by_name["W12 bytes per event"].extra["bytes_per_event"])
+
+
+def test_w12_runs_only_when_named(sqlite_cli: Cli, monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench, "w_scale", lambda *a, **k: seen.append(a[2]) or [])
+    report = bench.run(None, quick=True, scale=0.01, only=frozenset({"W12"}))
+    assert report["workloads"] == [] and seen == [[1000, 1000, 10000]]
+    assert bench.run(None, quick=True, scale=0.01, only=frozenset({"W2"}))["workloads"]
+    assert len(seen) == 1

@@ -11,18 +11,19 @@ take minutes; ``test_cli_bench.py`` runs the real ones).
 
 ``session-sql`` runs in process, and the rest of a pipeline (``jq``, ``gzip``, ``>``) as real
 programs and files: starting the console script once per example would take minutes on a
-busy machine. ``tail -f`` runs as the real script, stopped with Ctrl-C (SIGINT).
+busy machine. ``tail -f`` and ``serve`` run as the real script, stopped with Ctrl-C (SIGINT);
+``serve`` on a free port instead of the one its example names.
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 import shlex
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -162,6 +163,36 @@ def _follow_until_interrupted(cli: Cli, line: str) -> None:
     assert all(json.loads(line)["seq"] >= 0 for line in rest.splitlines())
 
 
+def _serve_until_interrupted(cli: Cli, line: str) -> None:
+    """Run ``serve`` as the real script on a free port; once it answers, press Ctrl-C."""
+    import socket
+
+    import httpx
+
+    args = _located(cli, shlex.split(line)[1:])
+    with socket.socket() as sock:  # the example's port may be taken on this machine
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    args[args.index("--port") + 1] = port
+    process = cli.popen(*args)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("serving "), first
+        address = first.split(" at ", 1)[1].strip()
+        # (With a token: the address sets the cookie and redirects to the page.)
+        response = httpx.get(address, timeout=60.0, follow_redirects=True)
+        assert response.status_code == 200, response.text
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert err == ""
+
+
 def _fake_bench(
     url: str | None, *, quick: bool, progress, only: object = None
 ) -> dict[str, object]:
@@ -176,13 +207,16 @@ def _fake_bench(
 @pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")
 def test_every_help_example_runs_as_printed(cli, monkeypatch):
     _prepare(cli)
-    monkeypatch.setattr(sys.modules["session_sql.cli.bench"], "run", _fake_bench)
+    # The CLI imports the benchmark only when `bench` runs: import it here to patch it.
+    monkeypatch.setattr(importlib.import_module("session_sql.cli.bench"), "run", _fake_bench)
     examples = help_examples()
     ordered = [e for e in examples if e[0] != "delete"] + [e for e in examples if e[0] == "delete"]
     ran: list[str] = []
     for command, line in ordered:
         if command == "tail" and " -f" in line:
             _follow_until_interrupted(cli, line)
+        elif command == "serve":
+            _serve_until_interrupted(cli, line)
         else:
             for out in _run_line(cli, line):
                 assert "error" not in out.stderr, (line, out.stderr)

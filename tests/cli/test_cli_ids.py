@@ -176,3 +176,14 @@ def test_completing_ids_without_a_store_offers_nothing_and_creates_nothing(sqlit
 def test_the_install_and_show_completion_options_are_there(sqlite_cli):
     out = sqlite_cli("--help")
     assert "--install-completion" in out.stdout and "--show-completion" in out.stdout
+
+
+def test_title_takes_a_unique_prefix_and_refuses_an_ambiguous_one(named, store):
+    out = named("title", "xyz", "Named by prefix")
+    assert out.code == 0, out.stderr
+    assert out.stdout == "xyz-session: title 'Named by prefix'\n"
+    assert store.session_info("xyz-session").title == "Named by prefix"
+    ambiguous = named("title", "abc", "Nope")
+    assert (ambiguous.code, ambiguous.stdout) == (1, "")
+    assert "session id prefix 'abc' is ambiguous" in ambiguous.stderr
+    assert store.session_info("abc-1").title is None and store.session_info("abc-2").title is None

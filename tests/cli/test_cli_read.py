@@ -56,6 +56,14 @@ def test_ls_lists_sessions_newest_first(shared):
     assert [r["id"] for r in first + rest] == [info.id for info in infos]
 
 
+def test_ls_shows_the_title_the_demo_agent_gave_its_session(shared):
+    # The demo appends a session/title event; the TITLE column is that title.
+    rows = {row["id"]: row for row in json.loads(shared.cli("ls", "--json").stdout)}
+    title = "Failing billing tests: half-cent rounding"
+    assert rows[shared.demo.session_id]["title"] == title
+    assert title in shared.cli("ls").stdout
+
+
 def test_ls_on_an_empty_store(cli):
     assert cli("init").code == 0
     assert cli("ls").stdout == "no sessions\n"
@@ -82,11 +90,67 @@ def test_ls_counts_the_sessions_on_a_terminal(shared, monkeypatch):
     assert out.code == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "2 sessions"
     first = cli("ls", "-n", "1").stdout.splitlines()[-1]
-    assert first == f"1 session; the next page: --after {infos[0].id}"
+    assert first == f"1 of 2 sessions; the next page: --after {infos[0].id}"
     last = cli("ls", "--after", infos[0].id).stdout.splitlines()[-1]
-    assert last == "1 session"
+    assert last == "1 of 2 sessions"  # the total counts every match, not only what follows
+    forks = cli("ls", "--parent", infos[-1].parent_session or infos[0].id).stdout
+    assert forks.splitlines()[-1] == "1 session"
     listed = json.loads(cli("ls", "--json", "-n", "1").stdout)  # JSON: no count, one session
     assert [row["id"] for row in listed] == [infos[0].id]
+
+
+def _created(store, times: dict[str, int]) -> None:
+    for sid, at in times.items():
+        store.create_session(header={"version": 0, "id": sid, "createdAt": at, "isSeeded": False})
+
+
+DAY = 86_400_000
+DEC_1 = 1_606_780_800_000  # 2020-12-01T00:00:00Z
+
+
+def test_ls_sorts_by_update_or_creation(cli, store):
+    _created(store, {"old": DEC_1, "mid": DEC_1 + DAY, "new": DEC_1 + 2 * DAY})
+    store.open_session("old").append("todo/write", {"items": []})  # updated last
+
+    def ids(*args: str) -> list[str]:
+        out = cli("ls", "--json", *args)
+        assert out.code == 0, out.stderr
+        return [row["id"] for row in json.loads(out.stdout)]
+
+    assert ids() == ids("--sort", "updated") == ["old", *ids("--after", "old")]
+    assert ids()[0] == "old"
+    assert ids("--sort", "created") == ["old", "mid", "new"]
+    assert ids("--sort", "created", "-n", "1", "--after", "mid") == ["new"]
+    assert ids("--sort", "created", "--reverse") == ["new", "mid", "old"]
+    assert ids("--sort", "created", "-r", "-n", "1", "--after", "new") == ["mid"]
+    assert ids("-r") == ids()[::-1]
+    assert ids("-r", "--after", ids("-r")[0]) == ids("-r")[1:]
+    bad = cli("ls", "--sort", "size")
+    assert bad.code == 2 and "--sort" in bad.stderr and bad.stdout == ""
+
+
+def test_ls_filters_by_creation_time(cli, store, monkeypatch):
+    _created(store, {"old": DEC_1, "mid": DEC_1 + DAY, "new": DEC_1 + 2 * DAY})
+
+    def ids(*args: str) -> list[str]:
+        out = cli("ls", "--json", "--sort", "created", *args)
+        assert out.code == 0, out.stderr
+        return [row["id"] for row in json.loads(out.stdout)]
+
+    assert ids("--since", "2020-12-02") == ["mid", "new"]  # from that instant on
+    assert ids("--until", "2020-12-02") == ["old"]  # up to, not including, it
+    assert ids("--since", "2020-12-01T12:00", "--until", "2020-12-03T00:00:00Z") == ["mid"]
+    assert ids("--since", "2020-12-02T01:00+01:00") == ["mid", "new"]  # an offset is honoured
+    assert ids("--since", "1d") == []  # a time ago: these sessions are from the past
+    assert ids("--since", "5200w") == ["old", "mid", "new"]
+    monkeypatch.setattr("session_sql.cli._support.isatty", lambda stream: True)
+    counted = cli("ls", "--since", "2020-12-02", "-n", "1").stdout.splitlines()[-1]
+    assert counted.startswith("1 of 2 sessions; the next page: --after ")
+    for wrong in ("yesterday", "7 days", "2026-13-01", "d"):
+        out = cli("ls", "--since", wrong)
+        assert out.code == 2, (wrong, out.stderr)
+        assert out.error_lines[0].startswith("session-sql: error: Invalid value for '--since': ")
+        assert out.stdout == ""
 
 
 def test_show_prints_the_messages_a_model_sees(shared):

@@ -20,7 +20,17 @@ with contextlib.redirect_stdout(io.StringIO()):
 print(code, *sorted(sys.modules))
 """
 
-HEAVY = ("sqlalchemy", "psycopg", "pydantic", "rich", "session_sql._store", "session_sql.schema")
+HEAVY = (
+    "sqlalchemy",
+    "psycopg",
+    "pydantic",
+    "rich",
+    "session_sql._store",
+    "session_sql.schema",
+    "starlette",  # the inspector's extra (serve)
+    "uvicorn",
+    "session_sql.inspector",
+)
 CLI_EXTRAS = ("session_sql.cli.bench", "session_sql.cli.demo", "session_sql.cli._bench_raw")
 POSTGRESQL_ONLY = (
     "psycopg",

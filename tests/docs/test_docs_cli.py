@@ -23,6 +23,8 @@ COMMANDS = [
     "show",
     "tail",
     "prune",
+    "serve",
+    "view",
     "import",
     "export",
     "migrate",

@@ -49,16 +49,20 @@ def write_chat(backend: Any) -> None:
 def test_the_sql_queries_answer_on_both_dialects(backend) -> None:
     write_chat(backend)
     found = queries()
-    assert set(found) == {"history-now", "tool-calls-per-session", "what-users-asked"}
+    assert set(found) == {"history-now", "tool-calls-per-session", "what-users-asked", "turns"}
     results = {name: _run(backend, sql) for name, sql in found.items()}
     assert [row[1:] for row in results["history-now"]] == [
         ("user/message", "user"),
-        ("openai-agents/item", "function_call"),
-        ("openai-agents/item", "function_call_output"),
-        ("openai-agents/item", "message"),
+        ("assistant/message", "function_call"),
+        ("tool/result", "function_call_output"),
+        ("assistant/message", "message"),
     ]
     assert results["tool-calls-per-session"] == [("chat-42", "get_weather", 1)]
     assert results["what-users-asked"] == [
-        ("chat-42", 0, "What's the weather in Paris?"),
-        ("chat-42", 4, "And in Rome?"),  # popped, still in the log
+        ("chat-42", 1, "What's the weather in Paris?"),  # seq 0 is the turn/start
+        ("chat-42", 8, "And in Rome?"),  # popped, still in the log
+    ]
+    assert results["turns"] == [
+        (1, "completed", 1, 2, 1),
+        (2, None, 1, 0, 0),  # "And in Rome?" was never answered
     ]

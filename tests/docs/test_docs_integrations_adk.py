@@ -79,3 +79,20 @@ def test_the_sql_queries_answer_on_both_dialects(backend) -> None:
         for user, state in results["user-state-now"]
     ]
     assert states == [("ann", {"city": "Paris"}), ("bob", {"x": 1})]
+
+
+def test_the_adk_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    # The example block, run alone as a reader would paste it: it must call its own main()
+    # and need no model service (its model is scripted), and leave the turn in the store.
+    from session_sql import open_store
+
+    text = DOC.read_text(encoding="utf-8")
+    section = text[text.index("## Google ADK") :]
+    [block] = re.findall(r"^```python\n(.*?)^```", section.split("\n## ", 1)[0], re.S | re.M)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "integrations.md[ADK example]", "exec"), {"__name__": "__main__"})
+    assert capsys.readouterr().out.splitlines() == ["helper Sunny in Paris."]
+    with open_store("sqlite:///sessions.db") as store:
+        [info] = store.list_sessions(labels={"adk_kind": "session", "adk_app": "weather"})
+        assert info.user_id == "ann"
+        assert [m["role"] for m in store.messages(info.id)] == ["user", "assistant"]

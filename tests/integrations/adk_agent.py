@@ -46,8 +46,14 @@ class ScriptedModel(BaseLlm):
             )
         else:
             reply = types.Part(text=f"echo {part.text} after {len(llm_request.contents)}")
+        # Token usage as Gemini reports it: ten tokens a content sent, five a reply.
+        usage = types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=10 * len(llm_request.contents), candidates_token_count=5
+        )
         yield LlmResponse(
-            content=types.Content(role="model", parts=[reply]), model_version=self.model
+            content=types.Content(role="model", parts=[reply]),
+            model_version=self.model,
+            usage_metadata=usage,
         )
 
 

@@ -8,7 +8,7 @@ run, ``AsyncSessionSQLSaver`` and ``AsyncSqliteSaver`` on fresh SQLite files and
 afterwards). It prints the median ``aput`` and ``aget_tuple`` as the graph calls them and the
 database's bytes after the run (SQLite: the ``VACUUM``ed file; PostgreSQL: tables, TOAST and
 indexes of the schema) per checkpoint. Needs langgraph-checkpoint-sqlite and
-langgraph-checkpoint-postgres.
+langgraph-checkpoint-postgres (``pip install -e '.[test,dev]'``).
 """
 
 from __future__ import annotations

@@ -46,14 +46,24 @@ def call(name: str, arguments: str, n: int) -> ResponseFunctionToolCall:
 class ScriptedModel(Model):
     """Answers each model call with the next scripted output and records the input it got."""
 
-    def __init__(self, script: list[list[Any]]) -> None:
+    def __init__(self, script: list[list[Any]], tokens: tuple[int, int] | None = None) -> None:
         self.script = list(script)
         self.inputs: list[list[Any]] = []
+        self.tokens = tokens  # (input, output) tokens each response reports; None: no usage
 
     async def get_response(self, system_instructions: Any, input: Any, *args: Any, **kw: Any):
         self.inputs.append([input] if isinstance(input, str) else list(input))
         output = self.script.pop(0)
-        return ModelResponse(output=output, usage=Usage(), response_id=None)
+        usage = Usage()
+        if self.tokens is not None:
+            tokens_in, tokens_out = self.tokens
+            usage = Usage(
+                requests=1,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                total_tokens=tokens_in + tokens_out,
+            )
+        return ModelResponse(output=output, usage=usage, response_id=None)
 
     def stream_response(self, *args: Any, **kw: Any) -> AsyncIterator[Any]:
         raise NotImplementedError("the scripted model does not stream")

@@ -732,7 +732,14 @@ def test_events_are_core_messages_where_they_fit(service, backend) -> None:
     with open_store(backend.url, schema=backend.schema) as store:
         key = store_id("session", "app", "u", "s")
         types_ = [e.type for e in store.events(key)]
-        assert types_ == ["user/message", "assistant/message", "tool/result", ADK_EVENT]
+        assert types_ == [
+            "turn/start",  # the invocation's first event starts a turn
+            "user/message",
+            "assistant/message",
+            "tool/call",  # beside the model message, for the analytics
+            "tool/result",
+            ADK_EVENT,  # no final response yet: the turn stays open
+        ]
         assert store.verify(key).ok
         messages = store.messages(key)
         assert messages[0]["content"] == [{"type": "text", "text": "question"}]
@@ -742,7 +749,7 @@ def test_events_are_core_messages_where_they_fit(service, backend) -> None:
         assert messages[1]["source"]["model"] == "fake-1"
         assert messages[2]["content"][0]["toolCallId"] == "c1"
         assert messages[3]["actions"]["state_delta"] == {"k": 1}  # the event itself
-        assembled = list(store.events(key))[1]
+        assembled = list(store.events(key))[2]
         assert assembled.data["usage"] == {"inputTokens": 7, "outputTokens": 3}
         assert assembled.data["turn"] == 1 and assembled.data["step"] == 1
         info = next(i for i in store.list_sessions() if i.id == key)

@@ -89,14 +89,21 @@ def test_a_runner_keeps_its_session_and_a_fresh_process_resumes_it(backend) -> N
         key = store_id("session", "app", "u", "s")
         assert store.verify(key).ok
         assert [e.type for e in store.events(key)] == [
+            "turn/start",
             "user/message",
             "assistant/message",
+            "turn/end",  # a final response ends the invocation's turn
+            "turn/start",
             "user/message",
             "assistant/message",
+            "tool/call",
             "tool/result",
             "assistant/message",
+            "turn/end",
+            "turn/start",
             "user/message",
             "assistant/message",
+            "turn/end",
         ]
-        turns = [(e.data["turn"], e.data["step"]) for e in store.events(key) if "turn" in e.data]
-        assert turns == [(1, 1), (2, 1), (2, 1), (2, 2), (3, 1)]
+        turns = [(e.data["turn"], e.data["step"]) for e in store.events(key) if "step" in e.data]
+        assert turns == [(1, 1), (2, 1), (2, 1), (2, 1), (2, 2), (3, 1)]

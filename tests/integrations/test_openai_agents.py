@@ -8,6 +8,7 @@ processes, and a store opened by another process that sees the same items.
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -110,28 +111,59 @@ def test_items_of_every_kind_come_back_exactly(backend) -> None:
     run(backend, body)
 
 
-def test_user_text_is_a_core_message_and_the_rest_are_items(backend) -> None:
+def test_core_shapes_hold_what_they_can_and_the_rest_are_items(backend) -> None:
     async def body(store: AsyncSessionStore) -> None:
         await SessionSQLSession("s1", store).add_items(ITEMS)
         types = await event_types(store)
         assert types == [
+            "turn/start",  # a batch that starts with a user message starts a turn
             "user/message",
-            ITEM_TYPE,
-            ITEM_TYPE,
-            ITEM_TYPE,
-            ITEM_TYPE,
-            ITEM_TYPE,
+            ITEM_TYPE,  # system
+            ITEM_TYPE,  # reasoning
+            "assistant/message",  # the function call, as a tool-call block
+            "tool/call",  # beside it, for the analytics
+            "tool/result",
+            "assistant/message",
+            "turn/end",  # user text after assistant text: that turn is complete
+            "turn/start",
             "user/message",
-            ITEM_TYPE,
-            ITEM_TYPE,
+            ITEM_TYPE,  # an image
+            ITEM_TYPE,  # an item type the SDK does not have yet
         ]
-        first = (await store.messages("s1"))[0]
+        messages = await store.messages("s1")
+        first = messages[0]
         assert first["role"] == "user"
         assert first["content"] == [{"type": "text", "text": USER_TEXT["content"]}]
         assert first["source"]["kind"] == "openai-agents"
-        parts = (await store.messages("s1"))[6]
+        assert messages[3]["content"] == [
+            {
+                "type": "tool-call",
+                "id": "call_1",
+                "name": "get_weather",
+                "arguments": '{"city": "Paris"}',
+            }
+        ]
+        # the item is kept without the arguments the block holds (and where they go back)
+        call_item = {k: v for k, v in CALL.items() if k != "arguments"}
+        assert messages[3]["source"] == {
+            "kind": "model",
+            "provider": "openai-agents",
+            "model": "unknown",
+            "item": call_item,
+            "omitted": ["arguments", 4],
+        }
+        assert messages[4]["source"]["item"] == {
+            "type": "function_call_output",
+            "call_id": "call_1",
+        }
+        assert messages[4]["content"][0]["toolCallId"] == "call_1"
+        assert messages[4]["content"][0]["content"] == [{"type": "text", "text": "sunny"}]
+        assert messages[5]["content"] == [{"type": "text", "text": "ok"}]
+        parts = messages[6]
         assert [b["text"] for b in parts["content"]] == ["two", "parts"]
-        assert (await store.messages("s1"))[3] == CALL  # an item's message is the item
+        assert messages[2] == REASONING  # an item's message is the item
+        events = [e async for e in await store.events("s1")]
+        assert events[6].source_event_seqs == (5,)  # the result cites its call
         assert (await store.verify("s1")).ok
 
     run(backend, body)
@@ -187,7 +219,7 @@ def test_an_empty_session_reads_empty_and_is_not_created_by_reads(backend) -> No
         with pytest.raises(SessionNotFoundError):
             await store.head_seq("s1")
         await session.add_items([USER_TEXT])  # created on the first add
-        assert await store.head_seq("s1") == 0
+        assert await store.head_seq("s1") == 1  # the turn/start, the message
 
     run(backend, body)
 
@@ -204,13 +236,13 @@ def test_pop_takes_the_latest_item_off_and_keeps_it_in_the_log(backend) -> None:
         assert await session.get_items() == []
         events = [e async for e in await store.events("s1")]
         removals = [e for e in events if e.type == "surface/removed"]
+        # seq 0 is the turn/start the user message begins
         assert [(e.surface_op, e.source_event_seqs, e.data["reason"]) for e in removals] == [
+            (Replace(3, 3), (3,), "pop_item"),
             (Replace(2, 2), (2,), "pop_item"),
             (Replace(1, 1), (1,), "pop_item"),
-            (Replace(0, 0), (0,), "pop_item"),
         ]
-        assert [e.data for e in events[:3]] != []  # nothing was deleted
-        assert len(events) == 6
+        assert len(events) == 7  # nothing was deleted
         assert (await store.verify("s1")).ok
 
     run(backend, body)
@@ -220,6 +252,7 @@ def test_clear_then_add(backend) -> None:
     async def body(store: AsyncSessionStore) -> None:
         session = SessionSQLSession("s1", store)
         await session.add_items(ITEMS)
+        nodes = await store.surface("s1")
         await session.clear_session()
         assert await session.get_items() == []
         assert await session.pop_item() is None
@@ -228,10 +261,17 @@ def test_clear_then_add(backend) -> None:
         assert await session.get_items() == [ASSISTANT, USER_TEXT]
         events = [e async for e in await store.events("s1")]
         (clear,) = [e for e in events if e.type == "surface/removed"]
-        assert clear.surface_op == Replace(0, len(ITEMS) - 1)
-        assert clear.source_event_seqs == tuple(range(len(ITEMS)))
+        assert len(nodes) == len(ITEMS)
+        assert clear.surface_op == Replace(nodes[0], nodes[-1])
+        assert clear.source_event_seqs == tuple(nodes)
         assert clear.data == {"reason": "clear_session"}
-        assert len(events) == len(ITEMS) + 3
+        # the second add: an answer in the open turn, then user text starts the next one
+        assert [e.type for e in events[clear.seq + 1 :]] == [
+            "assistant/message",
+            "turn/end",
+            "turn/start",
+            "user/message",
+        ]
         assert (await store.verify("s1")).ok
 
     run(backend, body)
@@ -276,10 +316,11 @@ def test_bad_items_are_refused_and_nothing_is_written(backend, items, error) -> 
     async def body(store: AsyncSessionStore) -> None:
         session = SessionSQLSession("s1", store)
         await session.add_items([ASSISTANT])
+        head = await store.head_seq("s1")
         with pytest.raises(error):
             await session.add_items(items)
         assert await session.get_items() == [ASSISTANT]
-        assert await store.head_seq("s1") == 0
+        assert await store.head_seq("s1") == head
         await session.add_items([CALL])  # the session is still usable
         assert await session.get_items() == [ASSISTANT, CALL]
 
@@ -428,5 +469,34 @@ def test_entries_another_writer_put_on_the_surface_are_not_items(backend) -> Non
         assert await session.get_items() == [USER_TEXT]
         await session.clear_session()  # clears every entry, items or not
         assert await store.messages("s1") == []
+
+    run(backend, body)
+
+
+def test_calls_and_outputs_come_back_in_their_key_order(backend) -> None:
+    """A call's arguments and a tool's text output are stored once (in the core message) and
+    put back where they stood among the item's keys; other outputs are kept whole."""
+    items = [
+        {"arguments": "{}", "type": "function_call", "call_id": "a", "name": "f"},
+        {"output": "first", "call_id": "a", "type": "function_call_output"},
+        {"type": "function_call", "name": "g", "arguments": "[1]", "call_id": "b", "x": None},
+        {
+            "type": "function_call_output",
+            "call_id": "b",
+            "output": [{"type": "input_text", "text": "parts"}, {"type": "input_image"}],
+        },
+    ]
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(items)
+        got = await SessionSQLSession("s1", store).get_items()
+        assert [json.dumps(item) for item in got] == [json.dumps(item) for item in items]
+        messages = await store.messages("s1")
+        assert messages[3]["source"]["item"] == items[3]  # a list output: kept whole
+        assert messages[3]["content"][0]["content"] == [
+            {"type": "text", "text": "parts"},
+            {"type": "input_image"},
+        ]
 
     run(backend, body)

@@ -81,17 +81,21 @@ def test_a_resumed_session_sends_the_model_the_live_bytes(backend: Backend) -> N
     assert dumped(second_input[: len(first_input)]) == dumped(first_input)
     assert second_input[-1] == {"content": NEXT, "role": "user"}
 
-    # The user messages with text stay core messages (the SQL recipes see them); the rest,
-    # the parts with their keys in another order included, are items kept verbatim.
+    # User text and assistant text are core messages (the SQL recipes see them) that keep
+    # the exact item; the rest, the parts with their keys in another order included, are
+    # items kept verbatim.
     async def types() -> list[str]:
         async with open_async_store(backend.url, schema=backend.schema) as store:
             return [e.type async for e in await store.events("chat")]
 
-    assert asyncio.run(types())[: len(HISTORY)] == [
+    assert asyncio.run(types())[: len(HISTORY) + 3] == [
+        "turn/start",
         "user/message",
+        "assistant/message",
         ITEM_TYPE,
         ITEM_TYPE,
-        ITEM_TYPE,
+        "turn/end",  # user text after the assistant's: a turn of its own
+        "turn/start",
         "user/message",
         ITEM_TYPE,
     ]

@@ -267,4 +267,31 @@ def write_jsonl(path: str | os.PathLike[str], session_id: str, count: int) -> No
                 out.write(dumps_line(wire))
 
 
-__all__ = ["TURN", "bulk_session", "expected_tool_calls", "json", "write_jsonl"]
+def append_session(store: Any, session_id: str, count: int) -> None:
+    """The same session as ``bulk_session``, grown as an agent grows it: one ``append_many``
+    (one transaction) per turn, through ``store``'s ordinary append path."""
+    assert count % TURN == 0
+    handle = store.create_session(session_id)
+    for n in range(count // TURN):
+        handle.append_many([_append_item(wire) for wire in _turn_events(n + 1, n * TURN)])
+
+
+def _append_item(wire: dict[str, Any]) -> dict[str, Any]:
+    """A wire event as ``append_many`` takes it (append's argument names; seq and time are
+    the store's)."""
+    item = {"type": wire["type"], "data": wire["data"]}
+    if "surfaceOp" in wire:
+        item["surface_op"] = wire["surfaceOp"]
+    if "sourceEventSeqs" in wire:
+        item["source_event_seqs"] = wire["sourceEventSeqs"]
+    return item
+
+
+__all__ = [
+    "TURN",
+    "append_session",
+    "bulk_session",
+    "expected_tool_calls",
+    "json",
+    "write_jsonl",
+]

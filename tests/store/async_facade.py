@@ -168,6 +168,7 @@ _COROUTINES = frozenset(
         "messages",
         "surface",
         "list_sessions",
+        "count_sessions",
         "session_info",
         "update_session",
         "verify",

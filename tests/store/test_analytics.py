@@ -257,6 +257,22 @@ def _explain(engine: Engine, backend: Any, sql: str, params: Any = None) -> tupl
         return json.dumps(plan), _pg_problems(plan[0]["Plan"])
 
 
+def _assert_narrowed(engine: Engine, backend: Any, queries: Any) -> None:
+    """Each query (``(name, sql)`` or ``(name, sql, params)``) plans without problems and
+    reads events only by ranges that name the session."""
+    unnarrowed = {}
+    for name, sql, *params in queries:
+        plan, problems = _explain(engine, backend, sql, *params)
+        assert not problems, (name, problems)
+        if backend.name == "sqlite":
+            missed = _sqlite_unnarrowed(plan.split("\n"))
+        else:
+            missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
+        if missed:
+            unnarrowed[name] = missed
+    assert not unnarrowed, unnarrowed
+
+
 # One-turn sessions beside the two above, as a store holds many. Events name their session by
 # session_key, and a filter on a session's id reaches them through the sessions row, so
 # PostgreSQL estimates one session's events as the log over the number of distinct keys: in a
@@ -310,17 +326,7 @@ def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
     bad = {name: problems for name, (_, problems) in plans.items() if problems}
     assert not bad, bad
 
-    unnarrowed = {}
-    for name, sql in SMALL_SESSION_QUERIES.items():
-        plan, problems = _explain(big, backend, sql)
-        assert not problems, (name, problems)
-        if backend.name == "sqlite":
-            missed = _sqlite_unnarrowed(plan.split("\n"))
-        else:
-            missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
-        if missed:
-            unnarrowed[name] = missed
-    assert not unnarrowed, unnarrowed
+    _assert_narrowed(big, backend, SMALL_SESSION_QUERIES.items())
     call_index = "ix_events_session_key_call_id"
     if backend.name == "sqlite":
         # SQLite joins by nested loops only: the inner side must be an index search.
@@ -486,3 +492,62 @@ def test_duckdb_attaches_the_store_and_queries_the_views(backend):
     [(m,)] = conn.execute(f"SELECT COUNT(*) FROM {prefix}.tool_calls").fetchall()
     assert n == m > 0
     conn.close()
+
+
+@pytest.fixture
+def huge_and_small(backend, engine: Engine) -> Engine:
+    """A store of two sessions, one of them most of the log: PostgreSQL's statistics then
+    put half the log under any one session key."""
+    open_store(backend.url, schema=backend.schema).close()
+    bulk_session(engine, backend.table_schema, "big", EVENTS)
+    bulk_session(engine, backend.table_schema, "small", 32 * TURN)
+    t = tables_for(backend.table_schema)
+    analyze(engine, [t.sessions, t.events, t.surface])
+    return engine
+
+
+def test_stats_of_a_small_session_beside_a_huge_one_reads_only_its_events(
+    backend, huge_and_small: Engine
+):
+    captured: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if "events" in statement:
+            captured.append((statement, parameters))
+
+    with open_store(backend.url, schema=backend.schema) as store:
+        event.listen(store._ctx.engine, "before_cursor_execute", capture)
+        try:
+            small = store.stats("small")
+        finally:
+            event.remove(store._ctx.engine, "before_cursor_execute", capture)
+        whole = store.stats()
+    assert small.events == 32 * TURN
+    assert sum(small.events_by_type.values()) == 32 * TURN
+    # One call a turn, the five tools in turn.
+    assert sorted(t.tool for t in small.tools) == sorted(
+        ("shell", "read_file", "edit_file", "search", "web_fetch")
+    )
+    assert sorted(t.calls for t in small.tools) == [6, 6, 6, 7, 7]
+    assert whole.events == EVENTS + 32 * TURN
+    _assert_narrowed(huge_and_small, backend, ((s, s, p) for s, p in captured))
+
+
+def test_the_duckdb_extra_installs_the_duckdb_the_recipe_is_tested_with():
+    # The recipe above runs on the test extra's pinned DuckDB; a user's `pip install
+    # 'session-sql[duckdb]'` must get one of the same minor release, never the next major.
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    [tested] = [r for r in map(Requirement, extras["test"]) if r.name == "duckdb"]
+    [offered] = [r for r in map(Requirement, extras["duckdb"]) if r.name == "duckdb"]
+    [pin] = [s.version for s in tested.specifier if s.operator == "=="]
+    assert offered.specifier.contains(pin), (offered, pin)
+    major, minor = (int(part) for part in pin.split(".")[:2])
+    for newer in (f"{major}.{minor + 1}.0", f"{major + 1}.0.0"):
+        assert not offered.specifier.contains(newer), (offered, newer)
+    if duckdb is not None:
+        assert offered.specifier.contains(duckdb.__version__), duckdb.__version__

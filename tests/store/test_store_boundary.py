@@ -261,6 +261,7 @@ CLOSED_CALLS: dict[str, Callable[[SessionStore], Any]] = {
     "events": lambda s: list(s.events("s0")),
     "follow": lambda s: list(s.follow("s0", timeout=0)),
     "list_sessions": lambda s: s.list_sessions(),
+    "count_sessions": lambda s: s.count_sessions(),
     "iter_sessions": lambda s: list(s.iter_sessions()),
     "verify": lambda s: s.verify("s0"),
     "repair": lambda s: s.repair("s0"),

@@ -356,6 +356,23 @@ def test_list_sessions_pages_by_updated_at_and_id(store, listed):
             assert all(len(page) == limit for page in pages[:-1])
 
 
+def test_list_sessions_reversed_pages_the_other_way(store, listed):
+    assert [i.id for i in store.list_sessions(reverse=True)] == listed[::-1]
+    created = [i.id for i in store.list_sessions(order="created", limit=100)]
+    assert [i.id for i in store.list_sessions(order="created", reverse=True)] == created[::-1]
+    for order in ("updated", "created"):
+        everything = [i.id for i in store.list_sessions(order=order, reverse=True)]
+        pages: list[str] = []
+        after: str | None = None
+        while page := store.list_sessions(order=order, reverse=True, limit=2, after=after):
+            pages += [i.id for i in page]
+            after = page[-1].id
+        assert pages == everything, order
+    with pytest.raises(InvalidArgumentError) as refused:
+        store.list_sessions(reverse="yes")  # type: ignore[arg-type]
+    assert refused.value.argument == "reverse"
+
+
 def test_an_append_moves_a_session_to_the_front(store, listed):
     handle = store.open_session("g")
     say(handle)
@@ -377,6 +394,28 @@ def test_list_sessions_filters(store, listed):
     assert [i.id for i in window] == ["e", "d", "c"]
     assert [i.id for i in store.list_sessions(created_before=1001)] == ["a"]
     assert store.list_sessions(limit=0) == []
+
+
+def test_count_sessions_counts_what_list_sessions_lists_with_the_same_filters(store, listed):
+    store.open_session("a").append("todo/write", {"items": []})
+    store.fork_session("a", child_id="a-child")
+    store.update_session("b", labels={"team": "x"})
+    assert store.count_sessions() == len(store.list_sessions(limit=1000)) == 8
+    for filters in (
+        {"parent": "a"},
+        {"parent": "nothing-forked-from-it"},
+        {"parent": "not a valid id!"},
+        {"created_after": 1002, "created_before": 1005},
+        {"id_prefix": "a"},
+        {"id_prefix": "a\x00"},
+        {"labels": {"team": "x"}},
+        {"user_id": "nobody"},
+    ):
+        assert store.count_sessions(**filters) == len(store.list_sessions(**filters)), filters
+    assert store.count_sessions(created_after=1002, created_before=1005) == 3
+    with pytest.raises(InvalidArgumentError) as refused:
+        store.count_sessions(created_after="soon")  # type: ignore[arg-type]
+    assert refused.value.argument == "created_after"
 
 
 def test_list_sessions_by_id_prefix_compares_exactly(store):

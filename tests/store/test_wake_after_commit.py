@@ -23,7 +23,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from session_sql import SessionStore, open_async_store, open_store
+from session_sql import ConcurrencyError, SessionStore, open_async_store, open_store
 from session_sql._store.appends import postgresql as pg_appends
 from session_sql._store.context import StoreContext
 
@@ -180,9 +180,35 @@ def test_the_one_query_commits_before_it_wakes(
     store.create_session("s").append("turn/start", {"turn": 1})
     [query] = sent
     head, commit, wake = query.rsplit(";", 2)
+    assert head.startswith("BEGIN;")
     assert commit == "COMMIT"
     assert wake.startswith("SELECT pg_notify(")
     assert "pg_notify" not in head
+
+
+def test_appends_send_the_server_no_warning(pg_url: tuple[str, str]) -> None:
+    """The one query's block is explicit: a ``COMMIT`` ending an implicit one would commit it
+    with a WARNING, which the server logs (a line per append) and sends to the client. A lost
+    race fails inside the block, which is rolled back: the connection goes back to the pool
+    idle and out of autocommit, and the next append on it works."""
+    url, schema = pg_url
+    notices: list[str] = []
+    with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
+        raw = store.engine.raw_connection()
+        conn = raw.driver_connection
+        conn.add_notice_handler(lambda d: notices.append(f"{d.severity}: {d.message_primary}"))
+        raw.close()
+        handle = store.create_session("s")
+        stale = store.open_session("s")
+        handle.append("turn/start", {"turn": 1})
+        handle.append_many(ITEMS[1:])
+        with pytest.raises(ConcurrencyError):
+            stale.append("turn/start", {"turn": 1})
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert conn.autocommit is False
+        handle.append("turn/end", {"turn": 1, "reason": {"kind": "completed"}})
+        assert store.head_seq("s") == 3
+    assert notices == []
 
 
 def test_a_failed_wake_up_fails_no_append(

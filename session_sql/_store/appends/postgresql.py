@@ -36,7 +36,7 @@ from session_sql._store.appends import (
     whole,
 )
 from session_sql._store.appends import postgresql_async as pg_async
-from session_sql._store.backends.postgresql import PG_IDLE, pipeline
+from session_sql._store.backends.postgresql import PG_IDLE, PG_INERROR, pipeline
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 
@@ -253,9 +253,9 @@ def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPa
     parse, and no arrays for the client to adapt (binding ``unnest`` arrays cost more than
     the rows' own values).
 
-    When the store listens, the query ends ``COMMIT; SELECT pg_notify(...)``: the wake-up
-    runs in a transaction of its own after the append's, which writes nothing and so never
-    waits for a WAL flush. (``NOTIFY`` inside the append would hold PostgreSQL's one
+    When the store listens, the query is ``BEGIN; ...; COMMIT; SELECT pg_notify(...)``: the
+    wake-up runs in a transaction of its own after the append's, which writes nothing and so
+    never waits for a WAL flush. (``NOTIFY`` inside the append would hold PostgreSQL's one
     database-wide notify lock across the append's durable commit, so that appends to
     different sessions queued on it one flush at a time; docs/performance.md.) A first
     error skips the rest of the query, the ``NOTIFY`` included."""
@@ -272,8 +272,11 @@ def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPa
             values.extend(one if type(one) is tuple else [one[name] for name in names])
     notes = ctx.wake_notes([(part.session_id, part.head)]) if ctx.backend.listens else []
     if notes:
+        # An explicit block: a COMMIT that ends the query's implicit transaction instead
+        # commits it with a WARNING ("there is no transaction in progress"), which the server
+        # writes to its log and sends to the client on every append.
         sql, names = ctx.compiled.notify.positional
-        statements.extend(["COMMIT", sql])
+        statements = ["BEGIN", *statements, "COMMIT", sql]
         values.extend(notes[0][name] for name in names)
     return bind(";".join(statements), values)
 
@@ -343,6 +346,8 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
             except psycopg.Error as exc:
                 if driver.broken:
                     raise
+                if driver.info.transaction_status == PG_INERROR:
+                    driver.rollback()  # the failed explicit block of a listening store
                 return one_trip_outcome(exc, part)
             return True
         except BaseException:

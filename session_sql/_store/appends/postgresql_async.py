@@ -14,6 +14,7 @@ import psycopg
 
 from session_sql._store.appends import AppendPart
 from session_sql._store.appends import postgresql as pg
+from session_sql._store.backends.postgresql import PG_INERROR
 from session_sql._store.context import StoreContext
 
 
@@ -36,6 +37,8 @@ async def append_async(
     except psycopg.Error as exc:
         if cur.connection.broken:
             raise
+        if cur.connection.info.transaction_status == PG_INERROR:
+            await cur.connection.rollback()  # the failed explicit block of a listening store
         return pg.one_trip_outcome(exc, part)
     return True
 

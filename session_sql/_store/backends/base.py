@@ -93,6 +93,9 @@ class Backend(ABC):
     async_threads: ClassVar[bool]
     """Whether the async store runs this backend in worker threads (else on the event loop,
     through the async driver: ``make_engine(..., async_driver=True)``)."""
+    stale_statistics: ClassVar[bool]
+    """Whether the planner statistics go stale unless the store refreshes them (SQLite writes
+    none by itself; PostgreSQL's autovacuum analyzes): ``_store.statistics``."""
 
     appends_module: ClassVar[str]
     """The module of ``session_sql._store.appends`` that holds this database's append
@@ -179,6 +182,11 @@ class Backend(ABC):
     @abstractmethod
     def analyze(self, conn: Connection, tables: Sequence[Table]) -> None:
         """Refresh the planner statistics of ``tables`` inside a write transaction."""
+
+    @abstractmethod
+    def statistics_stale(self, conn: Connection) -> bool:
+        """Whether the store's planner statistics no longer describe its size (read inside a
+        read transaction): the store then runs ``analyze`` (``_store.statistics``)."""
 
     # -- connections kept outside a checkout -------------------------------------------
 

@@ -73,10 +73,19 @@ if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
 
-__all__ = ["PG_IDLE", "POSTGRESQL", "SET_TENANT", "PostgreSQLBackend", "is_quiet", "pipeline"]
+__all__ = [
+    "PG_IDLE",
+    "PG_INERROR",
+    "POSTGRESQL",
+    "SET_TENANT",
+    "PostgreSQLBackend",
+    "is_quiet",
+    "pipeline",
+]
 
 _log = logging.getLogger("session_sql")
 PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
+PG_INERROR: Final = psycopg.pq.TransactionStatus.INERROR
 _PQ_OK: Final = psycopg.pq.ConnStatus.OK
 
 # Driver errors are mapped by constraint name, and the names come from the naming convention.
@@ -344,6 +353,7 @@ class PostgreSQLBackend(Backend):
     standbys = True
     single_writer = False
     async_threads = False
+    stale_statistics = False
 
     appends_module = "postgresql"
 
@@ -432,6 +442,10 @@ class PostgreSQLBackend(Backend):
         role does not own."""
         preparer = conn.dialect.identifier_preparer
         conn.exec_driver_sql("ANALYZE " + ", ".join(preparer.format_table(t) for t in tables))
+
+    def statistics_stale(self, conn: Connection) -> bool:
+        """Never: autovacuum's autoanalyze refreshes them as tables change."""
+        return False
 
     # -- connections kept outside a checkout -------------------------------------------
 

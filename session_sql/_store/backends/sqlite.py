@@ -74,6 +74,15 @@ RECLAIM_BUSY_MS: Final = 100
 ANALYZE_SAMPLE_ROWS: Final = 1000
 """SQLite's ``analysis_limit``: rows sampled per index, so ANALYZE stays fast on any size."""
 
+STATISTICS_MIN_EVENTS: Final = 10_000
+"""Below this many events no statistics are written (every plan is fast on a small log)."""
+
+STATISTICS_GROWTH: Final = 2
+"""The statistics are stale once the log has grown (or shrunk) by this factor since."""
+
+_EVENTS_SIZE = "SELECT COUNT(*), COALESCE(SUM(head_seq + 1), 0) FROM sessions WHERE head_seq >= 0"
+"""Sessions with events, and events (a log holds seqs 0..head_seq): one pass over sessions."""
+
 
 def sqlite_pragmas(synchronous: str = "FULL") -> tuple[str, ...]:
     """The pragmas every SQLite connection runs first, in order, for the given options.
@@ -210,6 +219,7 @@ class SQLiteBackend(Backend):
     standbys = False
     single_writer = True
     async_threads = True
+    stale_statistics = True
 
     appends_module = "sqlite"
 
@@ -335,11 +345,24 @@ class SQLiteBackend(Backend):
         return  # the BEGIN IMMEDIATE of write_tx already serialises it
 
     def analyze(self, conn: Connection, tables: Sequence[Table]) -> None:
-        """The sample is capped (``analysis_limit``), so this takes milliseconds."""
+        """The sample is capped (``analysis_limit``), so this takes milliseconds; then the
+        session-keyed figures are set from exact counts (``_correct_session_keyed``)."""
         preparer = conn.dialect.identifier_preparer
         conn.exec_driver_sql("PRAGMA analysis_limit = " + str(int(ANALYZE_SAMPLE_ROWS)))
         for t in tables:
             conn.exec_driver_sql("ANALYZE " + preparer.format_table(t))
+        _correct_session_keyed(conn)
+
+    def statistics_stale(self, conn: Connection) -> bool:
+        """Stale when a log of at least ``STATISTICS_MIN_EVENTS`` has none, or has grown or
+        shrunk by ``STATISTICS_GROWTH`` since (nothing else ever writes them on SQLite)."""
+        _, events = conn.exec_driver_sql(_EVENTS_SIZE).one()
+        if events < STATISTICS_MIN_EVENTS:
+            return False
+        analyzed = _analyzed_events(conn)
+        return analyzed is None or not (
+            analyzed / STATISTICS_GROWTH < events < analyzed * STATISTICS_GROWTH
+        )
 
     # -- connections kept outside a checkout -------------------------------------------
 
@@ -465,3 +488,48 @@ class SQLiteBackend(Backend):
 
 
 SQLITE: Final = SQLiteBackend()
+
+
+def _analyzed_events(conn: Connection) -> int | None:
+    """The events the statistics were taken on (``sqlite_stat1``), or ``None``: none yet."""
+    found = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_stat1'"
+    ).first()
+    if found is None:
+        return None
+    row = conn.exec_driver_sql(
+        "SELECT stat FROM sqlite_stat1 WHERE tbl = 'events' AND idx = 'events'"
+    ).first()
+    return None if row is None else int(str(row[0]).split()[0])
+
+
+def _correct_session_keyed(conn: Connection) -> None:
+    """Set the first two figures of every events and surface index (rows; rows per session:
+    each of them starts with ``session_key``) from exact counts, and reload them.
+
+    A sampled ANALYZE reads the first ``analysis_limit`` entries of each index: a few
+    sessions, so it takes a session for a few hundred rows, however long the logs are. With
+    that, the turns view walks a whole session's primary key instead of its turn boundaries'
+    partial index. The sampled ratio between an index and its table is kept.
+    """
+    sessions, events = conn.exec_driver_sql(_EVENTS_SIZE).one()
+    if not sessions or _analyzed_events(conn) is None:
+        return
+    rows = conn.exec_driver_sql(
+        "SELECT tbl, idx, stat FROM sqlite_stat1 WHERE tbl IN ('events', 'surface')"
+    ).all()
+    sampled = {(tbl, idx): str(stat).split() for tbl, idx, stat in rows}
+    table_rows = int(sampled.get(("events", "events"), ["0"])[0])
+    for (tbl, idx), figures in sampled.items():
+        if len(figures) < 3 or not figures[0].isdigit():
+            continue
+        total = int(figures[0])
+        if tbl == "events" and table_rows:
+            total = max(1, round(total * events / table_rows))
+        tail = [int(f) for f in figures[2:] if f.isdigit()]
+        per_session = max(1, round(total / sessions), *(tail[:1] or [1]))
+        stat = " ".join([str(total), str(per_session), *figures[2:]])
+        conn.exec_driver_sql(
+            "UPDATE sqlite_stat1 SET stat = ? WHERE tbl = ? AND idx = ?", (stat, tbl, idx)
+        )
+    conn.exec_driver_sql("ANALYZE sqlite_master")  # the planner reads the new figures

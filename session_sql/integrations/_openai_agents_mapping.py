@@ -1,0 +1,337 @@
+"""How OpenAI Agents SDK items lie in a session_sql log, without I/O.
+
+``openai_agents.SessionSQLSession`` does the storing; this module turns one ``add_items``
+batch into the events that hold it and takes an item back out of a surface node. Each item is
+one surface node whose message keeps the exact item (so ``get_items`` gives it back byte for
+byte); where a core message says what the item says, the node is that core message (user
+text, assistant text, a function call, its output) and the batch also carries the log-only
+events the analytics read: ``turn/start``/``turn/end`` around a run, a ``tool/call`` beside
+each function call, and the run's token usage on its assistant messages.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from session_sql import SurfaceMessage, thaw
+from session_sql.errors import InvalidArgumentError
+from session_sql.integrations import OPENAI_AGENTS_ITEM
+
+SOURCE_KIND = "openai-agents"
+"""``source.kind`` of the user messages, ``source.provider`` of the other core messages."""
+
+MODEL = "unknown"
+"""``source.model`` of assistant messages: the SDK's ``Session`` protocol does not name it."""
+
+TURN_SCOPED = frozenset({"assistant/message", "tool/call", "tool/result"})
+SURFACE = frozenset({"user/message", "assistant/message", "tool/result", OPENAI_AGENTS_ITEM})
+
+Batch = list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a session's log stands, turn-wise, when it holds ``seq`` events."""
+
+    seq: int
+    turn: int = 0  # the latest turn's number (0: none yet)
+    open: bool = False  # whether that turn has not ended
+    step: int = 0  # the latest step (one per batch of model output) of that turn
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens the run used since the last batch that recorded its usage."""
+
+    input_tokens: int
+    output_tokens: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"inputTokens": self.input_tokens, "outputTokens": self.output_tokens}
+
+
+def new_id() -> str:
+    return f"oa_{uuid.uuid4().hex}"
+
+
+def _text_parts(content: Any) -> bool:
+    """Content made of ``input_text`` parts only, with nothing else in them, each keyed in the
+    order they are rebuilt in (another order is kept verbatim as an item, SPEC §12.1)."""
+    return (
+        isinstance(content, list)
+        and len(content) > 0
+        and all(
+            isinstance(part, dict)
+            and list(part) == ["type", "text"]
+            and part["type"] == "input_text"
+            and type(part["text"]) is str
+            for part in content
+        )
+    )
+
+
+def _nonempty(value: Any) -> bool:
+    return type(value) is str and value != ""
+
+
+def is_user_input(item: Any) -> bool:
+    """A user message, whatever its content: what a run's input starts with."""
+    return (
+        isinstance(item, dict)
+        and item.get("role") == "user"
+        and item.get("type", "message") == "message"
+    )
+
+
+def _blocks(content: Any) -> list[Any] | None:
+    """Text parts as ``text`` blocks, other parts as they are (None: not a list of parts)."""
+    if type(content) is str:
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list) or not content:
+        return None
+    blocks: list[Any] = []
+    for part in content:
+        if not (isinstance(part, dict) and type(part.get("type")) is str):
+            return None
+        kind = part["type"]
+        if kind in ("output_text", "input_text", "text") and type(part.get("text")) is str:
+            blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "refusal" and type(part.get("refusal")) is str:
+            blocks.append({"type": "text", "text": part["refusal"]})
+        else:
+            blocks.append(part)
+    return blocks
+
+
+def kind_of(item: Any) -> str:
+    """``user``, ``assistant``, ``call``, ``result`` (the core shapes) or ``item``."""
+    if not isinstance(item, dict) or not all(type(key) is str for key in item):
+        return "item"
+    if is_user_input(item):
+        content = item.get("content")
+        return "user" if type(content) is str or _text_parts(content) else "item"
+    kind = item.get("type", "message")
+    if kind == "message" and item.get("role") == "assistant":
+        return "assistant" if _blocks(item.get("content")) else "item"
+    if kind == "function_call":
+        ok = _nonempty(item.get("call_id")) and _nonempty(item.get("name"))
+        return "call" if ok and type(item.get("arguments")) is str else "item"
+    if kind == "function_call_output" and _nonempty(item.get("call_id")):
+        output = item.get("output")
+        return "result" if type(output) is str or _blocks(output) else "item"
+    return "item"
+
+
+def user_event(item: dict[str, Any]) -> dict[str, Any]:
+    """A user text message as a ``user/message`` whose ``source`` keeps the item's other keys."""
+    content: Any = item.get("content")
+    texts = [content] if type(content) is str else [part["text"] for part in content]
+    rest = {key: value for key, value in item.items() if key != "content"}
+    source: dict[str, Any] = {
+        "kind": SOURCE_KIND,
+        "item": rest,
+        "content": "text" if type(content) is str else "parts",
+    }
+    at = list(item).index("content")
+    if at < len(rest):  # not the last key: say where it goes back (SPEC §12.1)
+        source["contentAt"] = at
+    message = {
+        "id": new_id(),
+        "role": "user",
+        "content": [{"type": "text", "text": text} for text in texts],
+        "source": source,
+    }
+    return {"type": "user/message", "data": message}
+
+
+def item_event(item: Any) -> dict[str, Any]:
+    """The event that holds ``item`` outside a run: user text as a core message, the rest as
+    an item (what compaction writes)."""
+    if item is None:
+        raise InvalidArgumentError("an item must not be None", argument="items")
+    if kind_of(item) == "user":
+        return user_event(item)
+    return {"type": OPENAI_AGENTS_ITEM, "data": item}
+
+
+def _kept(source: dict[str, Any], item: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """``source`` keeping ``item``: whole, or without ``key`` (a string the message holds
+    already: a call's arguments, a tool's output), with where it goes back among the keys."""
+    if key is None or type(item.get(key)) is not str:
+        source["item"] = item
+        return source
+    source["item"] = {k: v for k, v in item.items() if k != key}
+    source["omitted"] = [key, list(item).index(key)]
+    return source
+
+
+def _assistant(
+    item: dict[str, Any], blocks: list[Any], turn: int, step: int, omit: str | None = None
+) -> dict[str, Any]:
+    given = item.get("id")
+    source = {"kind": "model", "provider": SOURCE_KIND, "model": MODEL}
+    message = {
+        "id": given if _nonempty(given) else new_id(),
+        "role": "assistant",
+        "content": blocks,
+        "source": _kept(source, item, omit),
+    }
+    return {"turn": turn, "step": step, "message": message}
+
+
+def batch_of(items: list[Any], at: Position, usage: Usage | None) -> tuple[Batch, Position]:
+    """The events that append ``items`` to a log standing at ``at``, and where it then stands.
+
+    A user message starts a turn when it begins the batch (a run's input) or is user text
+    after model output in it (a history added by hand), ending one left open (``interrupted``, or
+    ``completed`` when it ended on assistant text); model output outside a turn starts one too.
+    A batch with model output or tool results is one step. A batch whose last model item is
+    assistant text and whose calls all have their outputs ends the turn (``completed``).
+    ``usage`` goes on the batch's first assistant message.
+    """
+    events: Batch = []
+    turn, open_, step = at.turn, at.open, at.step
+    stepped = False  # this batch holds model output or tool results (one step)
+    calls: dict[str, int] = {}  # call id -> seq of its tool/call in this batch
+    answered: set[str] = set()
+    last_model = ""
+
+    def done() -> bool:
+        return last_model == "assistant" and set(calls) <= answered
+
+    def start() -> None:
+        nonlocal turn, open_, step, stepped, last_model
+        if open_:
+            events.append(_turn_end(turn, "completed" if stepped and done() else "interrupted"))
+        turn, open_, step, stepped, last_model = turn + 1, True, 0, False, ""
+        calls.clear()
+        answered.clear()
+        events.append({"type": "turn/start", "data": {"turn": turn}})
+
+    for index, item in enumerate(items):
+        if item is None:
+            raise InvalidArgumentError("an item must not be None", argument="items")
+        kind = kind_of(item)
+        if is_user_input(item) and (index == 0 or (stepped and kind == "user")):
+            start()  # a run's input, or user text after model output
+        if kind in ("assistant", "call", "result"):
+            if not open_:
+                start()
+            if not stepped:
+                stepped, step = True, step + 1
+        if kind == "user":
+            events.append(user_event(item))
+        elif kind == "assistant":
+            data = _assistant(item, _blocks(item["content"]) or [], turn, step)
+            if usage is not None:
+                data["usage"], usage = usage.to_json(), None
+            events.append({"type": "assistant/message", "data": data})
+            last_model = kind
+        elif kind == "call":
+            block = {
+                "type": "tool-call",
+                "id": item["call_id"],
+                "name": item["name"],
+                "arguments": item["arguments"],
+            }
+            data = _assistant(item, [block], turn, step, "arguments")
+            if usage is not None:
+                data["usage"], usage = usage.to_json(), None
+            events.append({"type": "assistant/message", "data": data})
+            call = {
+                "turn": turn,
+                "step": step,
+                "callId": item["call_id"],
+                "name": item["name"],
+                "arguments": item["arguments"],
+            }
+            calls[item["call_id"]] = at.seq + len(events)
+            events.append({"type": "tool/call", "data": call})
+            last_model = kind
+        elif kind == "result":
+            events.append(_result(item, turn, step, calls.get(item["call_id"])))
+            answered.add(item["call_id"])
+        else:
+            events.append({"type": OPENAI_AGENTS_ITEM, "data": item})
+    if open_ and stepped and done():
+        events.append(_turn_end(turn, "completed"))
+        open_ = False
+    for event in events:
+        if event["type"] in SURFACE:
+            event["surface_op"] = "append"
+    return events, Position(at.seq + len(events), turn, open_, step)
+
+
+def _turn_end(turn: int, reason: str) -> dict[str, Any]:
+    return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": reason}}}
+
+
+def _result(item: dict[str, Any], turn: int, step: int, call_seq: int | None) -> dict[str, Any]:
+    call_id = item["call_id"]
+    block = {"type": "tool-result", "toolCallId": call_id, "content": _blocks(item["output"])}
+    source = _kept({"kind": "tool", "callId": call_id, "provider": SOURCE_KIND}, item, "output")
+    message = {"id": new_id(), "role": "user", "content": [block], "source": source}
+    event: dict[str, Any] = {
+        "type": "tool/result",
+        "data": {"turn": turn, "step": step, "message": message},
+    }
+    if call_seq is not None:
+        event["source_event_seqs"] = [call_seq]
+    return event
+
+
+def item_of(node: SurfaceMessage) -> Any:
+    """The item a surface node holds, or None for a node this integration did not write."""
+    if node.type == OPENAI_AGENTS_ITEM:
+        return thaw(node.message)
+    message = node.message
+    source = message.get("source") if isinstance(message, Mapping) else None
+    if not isinstance(source, Mapping):
+        return None
+    if node.type in ("assistant/message", "tool/result"):
+        if source.get("provider") != SOURCE_KIND or "item" not in source:
+            return None
+        item = thaw(source["item"])
+        if "omitted" not in source:
+            return item
+        key, at = source["omitted"]
+        block = message["content"][0]
+        value = block["arguments"] if key == "arguments" else block["content"][0]["text"]
+        pairs = list(item.items())
+        pairs.insert(at, (key, value))
+        return dict(pairs)
+    if node.type != "user/message" or source.get("kind") != SOURCE_KIND:
+        return None
+    texts = [block["text"] for block in message["content"]]
+    if source.get("content") == "text":
+        content: Any = texts[0]
+    else:
+        content = [{"type": "input_text", "text": text} for text in texts]
+    # The item's keys in their order, ``content`` where it was (last when not recorded), so
+    # that the item serialises as it did when it was added (SPEC §12.1).
+    pairs = list(thaw(source["item"]).items())
+    pairs.insert(source.get("contentAt", len(pairs)), ("content", content))
+    return dict(pairs)
+
+
+def position_after(events: list[Any], count: int) -> Position | None:
+    """The position a log of ``count`` events stands at, from its last ``events`` (newest
+    last); None when they hold no turn boundary."""
+    step: int | None = None
+    for event in reversed(events):
+        data = event.data
+        if not isinstance(data, Mapping):
+            continue
+        if step is None and event.type in TURN_SCOPED and type(data.get("step")) is int:
+            step = data["step"]
+        turn = data.get("turn")
+        if type(turn) is not int:
+            continue
+        if event.type == "turn/start":
+            return Position(count, turn, True, step or 0)
+        if event.type == "turn/end":
+            return Position(count, turn, False, 0)
+    return None

@@ -1,0 +1,342 @@
+"""What both savers do with their store, written once.
+
+Each operation is a generator that yields the store calls it needs (``Call``) and gets their
+results back; ``run_sync`` runs one against a ``SessionStore``, ``run_async`` against an
+``AsyncSessionStore`` (awaiting each call). So the two savers share every step, retry and
+race rule, and differ only in how a call is made. What to write is planned by the pure
+functions of ``_write``; what to answer by those of ``_read``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from session_sql import (
+    AsyncSessionStore,
+    ConcurrencyError,
+    InvalidArgumentError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStore,
+)
+
+from ._ids import (
+    ID_PREFIX,
+    MAX_ATTEMPTS,
+    MOVED_TYPE,
+    THREAD_LABEL,
+    Batch,
+    base_id,
+    base_of,
+    gen_id,
+    generation,
+    labels,
+    thread_of,
+)
+from ._ids import config as make_config
+from ._index import Index
+from ._read import get, matching
+from ._write import needs, put_batch, rewritten, writes_batch
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of a store or session handle method, made by the driver."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Call:
+    return Call(fn, args, kwargs)
+
+
+Op = Generator[Call, Any, T]
+
+
+def run_sync(op: Op[T]) -> T:
+    """Run ``op``, making each call it yields (a sync store's)."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(result) if error is None else op.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            result, error = step.fn(*step.args, **step.kwargs), None
+        except Exception as exc:
+            result, error = None, exc
+
+
+async def run_async(op: Op[T]) -> T:
+    """Run ``op``, awaiting each call it yields (an async store's)."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = op.send(result) if error is None else op.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            result, error = await step.fn(*step.args, **step.kwargs), None
+        except Exception as exc:
+            result, error = None, exc
+
+
+class Threads:
+    """A saver's threads in its store, and the saver's calls as operations over them."""
+
+    store: SessionStore | AsyncSessionStore
+    serde: SerializerProtocol
+    _threads: dict[str, Index]
+
+    # -- a thread's generations ------------------------------------------------------------
+
+    def _index(self, thread_id: str, *, create: bool, fresh: bool = True) -> Op[Index | None]:
+        """The thread's current generation, refreshed unless ``fresh`` is False (None when it
+        has none)."""
+        index = self._threads.get(thread_id)
+        if index is not None and not fresh and index.moved is None:
+            return index  # a write: conditional on the head this index saw
+        if index is not None:
+            try:
+                yield call(index.handle.refresh)
+                index.fold()
+                if index.moved is None:
+                    return index
+            except SessionNotFoundError:
+                pass
+            self._threads.pop(thread_id, None)
+        for _ in range(MAX_ATTEMPTS):
+            found = yield from self._resolve(thread_id, create=create)
+            if found is None or found.moved is None:
+                if found is not None:
+                    self._threads[thread_id] = found
+                return found
+            yield from self._finish_move(found)
+        raise ConcurrencyError(f"thread {thread_id!r}: could not settle its generations")
+
+    def _resolve(self, thread_id: str, *, create: bool) -> Op[Index | None]:
+        base = base_id(thread_id)
+        for _ in range(MAX_ATTEMPTS):
+            gens = yield from self._generations(base)
+            for gen in sorted(gens)[:-1]:  # a finished move's leftover
+                with contextlib.suppress(SessionNotFoundError):
+                    yield from self._drop_if_sealed(gen_id(base, gen))
+            if gens:
+                try:
+                    handle = yield call(self.store.open_session, gen_id(base, max(gens)))
+                except SessionNotFoundError:
+                    continue
+            elif create:
+                try:
+                    handle = yield call(self.store.create_session, base, labels=labels(thread_id))
+                except SessionExistsError:
+                    continue
+            else:
+                return None
+            index = Index(handle)
+            index.fold()
+            return index
+        raise ConcurrencyError(f"thread {thread_id!r}: could not open its session")
+
+    def _generations(self, base: str) -> Op[dict[int, str]]:
+        """The thread's sessions by generation: normally one; two while a move finishes.
+
+        Later generations are listed by the prefix ``<base>~`` (no other thread's id starts
+        with it: a thread id with ``~`` gets a digest id), the first is looked up by id.
+        """
+        lister = self.store.list_sessions
+        infos = yield call(lister, id_prefix=base + "~", limit=1000, order="created")
+        gens = {}
+        for info in infos:
+            gen = generation(info.id, base)
+            if gen is not None:
+                gens[gen] = info.id
+        with contextlib.suppress(SessionNotFoundError):
+            yield call(self.store.head_seq, base)
+            gens[0] = base
+        return gens
+
+    def _drop_if_sealed(self, session_id: str) -> Op[None]:
+        handle = yield call(self.store.open_session, session_id)
+        if any(e.type == MOVED_TYPE for e in handle.events[-1:]):
+            yield call(self.store.delete_session, session_id)
+
+    def _finish_move(self, index: Index) -> Op[None]:
+        """Create the successor a sealed generation names (if nobody has), drop the old."""
+        moved = index.moved
+        seed = rewritten(self.serde, index, moved["op"], index.now())
+        with contextlib.suppress(SessionExistsError):
+            create = self.store.create_session
+            yield call(create, moved["to"], seed=seed, labels=moved.get("labels"))
+        with contextlib.suppress(SessionNotFoundError):
+            yield call(self.store.delete_session, index.handle.id)
+
+    def _append(self, thread_id: str, build: Callable[[Index], Batch]) -> Op[None]:
+        """Append what ``build`` plans from the thread's index, replanning on a lost race."""
+        fresh = False  # the first try trusts the cached log: the append is conditional on it
+        for _ in range(MAX_ATTEMPTS):
+            index = yield from self._index(thread_id, create=True, fresh=fresh)
+            if index is None:
+                return
+            batch = build(index)
+            if not batch:
+                if not fresh:  # nothing to write, by the cache's account: make sure
+                    fresh = True
+                    continue
+                return
+            fresh = True
+            try:
+                yield call(index.handle.append_many, batch)
+                index.fold()
+                index.committed()
+                return
+            except (ConcurrencyError, SessionNotFoundError):
+                continue
+        raise ConcurrencyError(f"thread {thread_id!r}: {MAX_ATTEMPTS} writes lost a race")
+
+    def _move(self, index: Index, thread_id: str, op: dict[str, Any]) -> Op[bool]:
+        """Seal ``index``'s generation for ``op``, then finish the move (False: lost a race)."""
+        base = base_of(index.handle.id)
+        gen = generation(index.handle.id, base) or 0
+        moved = {"to": gen_id(base, gen + 1), "op": op, "labels": labels(thread_id)}
+        try:
+            seal = [{"type": MOVED_TYPE, "data": moved, "ignorable": True}]
+            yield call(index.handle.append_many, seal)
+        except (ConcurrencyError, SessionNotFoundError):
+            return False
+        index.fold()
+        self._threads.pop(thread_id, None)
+        yield from self._finish_move(index)
+        return True
+
+    def _rewrite(self, thread_id: str, op: dict[str, Any]) -> Op[None]:
+        for _ in range(MAX_ATTEMPTS):
+            index = yield from self._index(thread_id, create=False)
+            if index is None or not needs(self.serde, index, op):
+                return
+            if (yield from self._move(index, thread_id, op)):
+                return
+        raise ConcurrencyError(f"thread {thread_id!r}: {MAX_ATTEMPTS} rewrites lost a race")
+
+    def _all_threads(self) -> Op[list[str]]:
+        threads: list[str] = []
+        after = None
+        while True:
+            lister = self.store.list_sessions
+            page = yield call(lister, id_prefix=ID_PREFIX, limit=500, order="created", after=after)
+            for info in page:
+                thread_id = info.labels.get(THREAD_LABEL)
+                if thread_id is not None and thread_id not in threads:
+                    threads.append(thread_id)
+            if len(page) < 500:
+                return threads
+            after = page[-1]
+
+    # -- BaseCheckpointSaver's calls --------------------------------------------------------
+
+    def _get_tuple_op(self, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+        index = yield from self._index(thread_of(config), create=False)
+        return get(self.serde, index, config)
+
+    def _list_op(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Op[list[CheckpointTuple]]:
+        threads = [thread_of(config)] if config else (yield from self._all_threads())
+        found: list[CheckpointTuple] = []
+        for thread_id in threads:
+            index = yield from self._index(thread_id, create=False)
+            if index is None:
+                continue
+            for item in matching(self.serde, index, thread_id, config, filter, before):
+                if limit is not None and len(found) >= limit:
+                    break
+                found.append(item)
+        return found
+
+    def _put_op(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Op[RunnableConfig]:
+        thread_id = thread_of(config)
+        yield from self._append(
+            thread_id,
+            lambda index: put_batch(self.serde, index, config, checkpoint, metadata, new_versions),
+        )
+        return make_config(
+            thread_id, config["configurable"].get("checkpoint_ns", ""), checkpoint["id"]
+        )
+
+    def _put_writes_op(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Op[None]:
+        yield from self._append(
+            thread_of(config),
+            lambda index: writes_batch(self.serde, index, config, writes, task_id, task_path),
+        )
+
+    def _delete_thread_op(self, thread_id: str) -> Op[None]:
+        self._threads.pop(thread_id, None)
+        for session_id in (yield from self._generations(base_id(thread_id))).values():
+            with contextlib.suppress(SessionNotFoundError):
+                yield call(self.store.delete_session, session_id)
+
+    def _delete_for_runs_op(self, run_ids: Sequence[str]) -> Op[None]:
+        runs = sorted({str(r) for r in run_ids})
+        if not runs:
+            return
+        for thread_id in (yield from self._all_threads()):
+            yield from self._rewrite(thread_id, {"op": "delete_runs", "runs": runs})
+
+    def _prune_op(self, thread_ids: Sequence[str], strategy: str) -> Op[None]:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidArgumentError(
+                f"strategy must be 'keep_latest' or 'delete', not {strategy!r}",
+                argument="strategy",
+            )
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                yield from self._delete_thread_op(str(thread_id))
+            else:
+                yield from self._rewrite(str(thread_id), {"op": "keep_latest"})
+
+    def _copy_thread_op(self, source: str, target: str) -> Op[None]:
+        index = yield from self._index(source, create=False)
+        if index is None:
+            return
+        child = base_id(target)
+        if (yield from self._generations(child)):
+            raise SessionExistsError(
+                f"thread {target!r} exists: copy_thread forks into a new thread",
+                session_id=child,
+            )
+        yield call(self.store.fork_session, index.handle.id, child_id=child)
+        yield call(self.store.update_session, child, labels=labels(target))
