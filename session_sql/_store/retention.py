@@ -8,8 +8,8 @@ delete, a moved session kept — live here once and each store only does the I/O
 Why it is safe to kill at any point: a session's archive file is published (written under a
 temporary name, fsynced, renamed, its directory fsynced) before the transaction deleting it
 begins, and each delete is conditional on the row being the one selected and archived
-(``updated_at``, ``head_seq`` and ``incarnation`` unchanged), so a session appended to
-meanwhile is kept. A re-run selects what is left and rewrites an archive file whole.
+(``updated_at``, ``head_seq``, ``incarnation`` and the metadata unchanged), so a session
+appended to or edited meanwhile is kept. A re-run selects what is left and rewrites an archive file whole.
 """
 
 from __future__ import annotations
@@ -113,6 +113,9 @@ class Candidate:
     key: int
     head_seq: int
     incarnation: str
+    metadata: tuple[Any, ...]
+    """``(user_id, title, labels)`` as selected: an edit of them (which moves no
+    ``updated_at``) between the archive and the delete keeps the session."""
 
 
 # The steps ``prune_steps`` yields, and what each is sent back.
@@ -274,7 +277,9 @@ def prune_steps(
 
 def _archived(candidate: Candidate, path: Path) -> Candidate:
     session = candidate.session.model_copy(update={"archive": str(path)})
-    return Candidate(session, candidate.key, candidate.head_seq, candidate.incarnation)
+    return Candidate(
+        session, candidate.key, candidate.head_seq, candidate.incarnation, candidate.metadata
+    )
 
 
 def _batches(page: Sequence[Candidate]) -> Generator[list[Candidate], None, None]:
@@ -306,6 +311,8 @@ def read_page(
         s.c.incarnation,
         s.c.user_id,
         s.c.parent_session,
+        s.c.title,
+        s.c.labels,
     ).where(own(ctx, s))
     if request.updated_before is not None:
         query = query.where(s.c.updated_at < request.updated_before)
@@ -334,6 +341,7 @@ def read_page(
             row.session_key,
             row.head_seq,
             row.incarnation,
+            (row.user_id, row.title, dict(row.labels)),
         )
         for row in rows
     ]
@@ -353,7 +361,8 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
     """Delete each session of ``batch`` that is still as selected, in one write transaction;
     one bool each.
 
-    The rows still as selected (``updated_at``, ``head_seq``, ``incarnation``) are locked
+    The rows still as selected (``updated_at``, ``head_seq``, ``incarnation``, and the
+    metadata, which an edit changes without moving ``updated_at``) are locked
     first (PostgreSQL: ``FOR UPDATE``, which re-reads a row an append committed meanwhile;
     SQLite holds the write lock already); then their surface rows, events and session rows
     go in one statement per table, so the foreign keys' cascades find nothing left to do
@@ -362,7 +371,7 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
     s, e, sf = ctx.tables.sessions, ctx.tables.events, ctx.tables.surface
     selected = [(c.key, c.session.updated_at, c.head_seq, c.incarnation) for c in batch]
     still = (
-        select(s.c.session_key)
+        select(s.c.session_key, s.c.user_id, s.c.title, s.c.labels)
         .where(
             own(ctx, s),
             # The keys alone first: SQLite looks them up by rowid, where a row-value IN
@@ -373,7 +382,12 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
         .with_for_update()
     )
     with translate_errors(), write_tx(ctx.engine) as conn:
-        keys = set(conn.execute(still).scalars())
+        metadata = {c.key: c.metadata for c in batch}
+        keys = {
+            row.session_key
+            for row in conn.execute(still)
+            if (row.user_id, row.title, dict(row.labels)) == metadata[row.session_key]
+        }
         if keys:
             for table in (sf, e, s):
                 conn.execute(delete(table).where(own(ctx, table), table.c.session_key.in_(keys)))

@@ -277,6 +277,37 @@ def test_a_session_appended_to_after_its_selection_is_kept(store, archive, monke
             age(store, sid, NOW - 6 * DAY)
 
 
+def test_a_session_whose_metadata_is_edited_after_its_selection_is_kept(
+    backend, tenant, store, archive, monkeypatch
+):
+    """A metadata edit moves no ``updated_at``: the delete compares the metadata too, so an
+    archive written before the edit never stands in for the edited session."""
+    population(store)
+    read_page = retention.read_page
+    edits = iter([{"title": "renamed"}, {"labels": {"team": "b"}}, {"title": None}])
+    editor = open_store(backend.url, schema=backend.schema, tenant=tenant)
+
+    def then_edit(ctx: Any, request: Any, after: Any) -> Any:
+        page = read_page(ctx, request, after)
+        if after is None:  # between the selection and the delete, from another thread
+            edit = threading.Thread(target=editor.update_session, args=("s1",), kwargs=next(edits))
+            edit.start()
+            edit.join()
+        return page
+
+    monkeypatch.setattr(retention, "read_page", then_edit)
+    for folder in (archive, None, archive):
+        report = store.prune(updated_before=NOW - 3 * DAY, archive_dir=folder)
+        assert "s1" in report.kept and "s1" not in [s.id for s in report.sessions]
+        assert "s1" in ids(store) and store.verify("s1").ok
+        for sid in ("s0", "s2"):
+            store.create_session(sid)
+            age(store, sid, NOW - 6 * DAY)
+    editor.close()
+    info = store.session_info("s1")
+    assert (info.title, info.labels) == (None, {"team": "b"})
+
+
 def test_a_session_written_to_while_pruning_survives(backend, monkeypatch):
     """A writer appends to old sessions while a prune deletes them: every session it wrote
     to is still there with every event it wrote, and every deleted one refused its writes."""
