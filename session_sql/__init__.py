@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         MigrationReport,
         migrate,
     )
+    from session_sql._store.retention import PrunedSession, PruneReport
     from session_sql._store.schema import SCHEMA_VERSION
     from session_sql._store.stats import ModelTokens, StoreStats, ToolStats
     from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
@@ -74,6 +75,8 @@ _LAZY = {
     "SessionInfo": "session_sql._store.store",
     "SessionStore": "session_sql._store.store",
     "StoreStats": "session_sql._store.stats",
+    "PruneReport": "session_sql._store.retention",
+    "PrunedSession": "session_sql._store.retention",
     "StoredSession": "session_sql._store.writer",
     "ToolStats": "session_sql._store.stats",
     "VerifyReport": "session_sql._store.store",
@@ -116,6 +119,8 @@ __all__ = [
     "ModelTokens",
     "NotJSONError",
     "PermanentStoreError",
+    "PruneReport",
+    "PrunedSession",
     "ReadOnlyError",
     "ReentrantAppendError",
     "Replace",

@@ -37,10 +37,11 @@ from collections.abc import (
 from typing import IO, Any, TypeVar
 
 from session_sql import loopsafe
-from session_sql._store import forwarding, reader
+from session_sql._store import forwarding, reader, retention
 from session_sql._store.async_handle import AsyncStoredSession, sync_of
 from session_sql._store.backends import backend_for
 from session_sql._store.following import Read, Sleep, Wait
+from session_sql._store.retention import PrunedSession, PruneReport
 from session_sql._store.running import _OffloadedFile, _Runner, _settle
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.store import SessionInfo, SessionStore, open_store
@@ -54,7 +55,7 @@ from session_sql._store.writer import (
 )
 from session_sql.arguments import seq_bound, timeout_arg
 from session_sql.catalog import Catalog
-from session_sql.errors import ConcurrencyError, InvalidArgumentError
+from session_sql.errors import ConcurrencyError, InvalidArgumentError, SessionNotFoundError
 from session_sql.events import SessionEvent
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.pending import abandon_all, commit_all
@@ -339,13 +340,20 @@ class AsyncSessionStore:
         or not at all, as by ``SessionStore.export_jsonl``."""
         if self._runner.threaded or not isinstance(path, str | os.PathLike):
             return await self._runner.call(self._store.export_jsonl, session_id, path)
+        return await self._export_file(session_id, path, primary=False)
+
+    async def _export_file(
+        self, session_id: str, path: str | os.PathLike[str], *, primary: bool
+    ) -> int:
+        """Export to a path on the event loop (PostgreSQL): the file's I/O in the loop's
+        executor, the reads awaited."""
         loop = asyncio.get_running_loop()
         publishing = published_file(path)
         fh = await loop.run_in_executor(None, publishing.__enter__)
         out = _OffloadedFile(fh, loop)
 
         def export() -> int:
-            count = self._store._export(session_id, out)  # type: ignore[arg-type]
+            count = self._store._export(session_id, out, primary=primary)  # type: ignore[arg-type]
             out.flush()
             return count
 
@@ -356,6 +364,48 @@ class AsyncSessionStore:
             raise
         await loop.run_in_executor(None, publishing.__exit__, None, None, None)
         return count
+
+    async def prune(
+        self,
+        *,
+        updated_before: int | None = None,
+        user_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        archive_dir: str | os.PathLike[str] | None = None,
+        dry_run: bool = False,
+        progress: Callable[[PrunedSession], None] | None = None,
+    ) -> PruneReport:
+        """Delete whole sessions, oldest first, in bounded batches (see ``SessionStore.prune``):
+        the same steps, each batch's I/O awaited in turn."""
+        ctx = self._store._ctx
+        request = retention.check_request(updated_before, user_id, labels, archive_dir, dry_run)
+        steps = retention.prune_steps(ctx, request, progress)
+        result: Any = None
+        while True:
+            try:
+                step = steps.send(result)
+            except StopIteration as stop:
+                report: PruneReport = stop.value
+                return report
+            if isinstance(step, retention.ReadPage):
+                result = await self._runner.call(retention.read_page, ctx, step.request, step.after)
+            elif isinstance(step, retention.Archive):
+                result = await self._archive(step.session_id, step.path)
+            elif isinstance(step, retention.Delete):
+                result = await self._runner.call(retention.delete_batch, ctx, step.batch)
+            elif isinstance(step, retention.Pause):
+                await asyncio.sleep(step.seconds)
+                result = None
+            else:
+                result = await self._runner.call(retention.reclaim, ctx)
+
+    async def _archive(self, session_id: str, path: os.PathLike[str]) -> int | None:
+        if self._runner.threaded:
+            return await self._runner.call(self._store._archive, session_id, path)
+        try:
+            return await self._export_file(session_id, path, primary=True)
+        except SessionNotFoundError:
+            return None
 
     # -- reading --------------------------------------------------------------------------
 

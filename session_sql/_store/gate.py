@@ -32,11 +32,11 @@ from sqlalchemy.types import TypeEngine
 
 from session_sql._store.backends import (
     backend_for,
+    create_tx,
     snapshot_tx,
     store_label,
     target_schema,
     translate_errors,
-    write_tx,
 )
 from session_sql._store.schema import (
     APPLICATION,
@@ -91,7 +91,7 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
         if not create:
             raise PermanentStoreError.no_store(label, "it has no session_sql tables")
         # Looked empty: re-check under the init lock, since another process may be first.
-        with write_tx(engine) as conn:
+        with create_tx(engine) as conn:
             backend_for(conn).lock_schema_init(conn, schema)
             insp = inspect(conn)
             if not _present_objects(insp, tables):

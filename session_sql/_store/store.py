@@ -8,10 +8,11 @@ from typing import IO, Any, Literal
 
 from sqlalchemy import Engine, make_url
 
-from session_sql._store import connecting, listing, loading, reader, transfer, verifying
+from session_sql._store import connecting, listing, loading, reader, retention, transfer, verifying
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
 from session_sql._store.listing import SessionInfo
 from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
+from session_sql._store.retention import PrunedSession, PruneReport
 from session_sql._store.rows import frozen_header
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats, collect_stats
@@ -260,8 +261,44 @@ class SessionStore:
                 return self._export(session_id, fh)
         return self._export(session_id, path)
 
-    def _export(self, session_id: str, out: IO[str]) -> int:
-        return transfer.export(self._ctx, session_id, out)
+    def _export(self, session_id: str, out: IO[str], *, primary: bool = False) -> int:
+        return transfer.export(self._ctx, session_id, out, primary=primary)
+
+    def prune(
+        self,
+        *,
+        updated_before: int | None = None,
+        user_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        archive_dir: str | os.PathLike[str] | None = None,
+        dry_run: bool = False,
+        progress: Callable[[PrunedSession], None] | None = None,
+    ) -> PruneReport:
+        """Delete the tenant's whole sessions that match every selector given, oldest update
+        first, in bounded batches (each its own short transaction); returns what was done.
+
+        Selectors: ``updated_before`` (ms since the epoch: last append before it),
+        ``user_id``, ``labels`` (every pair must match); at least one is required. With
+        ``archive_dir`` each session is first exported there as ``jsonl_file_name(id)``
+        (fsynced, published whole), so ``import_jsonl`` gives it back identical, metadata
+        included. A session written to after it was selected is kept (``report.kept``).
+        Forks are copies: deleting a parent leaves its children whole. ``dry_run`` selects
+        and measures, and changes nothing. ``progress`` sees each session as it goes.
+        Interrupted and run again, it finishes the same work (an archive file is rewritten
+        whole). On SQLite the freed pages go back to the file system in short steps
+        afterwards (stores created by this version; docs/operations.md).
+        Bad arguments raise ``InvalidArgumentError`` before anything is read or written.
+        """
+        request = retention.check_request(updated_before, user_id, labels, archive_dir, dry_run)
+        return retention.run(self._ctx, request, progress, self._archive)
+
+    def _archive(self, session_id: str, path: os.PathLike[str]) -> int | None:
+        """A prune's archive of one session, read from the primary (``None``: it is gone)."""
+        try:
+            with published_file(path) as fh:
+                return self._export(session_id, fh, primary=True)
+        except SessionNotFoundError:
+            return None
 
     # -- reading --------------------------------------------------------------------------
 

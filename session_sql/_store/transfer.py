@@ -130,11 +130,14 @@ def refresh_statistics(ctx: StoreContext) -> None:
         _log.warning("ANALYZE after the import failed (run it yourself): %s", exc)
 
 
-def export(ctx: StoreContext, session_id: str, out: IO[str]) -> int:
-    """Write one session to ``out`` from one snapshot (see ``SessionStore.export_jsonl``)."""
+def export(ctx: StoreContext, session_id: str, out: IO[str], *, primary: bool = False) -> int:
+    """Write one session to ``out`` from one snapshot (see ``SessionStore.export_jsonl``);
+    ``primary``: read the primary, never a standby (a prune's archive, checked against the
+    row it deletes)."""
     lookup_id(session_id)
     s = ctx.tables.sessions
-    with translate_errors(session_id), snapshot_tx(ctx.read_engine()) as conn:
+    engine = ctx.engine if primary else ctx.read_engine()
+    with translate_errors(session_id), snapshot_tx(engine) as conn:
         row = conn.execute(
             select(
                 # As JSON text: parsed by ``rows.frozen_header``, never by the driver.

@@ -1,6 +1,6 @@
 """The ``session-sql`` application: the typer app, its root options, the options the
-commands share, and session-id completion. The commands live in ``_browse``, ``_transfer``
-and ``_upkeep``; ``app`` puts them together."""
+commands share, and session-id completion. The commands live in ``_browse``, ``_retention``,
+``_transfer`` and ``_upkeep``; ``app`` puts them together."""
 
 from __future__ import annotations
 

@@ -273,7 +273,14 @@ def test_all_is_sorted() -> None:
     assert len(set(session_sql.__all__)) == len(session_sql.__all__)
 
 
-STORE_NAMES = {"SCHEMA_VERSION", "open_store", "SessionStore", "StoredSession", "SessionInfo"}
+STORE_NAMES = {
+    "SCHEMA_VERSION",
+    "open_store",
+    "SessionStore",
+    "StoredSession",
+    "SessionInfo",
+    "PruneReport",
+}
 
 
 def test_all_holds_every_spec_name() -> None:

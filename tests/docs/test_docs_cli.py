@@ -24,6 +24,7 @@ COMMANDS = [
     "tail",
     "serve",
     "view",
+    "prune",
     "import",
     "export",
     "migrate",

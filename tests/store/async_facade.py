@@ -176,5 +176,6 @@ _COROUTINES = frozenset(
         "delete_session",
         "import_jsonl",
         "export_jsonl",
+        "prune",
     }
 )

@@ -38,6 +38,7 @@ __all__ = [
     "Backend",
     "analyze",
     "backend_for",
+    "create_tx",
     "database_label",
     "dumps_json",
     "make_engine",
@@ -221,6 +222,17 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
     """
     with engine.connect() as conn:
         backend_for(conn).begin_write(conn)
+        with conn.begin():
+            yield conn
+
+
+@contextmanager
+def create_tx(engine: Engine) -> Iterator[Connection]:
+    """``write_tx`` for a transaction that may create the store (see ``Backend.begin_create``)."""
+    with engine.connect() as conn:
+        backend = backend_for(conn)
+        backend.begin_create(conn)
+        backend.begin_write(conn)
         with conn.begin():
             yield conn
 

@@ -87,6 +87,9 @@ class Backend(ABC):
     """Whether followers are woken by NOTIFY (else they poll through the pool)."""
     standbys: ClassVar[bool]
     """Whether a store may serve its reads from hot standbys (``replica_urls``)."""
+    single_writer: ClassVar[bool]
+    """Whether every write takes one database-wide lock (a long job pauses between its
+    transactions so that other writers get in)."""
     async_threads: ClassVar[bool]
     """Whether the async store runs this backend in worker threads (else on the event loop,
     through the async driver: ``make_engine(..., async_driver=True)``)."""
@@ -157,6 +160,12 @@ class Backend(ABC):
     @abstractmethod
     def begin_write(self, conn: Connection) -> None:
         """Prepare ``conn`` (not yet in a transaction) so that its next ``begin`` writes."""
+
+    @abstractmethod
+    def begin_create(self, conn: Connection) -> None:
+        """Prepare ``conn`` (not yet in a transaction) whose next transaction may create the
+        store's tables: what must be chosen before the first table exists (SQLite's
+        ``auto_vacuum``)."""
 
     @abstractmethod
     def begin_snapshot(self, conn: Connection) -> None:
@@ -248,6 +257,16 @@ class Backend(ABC):
         event (``with_events``)."""
 
     # -- listing, stats, schema gate, migrate ------------------------------------------
+
+    @abstractmethod
+    def text_bytes(self, column: ColumnElement[Any]) -> ColumnElement[int]:
+        """The size in bytes of a JSON text column's value (its UTF-8 text as stored)."""
+
+    @abstractmethod
+    def reclaim_space(self, engine: Engine, pages: int) -> None:
+        """After a prune: give the space of deleted rows back as this database can without a
+        long exclusive lock (SQLite: incremental vacuum, ``pages`` per transaction; PostgreSQL:
+        autovacuum does it). Raises driver errors (wrap in ``translate_errors``)."""
 
     @abstractmethod
     def labels_match(

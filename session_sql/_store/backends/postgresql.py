@@ -351,6 +351,7 @@ class PostgreSQLBackend(Backend):
     driver_error = psycopg.Error
     listens = True
     standbys = True
+    single_writer = False
     async_threads = False
     stale_statistics = False
 
@@ -418,6 +419,9 @@ class PostgreSQLBackend(Backend):
 
     def begin_write(self, conn: Connection) -> None:
         return  # the conditional updates take their row locks
+
+    def begin_create(self, conn: Connection) -> None:
+        return  # nothing to choose before the tables exist
 
     def begin_snapshot(self, conn: Connection) -> None:
         # Under READ COMMITTED each statement takes a fresh snapshot.
@@ -542,6 +546,15 @@ class PostgreSQLBackend(Backend):
         return with_events(tail).order_by(tail.c.pos.desc())
 
     # -- listing, stats, schema gate, migrate ------------------------------------------
+
+    def text_bytes(self, column: ColumnElement[Any]) -> ColumnElement[int]:
+        return func.octet_length(cast(column, Text))
+
+    def reclaim_space(self, engine: Engine, pages: int) -> None:
+        """Nothing to do here: autovacuum marks the deleted rows' space reusable (for this
+        table's next rows) once no transaction can see them; only ``VACUUM FULL`` gives it
+        back to the file system, under an exclusive lock (docs/operations.md)."""
+        return
 
     def labels_match(
         self, labels: ColumnElement[Any], wanted: Mapping[str, str]

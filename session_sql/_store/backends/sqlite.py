@@ -29,9 +29,12 @@ from sqlalchemy import (
     Engine,
     FromClause,
     Insert,
+    LargeBinary,
     Select,
     Table,
+    cast,
     event,
+    func,
     make_url,
 )
 from sqlalchemy import create_engine as _sa_create_engine
@@ -60,6 +63,13 @@ WRITE_OPTION: Final = "session_sql_write"
 
 BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
 BEGIN_READ: Final = "BEGIN"
+
+INCREMENTAL_VACUUM: Final = 2
+"""``PRAGMA auto_vacuum``'s value for INCREMENTAL."""
+RECLAIM_MAX_PAUSE: Final = 0.2
+"""The longest pause between two incremental vacuum steps, in seconds."""
+RECLAIM_BUSY_MS: Final = 100
+"""How long the WAL-truncating checkpoint after a prune waits for readers before giving up."""
 
 ANALYZE_SAMPLE_ROWS: Final = 1000
 """SQLite's ``analysis_limit``: rows sampled per index, so ANALYZE stays fast on any size."""
@@ -207,6 +217,7 @@ class SQLiteBackend(Backend):
     driver_error = sqlite3.Error
     listens = False
     standbys = False
+    single_writer = True
     async_threads = True
     stale_statistics = True
 
@@ -314,6 +325,16 @@ class SQLiteBackend(Backend):
         a read-then-write cannot fail half-way on a lock upgrade."""
         conn.execution_options(**{WRITE_OPTION: True})
 
+    def begin_create(self, conn: Connection) -> None:
+        """``auto_vacuum = INCREMENTAL``, so that a prune can give pages back to the file
+        system in short steps (``reclaim_space``). SQLite takes it only before the first
+        table exists and outside a transaction, so on the DBAPI connection itself (in
+        autocommit: the driver's transaction handling is off); on a database that has tables
+        already (a rival created it first) it changes nothing."""
+        conn.connection.driver_connection.execute(  # type: ignore[union-attr]
+            "PRAGMA auto_vacuum = INCREMENTAL"
+        )
+
     def begin_snapshot(self, conn: Connection) -> None:
         return  # a WAL read transaction is one snapshot already
 
@@ -405,6 +426,50 @@ class SQLiteBackend(Backend):
         return with_events(nodes).where(*where).order_by(nodes.c.pos.desc()).limit(limit)
 
     # -- listing, stats, schema gate, migrate ------------------------------------------
+
+    def text_bytes(self, column: ColumnElement[Any]) -> ColumnElement[int]:
+        return func.length(cast(column, LargeBinary))  # a BLOB's length is in bytes
+
+    def reclaim_space(self, engine: Engine, pages: int) -> None:
+        """Incremental vacuum, ``pages`` per ``BEGIN IMMEDIATE`` transaction with a pause
+        after each, so a writer waits for one step at most; then a passive checkpoint, which
+        moves the shrunken database into the file and truncates it, and a truncating one
+        that gives up after ``RECLAIM_BUSY_MS`` rather than make writers wait for readers. A
+        file made before ``auto_vacuum`` was set when a store is created keeps its size
+        (VACUUM it: docs/operations.md)."""
+        raw = engine.raw_connection()
+        try:
+            db = raw.driver_connection
+            assert isinstance(db, sqlite3.Connection)
+            if db.execute("PRAGMA auto_vacuum").fetchone()[0] != INCREMENTAL_VACUUM:
+                return
+            free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+            for _ in range(free // pages + 1):  # bounded, whatever others free meanwhile
+                if not db.execute("PRAGMA freelist_count").fetchone()[0]:
+                    break
+                # A script, because the pragma frees one page per step of its statement and
+                # the driver's execute() steps once; executescript steps each to the end.
+                began = time.monotonic()
+                try:
+                    db.executescript(
+                        f"{BEGIN_WRITE}; PRAGMA incremental_vacuum({int(pages)}); COMMIT;"
+                    )
+                except BaseException:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    raise
+                # As long again without the lock: writers waiting for it get in (their busy
+                # handler retries at growing intervals, and would lose every race to us).
+                time.sleep(min(time.monotonic() - began, RECLAIM_MAX_PAUSE))
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            timeout = int(db.execute("PRAGMA busy_timeout").fetchone()[0])
+            db.execute(f"PRAGMA busy_timeout = {RECLAIM_BUSY_MS}")
+            try:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # busy: a row says so
+            finally:
+                db.execute(f"PRAGMA busy_timeout = {timeout}")
+        finally:
+            raw.close()
 
     def labels_match(
         self, labels: ColumnElement[Any], wanted: Mapping[str, str]
