@@ -16,6 +16,7 @@ turn streamed in chunks with a tool call and its result, two short openings, a c
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import threading
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Integer, Text, case, cast, func, insert, literal, select, true
+from sqlalchemy.exc import DBAPIError
 
 from session_sql import SessionStore
 from session_sql.cli._bench_events import _chunk, _user, agent_events
@@ -185,6 +187,19 @@ def _fill(store: SessionStore, target: Target, copies: range) -> None:
             _copy(conn, target, start, min(start + CHUNK_COPIES, copies.stop))
 
 
+def _settle(store: SessionStore, target: Target) -> None:
+    """Write the fill's pages out before timing: a checkpoint in progress (PostgreSQL) or a
+    long WAL (SQLite) after millions of rows would be timed with the appends. PostgreSQL
+    checkpoints on request for superusers and ``pg_checkpoint`` members only; without that
+    right the figures include the server's own checkpoint."""
+    statement = (
+        "CHECKPOINT" if target.backend == "postgresql" else "PRAGMA wal_checkpoint(TRUNCATE)"
+    )
+    with contextlib.suppress(DBAPIError), store.engine.connect() as conn:
+        conn.exec_driver_sql(statement)
+        conn.commit()
+
+
 def _ms(samples: Sequence[float]) -> dict[str, float]:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
@@ -302,6 +317,7 @@ def w_scale(
             added = (wanted - copies) * per_copy
             copies = wanted
             progress(f"W12 measure at {level:,} events")
+            _settle(store, target)
             step = _measure(store, target, copies, rng)
             sessions, events = _counts(store, target)
             step["bytes per event"] = store_bytes(store, target) / events
