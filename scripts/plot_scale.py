@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
+from matplotlib import ticker
 
 
 def _scale_rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -65,9 +66,11 @@ def main() -> None:
             ax.plot(extra["events"], extra["p50_ms"], marker="o", label=op)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel("events in the store")
         ax.set_ylabel("median, ms")
-        ax.set_title(f"W12 on {report['backend']}")
+        ax.set_title(f"W12 on {'SQLite' if report['backend'] == 'sqlite' else 'PostgreSQL'}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.tight_layout()
