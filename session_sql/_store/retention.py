@@ -9,7 +9,8 @@ Why it is safe to kill at any point: a session's archive file is published (writ
 temporary name, fsynced, renamed, its directory fsynced) before the transaction deleting it
 begins, and each delete is conditional on the row being the one selected and archived
 (``updated_at``, ``head_seq``, ``incarnation`` and the metadata unchanged), so a session
-appended to or edited meanwhile is kept. A re-run selects what is left and rewrites an archive file whole.
+appended to or edited meanwhile is kept. A re-run selects what is left and rewrites an
+archive file whole.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def parse_age(text: str) -> int:
 
 @app.command(
     epilog=example(
-        "session-sql prune --older-than 30d --archive /var/backups/sessions --json",
+        "session-sql prune --older-than 30d --archive archive/ --json",
         "session-sql prune --user alice --dry-run",
     )
 )

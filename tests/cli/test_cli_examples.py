@@ -3,11 +3,11 @@
 The examples are read from the commands themselves (the epilogs ``docs/cli.md`` shows), then
 run in the order ``session-sql --help`` lists the commands, ``delete`` last (it removes the
 session the others name). The store holds what the examples assume: a session whose id starts
-with ``3f2a9c``, the files ``import`` names and a ``backup/`` directory, as a user following
-the help would have them. Substitutions of the *location* only, never of the command: a
-``--url`` or ``--from`` names the test's store and a ``--to`` a new SQLite file (the examples
-name servers this machine may not have), and ``bench`` runs a stand-in for the workloads (they
-take minutes; ``test_cli_bench.py`` runs the real ones).
+with ``3f2a9c``, the files ``import`` names, a ``backup/`` and an empty ``archive/`` directory,
+as a user following the help would have them. Substitutions of the *location* only, never of
+the command: a ``--url`` or ``--from`` names the test's store and a ``--to`` a new SQLite file
+(the examples name servers this machine may not have), and ``bench`` runs a stand-in for the
+workloads (they take minutes; ``test_cli_bench.py`` runs the real ones).
 
 ``session-sql`` runs in process, and the rest of a pipeline (``jq``, ``gzip``, ``>``) as real
 programs and files: starting the console script once per example would take minutes on a
@@ -73,6 +73,7 @@ def _prepare(cli: Cli) -> None:
             header = json.loads(lines[0])
             header["id"] = new_id
             (cli.cwd / name).write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+        (cli.cwd / "archive").mkdir()  # prune --archive's
         backup = cli.cwd / "backup"
         backup.mkdir()
         for info in store.iter_sessions():

@@ -463,11 +463,11 @@ class SQLiteBackend(Backend):
                 time.sleep(min(time.monotonic() - began, RECLAIM_MAX_PAUSE))
             db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             timeout = int(db.execute("PRAGMA busy_timeout").fetchone()[0])
-            db.execute(f"PRAGMA busy_timeout = {RECLAIM_BUSY_MS}")
+            db.execute("PRAGMA busy_timeout = " + str(int(RECLAIM_BUSY_MS)))
             try:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()  # busy: a row says so
             finally:
-                db.execute(f"PRAGMA busy_timeout = {timeout}")
+                db.execute("PRAGMA busy_timeout = " + str(int(timeout)))
         finally:
             raw.close()
 
