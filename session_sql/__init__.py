@@ -60,7 +60,8 @@ if TYPE_CHECKING:
     from session_sql._store.retention import PrunedSession, PruneReport
     from session_sql._store.schema import SCHEMA_VERSION
     from session_sql._store.stats import ModelTokens, StoreStats, ToolStats
-    from session_sql._store.store import SessionInfo, SessionStore, VerifyReport, open_store
+    from session_sql._store.store import SessionStore, VerifyReport, open_store
+    from session_sql._store.stored import SessionInfo
     from session_sql._store.writer import StoredSession
 
 # Store names, imported lazily (they pull in SQLAlchemy and psycopg): name -> module.
@@ -72,7 +73,7 @@ _LAZY = {
     "MigrationReport": "session_sql._store.migration",
     "SCHEMA_VERSION": "session_sql._store.schema",
     "ModelTokens": "session_sql._store.stats",
-    "SessionInfo": "session_sql._store.store",
+    "SessionInfo": "session_sql._store.stored",
     "SessionStore": "session_sql._store.store",
     "StoreStats": "session_sql._store.stats",
     "PruneReport": "session_sql._store.retention",

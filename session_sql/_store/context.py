@@ -136,7 +136,7 @@ class Statements:
             ),
         )
         # The session row, and its header alone, the header as JSON text (parsed by
-        # ``rows.frozen_header``): built once, as every load, open and ``events()`` reads one.
+        # ``stored.frozen_header``): built once, as every load, open and ``events()`` reads one.
         header = cast(s.c.header, Text).label("header")
         self.session_row = select(*[c for c in s.c if c.name != "header"], header).where(
             *own_session

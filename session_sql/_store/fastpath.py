@@ -149,7 +149,7 @@ def fetch_rows(conn: Connection, stmt: Compiled, params: dict[str, Any]) -> list
     The driver SQL goes through ``exec_driver_sql`` (so connection events still see it), and
     the rows are fetched from the DBAPI cursor: a page of 1,000 events skips SQLAlchemy's
     result processing (columns are read as the driver returns them: see
-    ``rows.event_from_row``).
+    ``stored.event_from_row``).
     """
     result = conn.exec_driver_sql(stmt.sql, stmt.bind(params))
     try:

@@ -15,7 +15,8 @@ from sqlalchemy import Connection
 
 from session_sql._store import fastpath
 from session_sql._store.context import StoreContext
-from session_sql._store.rows import event_from_row, event_values
+from session_sql._store.rows import event_values
+from session_sql._store.stored import event_from_row
 from session_sql.errors import InvalidEventError, NotJSONError
 from session_sql.events import SessionEvent
 from session_sql.rules import check_inherited_marker, is_inherited_marker

@@ -15,7 +15,6 @@ from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store import fastpath, reader
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors
 from session_sql._store.context import StoreContext
-from session_sql._store.listing import labels_value
 from session_sql._store.metadata import (
     EXPORT_KEY,
     Metadata,
@@ -24,13 +23,8 @@ from session_sql._store.metadata import (
     check_user_id,
     title_of,
 )
-from session_sql._store.rows import (
-    NEW_SESSION_KEY,
-    check_header_limits,
-    event_from_row,
-    event_values,
-    frozen_header,
-)
+from session_sql._store.rows import NEW_SESSION_KEY, check_header_limits, event_values
+from session_sql._store.stored import event_from_row, frozen_header, labels_value
 from session_sql._store.writer import Prepared, StoredSession
 from session_sql.arguments import lookup_id
 from session_sql.errors import (

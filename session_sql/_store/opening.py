@@ -23,7 +23,7 @@ from session_sql._store.backends import snapshot_tx, translate_errors
 from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.fastpath import fetch_rows
 from session_sql._store.reader import MAX_SEQ, event_rows_in
-from session_sql._store.rows import event_from_row
+from session_sql._store.stored import event_from_row
 from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
     CorruptSessionError,

@@ -13,18 +13,14 @@ from session_sql._store.backends import read_tx, snapshot_tx, translate_errors
 from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.fastpath import fetch_rows
 from session_sql._store.following import Follower, Read, Sleep, Wait
-from session_sql._store.rows import event_from_row
-from session_sql.catalog import NODE_TYPES
+from session_sql._store.stored import event_from_row, project_row
 from session_sql.errors import (
     CorruptSessionError,
-    InvalidEventError,
-    NotJSONError,
     SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
-from session_sql.jsoncodec import loads_frozen
 from session_sql.jsonvalue import FrozenList
-from session_sql.messages import SurfaceMessage, project_data
+from session_sql.messages import SurfaceMessage
 
 FOLLOW_BATCH = 500
 STREAM_BATCH = 1000
@@ -36,42 +32,17 @@ def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> Non
         raise SessionNotFoundError.for_session(session_id)
 
 
-def _project_row(
-    session_id: str, seq: int, type_: str, data: Any, items: frozenset[str] = frozenset()
-) -> Any:
-    """``messages.project_data`` on a stored row, whose data nobody has checked yet.
-
-    ``items`` are the store catalog's item types (their rows project to their data).
-    """
-    try:
-        frozen = loads_frozen(data, root="data")
-        if type_ in NODE_TYPES or type_ in items:
-            return project_data(type_, frozen, seq, checked=False, items=items)
-    except (NotJSONError, InvalidEventError, KeyError, TypeError) as exc:
-        raise CorruptSessionError(
-            f"session {session_id!r} seq {seq}: stored surface event is malformed: {exc}",
-            session_id=session_id,
-            seq=seq,
-        ) from exc
-    raise CorruptSessionError(
-        f"session {session_id!r} seq {seq}: a {type_} event is on the surface, and this "
-        "store's catalog has no such item type (open the store with the catalog that wrote it)",
-        session_id=session_id,
-        seq=seq,
-    )
-
-
 def _project_kept(ctx: StoreContext, session_id: str, seq: int, type_: str, data: Any) -> Any:
-    """``_project_row`` for tail reads, through the store's kept projections (``ctx.parsed``):
+    """``stored.project_row`` for tail reads, through the store's kept projections (``ctx.parsed``):
     the rows an agent reads again every turn are parsed and checked once (failures are never
     kept)."""
     items = ctx.catalog.item_types
     if type(data) is not str:
-        return _project_row(session_id, seq, type_, data, items)
+        return project_row(session_id, seq, type_, data, items)
     key = (type_, data)
     message = ctx.parsed.get(key)
     if message is MISSING:
-        message = _project_row(session_id, seq, type_, data, items)
+        message = project_row(session_id, seq, type_, data, items)
         ctx.parsed.put(key, message, len(data))
     return message
 
@@ -116,7 +87,7 @@ def surface_messages(
         ]
     items = ctx.catalog.item_types
     return [
-        SurfaceMessage(pos, seq, type_, _project_row(session_id, seq, type_, data, items))
+        SurfaceMessage(pos, seq, type_, project_row(session_id, seq, type_, data, items))
         for pos, seq, type_, data in rows
     ]
 
@@ -134,7 +105,7 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
             if not rows:
                 require_session(conn, ctx, session_id)
         items = ctx.catalog.item_types
-        projected = (_project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
+        projected = (project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
         return [m for m in projected if m is not None]
     found: list[Any] = []  # newest first
     if last:

@@ -1,8 +1,9 @@
-"""The one seam between ``events`` rows and ``SessionEvent``s (and the surface positions).
+"""The encoding half of the seam between ``events`` rows and ``SessionEvent``s.
 
-An event becomes its stored row here (``event_values``, the one codec every writer binds) and
-a row an event (``event_from_row``); a row that cannot becomes a ``CorruptSessionError``
-naming the session and seq.
+An event becomes its stored row here (``event_values``, the one codec every writer binds),
+and the columns a reader selects are named here (``event_columns``); a row becomes an event
+in ``stored`` (``event_from_row``), which needs no SQLAlchemy, so that the command line's
+quick SQLite reads decode rows exactly as the store does.
 """
 
 from __future__ import annotations
@@ -15,22 +16,14 @@ from sqlalchemy import Table, Text, cast
 
 from session_sql._store.backends import dumps_json
 from session_sql.errors import (
-    CorruptSessionError,
     InvalidEventError,
     InvalidHeaderError,
-    NotJSONError,
-    SessionFormatUnsupportedError,
 )
 from session_sql.events import (
     SessionEvent,
-    SurfaceOp,
-    check_header,
-    check_type_name,
-    parse_source_seqs,
-    parse_surface_op,
 )
-from session_sql.jsoncodec import dumps_frozen, loads_frozen
-from session_sql.jsonvalue import MAX_SAFE_INTEGER, FrozenDict, json_depth
+from session_sql.jsoncodec import dumps_frozen
+from session_sql.jsonvalue import json_depth
 from session_sql.session import check_json_size
 from session_sql.surface import Replay
 
@@ -137,18 +130,6 @@ def check_header_limits(header: Any, max_event_bytes: int | None) -> None:
             )
 
 
-def frozen_header(session_id: str, raw: Any) -> FrozenDict:
-    """The stored header text, parsed and checked; ``CorruptSessionError`` when it is broken."""
-    try:
-        return check_header(loads_frozen(raw, root="header"))
-    except SessionFormatUnsupportedError:
-        raise  # another format version (§1.3) is not corruption: say newer or older
-    except (ValueError, TypeError) as exc:
-        raise CorruptSessionError(
-            f"session {session_id!r}: stored header is invalid: {exc}", session_id=session_id
-        ) from exc
-
-
 def event_columns(e: Table) -> list[Any]:
     """The columns of events table ``e`` a reader selects; ``data`` arrives as JSON text."""
     # As text, not parsed by the driver: loads_frozen parses, validates and freezes in one go.
@@ -161,68 +142,6 @@ def event_columns(e: Table) -> list[Any]:
         e.c.surface_op,
         e.c.ignorable,
     ]
-
-
-def event_from_row(session_id: str, row: Any) -> SessionEvent:
-    """A frozen, envelope-checked event from a row selected by ``event_columns``.
-
-    Raises ``CorruptSessionError`` naming the session and seq for anything a wire envelope
-    would be refused for.
-    """
-    seq, type_name, time, text, src, op, ignorable = row
-    if type(ignorable) is int:  # SQLite's BOOLEAN, read without SQLAlchemy's conversion
-        ignorable = bool(ignorable)
-    try:
-        # The common case inline (once per event of every load): a type name seen before, a
-        # time in the safe range.
-        type_ = type_name if type_name in _seen_types else _checked_type(type_name, seq)
-        if type(time) is not int or not -MAX_SAFE_INTEGER <= time <= MAX_SAFE_INTEGER:
-            raise InvalidEventError(f"time must be an int, got {time!r}", seq=seq)
-        data = loads_frozen(text, root="data")
-        surface_op = None if op is None else _surface_op(op, seq)
-        sources = (
-            None
-            if src is None
-            else parse_source_seqs(loads_frozen(src, root="sourceEventSeqs"), seq=seq)
-        )
-        if ignorable not in (None, True):
-            raise InvalidEventError(f"ignorable must be true or NULL, got {ignorable!r}")
-    except (InvalidEventError, NotJSONError, ValueError) as exc:
-        raise CorruptSessionError(
-            f"session {session_id!r} seq {seq}: stored event is invalid: {exc}",
-            session_id=session_id,
-            seq=seq,
-        ) from exc
-    # The fields are checked above: build the tuple without NamedTuple's Python-level __new__.
-    fields = (type_, seq, time, data, surface_op, sources, ignorable is True)
-    event: SessionEvent = tuple.__new__(SessionEvent, fields)
-    return event
-
-
-_seen_types: set[Any] = set()
-
-
-def _checked_type(name: Any, seq: int) -> str:
-    """``check_type_name``; the names that pass are remembered (a handful recur)."""
-    checked = check_type_name(name, seq=seq)
-    if type(name) is str and len(_seen_types) < _MAX_SURFACE_OPS:
-        _seen_types.add(name)
-    return checked
-
-
-_surface_ops: dict[Any, SurfaceOp] = {}
-_MAX_SURFACE_OPS = 4096
-
-
-def _surface_op(text: Any, seq: int) -> SurfaceOp:
-    """A stored ``surface_op`` column, parsed and checked; the texts recur (``"append"`` on
-    every surface append), so each distinct text is parsed once per process."""
-    op = _surface_ops.get(text) if type(text) is str else None
-    if op is None:
-        op = parse_surface_op(json.loads(text), seq=seq)
-        if type(text) is str and len(_surface_ops) < _MAX_SURFACE_OPS:
-            _surface_ops[text] = op
-    return op
 
 
 def stored_problems(

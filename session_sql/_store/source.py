@@ -8,8 +8,8 @@ and the surface digest. Versions 1 and 2 have only the columns every version has
 ``sessions`` (header, counters, ``updated_at``), ``events`` and ``surface``; they have no
 tenant and no metadata (everything is the default tenant's), version 1 not even
 ``incarnation``, which is never read.
-Rows become events and headers at the store's one seam (``rows.event_from_row``,
-``rows.frozen_header``), so an old row is checked exactly as a current one.
+Rows become events and headers at the store's one seam (``stored.event_from_row``,
+``stored.frozen_header``), so an old row is checked exactly as a current one.
 """
 
 from __future__ import annotations
@@ -51,10 +51,10 @@ from session_sql._store.backends import (
     translate_errors,
 )
 from session_sql._store.gate import ensure_schema, stored_version
-from session_sql._store.listing import labels_value
 from session_sql._store.metadata import Metadata, check_labels, check_title, check_user_id
-from session_sql._store.rows import event_columns, event_from_row, frozen_header
+from session_sql._store.rows import event_columns
 from session_sql._store.schema import SCHEMA_VERSION, tables_for
+from session_sql._store.stored import event_from_row, frozen_header, labels_value
 from session_sql.arguments import check_options
 from session_sql.errors import (
     ConfigurationError,

@@ -10,12 +10,11 @@ from sqlalchemy import Engine, make_url
 
 from session_sql._store import connecting, listing, loading, reader, retention, transfer, verifying
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
-from session_sql._store.listing import SessionInfo
 from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
 from session_sql._store.retention import PrunedSession, PruneReport
-from session_sql._store.rows import frozen_header
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats, collect_stats
+from session_sql._store.stored import SessionInfo, frozen_header
 from session_sql._store.transfer import NO_METADATA, ImportSource
 from session_sql._store.verifying import VerifyReport
 from session_sql._store.writer import Prepared, StoredSession, append_together

@@ -16,10 +16,11 @@ from session_sql._store.backends import analyze, snapshot_tx, translate_errors, 
 from session_sql._store.bulk import insert_session_row
 from session_sql._store.context import StoreContext
 from session_sql._store.importer import ImportFold
-from session_sql._store.listing import labels_value, own
+from session_sql._store.listing import own
 from session_sql._store.loading import new_row
 from session_sql._store.metadata import Metadata, export_header, split_export_header
-from session_sql._store.rows import check_header_limits, frozen_header
+from session_sql._store.rows import check_header_limits
+from session_sql._store.stored import frozen_header, labels_value
 from session_sql.arguments import lookup_id
 from session_sql.errors import CorruptSessionError, SessionExistsError, SessionNotFoundError
 from session_sql.jsonl import JsonlReader, write_jsonl
@@ -140,7 +141,7 @@ def export(ctx: StoreContext, session_id: str, out: IO[str], *, primary: bool = 
     with translate_errors(session_id), snapshot_tx(engine) as conn:
         row = conn.execute(
             select(
-                # As JSON text: parsed by ``rows.frozen_header``, never by the driver.
+                # As JSON text: parsed by ``stored.frozen_header``, never by the driver.
                 cast(s.c.header, Text).label("header"),
                 s.c.head_seq,
                 s.c.updated_at,

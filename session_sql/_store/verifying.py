@@ -10,7 +10,8 @@ from session_sql._store import reader
 from session_sql._store.backends import snapshot_tx, translate_errors
 from session_sql._store.context import StoreContext
 from session_sql._store.loading import session_row
-from session_sql._store.rows import event_from_row, frozen_header, stored_problems
+from session_sql._store.rows import stored_problems
+from session_sql._store.stored import event_from_row, frozen_header
 from session_sql.arguments import lookup_id
 from session_sql.errors import SessionSQLError
 from session_sql.events import SessionEvent

@@ -19,7 +19,8 @@ from session_sql._store.backends import read_tx, translate_errors
 from session_sql._store.context import StoreContext
 from session_sql._store.metadata import title_of
 from session_sql._store.opening import StoredLog, read_log, read_open
-from session_sql._store.rows import event_from_row, frozen_header, stored_problems
+from session_sql._store.rows import stored_problems
+from session_sql._store.stored import event_from_row, frozen_header
 from session_sql.errors import (
     ConcurrencyError,
     CorruptSessionError,
