@@ -50,7 +50,8 @@ from session_sql._store.backends.base import (
     synchronous_mode,
 )
 from session_sql._store.opening_failures import driver_cause, explain_wal_reader
-from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError, TransientStoreError
+from session_sql._store.sqlite_errors import translate
+from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
@@ -160,38 +161,6 @@ def _enable_wal(cursor: sqlite3.Cursor, busy_timeout_ms: int) -> None:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
-
-
-def translate(orig: sqlite3.Error, session_id: str | None, database: str | None) -> SessionSQLError:
-    """The session_sql error for an SQLite error, by its error name (``sqlite_errorname``)."""
-    name: str = getattr(orig, "sqlite_errorname", None) or ""
-    where = f": {database}" if database else ""
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-        return TransientStoreError(
-            f"database is locked{where}: another connection held it beyond the busy timeout",
-            session_id=session_id,
-        )
-    if name.startswith("SQLITE_READONLY"):
-        return PermanentStoreError(f"database is read-only{where} ({name})", session_id=session_id)
-    if name == "SQLITE_NOTADB":
-        return PermanentStoreError(
-            f"not a session_sql database: {database or 'the file is not an SQLite database'}",
-            session_id=session_id,
-        )
-    if name.startswith("SQLITE_CANTOPEN"):
-        return PermanentStoreError(
-            f"cannot open database file{where} ({name})", session_id=session_id
-        )
-    if name.startswith("SQLITE_CORRUPT"):
-        return PermanentStoreError(
-            f"database file is corrupt{where} ({name})", session_id=session_id
-        )
-    if name == "SQLITE_FULL":
-        return PermanentStoreError(f"database or disk is full{where}", session_id=session_id)
-    # SQLite reports no constraint name, so a constraint violation stays a StoreError; the
-    # store avoids duplicate inserts by checking inside its BEGIN IMMEDIATE transaction.
-    label = name or type(orig).__name__
-    return StoreError(f"SQLite error {label}{where}: {orig}", session_id=session_id)
 
 
 def _affinity(declared: str) -> str:
