@@ -27,6 +27,7 @@ from session_sql.cli._support import (
     PROG,
     CliError,
     Out,
+    cli_reader,
     cli_store,
     format_time,
     resolve_id,
@@ -34,7 +35,7 @@ from session_sql.cli._support import (
 )
 
 if TYPE_CHECKING:
-    from session_sql import SessionStore
+    from session_sql.quick import StoreReads
 
 # The renderers (rich), the store and the demo are imported inside the commands that use
 # them: --help and --version load none of them (docs/performance.md, "CLI startup").
@@ -208,7 +209,7 @@ def ls(
         "created_before": created_before,
     }
     out = Out()
-    with cli_store(url, schema, tenant=tenant) as store:
+    with cli_reader(url, schema, tenant=tenant) as store:
         if after is not None:
             after = _option_id(store, "--after", after)
         if parent is not None:
@@ -245,7 +246,7 @@ def ls(
         out.line(f"{count}; the next page: --after {infos[-1].id}" if more else count)
 
 
-def _option_id(store: SessionStore, option: str, given: str) -> str:
+def _option_id(store: StoreReads, option: str, given: str) -> str:
     """The session an id option names, by id or unique prefix as ID arguments are."""
     try:
         return resolve_id(store, given)
@@ -253,7 +254,7 @@ def _option_id(store: SessionStore, option: str, given: str) -> str:
         raise CliError(f"{option}: {exc}") from exc
 
 
-def _parent_id(store: SessionStore, given: str) -> str:
+def _parent_id(store: StoreReads, given: str) -> str:
     """``--parent``: as ``_option_id``, but a deleted parent's full id still names its forks
     (they keep it as their parent, and ``ls`` shows it in the PARENT column)."""
     try:
@@ -352,7 +353,7 @@ def show(
     if surface and (events or ranged):
         raise CliError("--surface excludes --events, --from and --to", code=2)
     out = Out()
-    with cli_store(url, schema, tenant=tenant) as store:
+    with cli_reader(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session_id)
         if events or ranged:
             _show_events(store, out, session_id, from_seq or 0, to_seq, as_json)
@@ -393,7 +394,7 @@ def show(
 
 
 def _show_events(
-    store: SessionStore,
+    store: StoreReads,
     out: Out,
     session_id: str,
     from_seq: int,
@@ -465,18 +466,26 @@ def tail(
             out.line(event_line(event, width=88, with_time=True))
         sys.stdout.flush()
 
+    def last_events(store: StoreReads) -> tuple[str, int]:
+        """Print the last ``lines`` events; the session's full id and head seq."""
+        resolved = resolve_id(store, session_id)
+        head = store.head_seq(resolved)
+        recent = store.events(resolved, from_seq=max(0, head - lines + 1), to_seq=head + 1)
+        for event in deque(recent, min(lines, head + 1)):  # (-n can be huge)
+            emit(event)
+        if head < 0 and not as_json:
+            out.line(f"no events: the log of {resolved} is empty")
+        return resolved, head
+
     try:
-        with cli_store(url, schema, tenant=tenant) as store:
-            session_id = resolve_id(store, session_id)
-            head = store.head_seq(session_id)
-            recent = store.events(session_id, from_seq=max(0, head - lines + 1), to_seq=head + 1)
-            for event in deque(recent, min(lines, head + 1)):  # (-n can be huge)
+        if not follow:
+            with cli_reader(url, schema, tenant=tenant) as reads:
+                last_events(reads)
+            return
+        with cli_store(url, schema, tenant=tenant) as store:  # a follow needs the full store
+            followed, head = last_events(store)
+            for event in store.follow(followed, after_seq=head, timeout=timeout):
                 emit(event)
-            if head < 0 and not as_json:
-                out.line(f"no events: the log of {session_id} is empty")
-            if follow:
-                for event in store.follow(session_id, after_seq=head, timeout=timeout):
-                    emit(event)
     except KeyboardInterrupt:
         if not follow:
             raise

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # rich and the store load when a command uses them (startup t
     from rich.text import Text
 
     from session_sql import SessionStore
+    from session_sql.quick import StoreReads
 
 __all__ = [
     "PROG",
@@ -51,6 +52,7 @@ __all__ = [
     "GuardedGroup",
     "Out",
     "State",
+    "cli_reader",
     "cli_store",
     "error_line",
     "format_time",
@@ -422,7 +424,25 @@ def cli_store(
         store.close()
 
 
-def resolve_id(store: SessionStore, given: str) -> str:
+@contextmanager
+def cli_reader(url: str, schema: str, *, tenant: str = "") -> Iterator[StoreReads]:
+    """The store as the reading commands (``ls``, ``show``, ``tail``) see it: on a SQLite file
+    that is exactly this build's store, a quick reader that loads no SQLAlchemy
+    (``_store.quick``); otherwise the store ``cli_store`` opens, errors and all."""
+    from session_sql.quick import open_quick
+
+    quick = open_quick(url, schema, tenant)
+    if quick is None:
+        with cli_store(url, schema, tenant=tenant) as store:
+            yield store
+        return
+    try:
+        yield quick
+    finally:
+        quick.close()
+
+
+def resolve_id(store: StoreReads, given: str) -> str:
     """The session ``given`` names: that exact id, else the one id that starts with it (git's
     rule). No match is ``SessionNotFoundError``; several are an error listing them (exit 1,
     like a missing session: whether a prefix is unique depends on what the store holds).

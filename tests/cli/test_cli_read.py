@@ -356,3 +356,52 @@ def test_an_empty_session_says_so(cli, store):
     assert cli("tail", sid).stdout == f"no events: the log of {sid} is empty\n"
     assert cli("tail", sid, "--json").stdout == ""
     assert cli("show", sid, "--json").stdout == "[]\n"
+
+
+QUICK_COMMANDS = [
+    ["ls"],
+    ["ls", "--json"],
+    ["ls", "--sort", "created", "-r", "--limit", "1"],
+    ["ls", "--parent", "{prefix}"],
+    ["ls", "--after", "{prefix}"],
+    ["ls", "--user", "nobody"],
+    ["ls", "--label", "bad name=x"],
+    ["show", "{prefix}"],
+    ["show", "{prefix}", "--json"],
+    ["show", "{prefix}", "--events", "--from", "3", "--to", "9"],
+    ["show", "{prefix}", "--surface"],
+    ["show", "{prefix}", "--surface", "--json"],
+    ["show", "{prefix}", "--events", "--from", "5000"],
+    ["show", "missing"],
+    ["show", ""],
+    ["tail", "{prefix}", "-n", "3"],
+    ["tail", "{prefix}", "--json"],
+    ["tail", "missing"],
+]
+
+
+@pytest.mark.parametrize("command", QUICK_COMMANDS, ids=" ".join)
+def test_reading_commands_say_the_same_through_the_quick_reader(sqlite_cli, monkeypatch, command):
+    """On SQLite, ``ls``, ``show`` and ``tail`` read through ``_store.quick``; what they print,
+    and their exit codes, are those of the full store's reads."""
+    from session_sql import quick
+    from session_sql.cli.demo import record_demo
+
+    run = record_demo(sqlite_cli.url)
+    args = [a.replace("{prefix}", run.session_id[:6]) for a in command]
+    opened: list[object] = []
+    real = quick.open_quick
+
+    def spy(*a: object, **kw: object) -> object:
+        reader = real(*a, **kw)  # type: ignore[arg-type]
+        opened.append(reader)
+        return reader
+
+    monkeypatch.setattr(quick, "open_quick", spy)
+    fast = sqlite_cli(*args)
+    assert opened and opened[0] is not None  # the quick reader was used
+    monkeypatch.setattr(quick, "open_quick", lambda *a, **kw: None)
+    full = sqlite_cli(*args)
+    assert (fast.code, fast.stdout, fast.stderr) == (full.code, full.stdout, full.stderr)
+    refused = {"missing", "", "bad name=x"} & set(command)
+    assert (fast.code != 0) == bool(refused), fast.stderr

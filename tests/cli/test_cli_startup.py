@@ -85,14 +85,39 @@ def test_reading_commands_load_neither_the_demo_nor_the_benchmark(sqlite_cli):
         assert among(loaded(sqlite_cli, *args), CLI_EXTRAS) == [], args
 
 
+def test_reading_commands_on_sqlite_load_no_sqlalchemy(sqlite_cli):
+    """``ls``, ``show`` and ``tail`` on this build's SQLite file read through the quick
+    reader (``_store.quick``): neither SQLAlchemy nor the store is imported."""
+    store = sqlite_cli.store()
+    try:
+        session = store.create_session("startup-3")
+        session.append("todo/write", {"items": [{"text": "one"}]})
+    finally:
+        store.close()
+    readings = (
+        ["ls"],
+        ["ls", "--json", "--user", "u", "--label", "a=b", "--since", "7d"],
+        ["show", "startup"],
+        ["show", "startup", "--events"],
+        ["show", "startup", "--surface"],
+        ["tail", "startup"],
+    )
+    for args in readings:
+        modules = loaded(sqlite_cli, *args)
+        assert "session_sql._store.quick" in modules, args  # (the check sees the reader)
+        assert among(modules, ("sqlalchemy", "session_sql._store.store", *POSTGRESQL_ONLY)) == []
+
+
 def test_reading_commands_on_sqlite_load_neither_psycopg_nor_the_postgresql_backend(sqlite_cli):
+    """What the quick reader leaves to the store (a follow, a tenant) opens it without
+    PostgreSQL's modules."""
     store = sqlite_cli.store()
     try:
         session = store.create_session("startup-2")
         session.append("todo/write", {"items": [{"text": "one"}]})
     finally:
         store.close()
-    for args in (["ls"], ["show", "startup"], ["tail", "startup"], ["show", "startup", "--events"]):
+    for args in (["tail", "startup", "-f", "--timeout", "0"], ["ls", "--tenant", "acme"]):
         modules = loaded(sqlite_cli, *args)
         assert "session_sql._store.backends.sqlite" in modules, args  # (the store was used)
         assert among(modules, POSTGRESQL_ONLY) == [], args
