@@ -161,11 +161,14 @@ def open_quick(url: str, schema: str = DEFAULT_SCHEMA, tenant: str = "") -> Quic
         return None
     try:
         conn.isolation_level = None  # statements run in the transactions ``_read`` opens
+        conn.execute("BEGIN")  # the version and the schema from one snapshot
         meta = dict(conn.execute("SELECT key, value FROM session_sql_meta").fetchall())
-        if meta != META_ROWS or schema_digest(conn) != SCHEMA_DIGEST:
-            conn.close()
-            return None
+        digest = schema_digest(conn)
+        conn.execute("COMMIT")
     except sqlite3.Error:
+        conn.close()
+        return None
+    if meta != META_ROWS or digest != SCHEMA_DIGEST:
         conn.close()
         return None
     return QuickReader(conn)
