@@ -199,3 +199,22 @@ def test_the_async_store_appends_prepared(pg_url: tuple[str, str], queries: list
 
     asyncio.run(run())
     assert any(q.startswith("BEGIN;EXECUTE session_sql_") for q in queries)
+
+
+def test_hostile_values_reach_the_prepared_statements_verbatim(pg_url: tuple[str, str]) -> None:
+    """Quotes, percent signs, ``$1`` and backslashes in an id, a title and event data are
+    bound by the driver into the ``EXECUTE`` as into the unprepared query: stored as given."""
+    url, schema = pg_url
+    hostile = "x'); DROP TABLE events; -- 100% $1 %s \\ ' \" é 😀"
+    with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
+        handle = store.create_session(hostile)
+        for turn in range(4):  # the first unprepared, then prepared
+            handle.append("session/title", {"title": hostile + str(turn)})
+            handle.append("user/message", user_message(hostile, id=f"u{turn}"), surface_op="append")
+        assert len(_on_server(store)) >= 4
+        events = list(store.events(hostile))
+        assert [e.data["title"] for e in events if e.type == "session/title"] == [
+            hostile + str(t) for t in range(4)
+        ]
+        assert [m["content"][0]["text"] for m in store.messages(hostile)] == [hostile] * 4
+        assert store.verify(hostile).ok
