@@ -349,7 +349,8 @@ def settle_prepared(driver: Any, trip: TripQuery, names: list[Any] | None) -> No
         know_prepared(driver, {str(row[0]) for row in names})
     elif trip.uses is not None:
         known = prepared_on(driver)
-        know_prepared(driver, set(trip.uses) if known is None else known | trip.uses)
+        if known is None or not trip.uses <= known:  # (else nothing new: no new set)
+            know_prepared(driver, set(trip.uses) if known is None else known | trip.uses)
 
 
 def prepared_query(
