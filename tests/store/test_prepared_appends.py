@@ -218,3 +218,33 @@ def test_hostile_values_reach_the_prepared_statements_verbatim(pg_url: tuple[str
         ]
         assert [m["content"][0]["text"] for m in store.messages(hostile)] == [hostile] * 4
         assert store.verify(hostile).ok
+
+
+class _Everything(set[str]):
+    """A set that holds every name: what is prepared as a stale record would have it."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def test_the_async_store_retries_unprepared_when_a_statement_is_missing(
+    pg_url: tuple[str, str], queries: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, schema = pg_url
+
+    async def run() -> None:
+        async with open_async_store(url, schema=schema) as store:
+            handle = await store.create_session("s")
+            await handle.append("turn/start", {"turn": 0})
+            del queries[:]
+            with monkeypatch.context() as patch:
+                patch.setattr(pg_appends, "prepared_on", lambda driver: _Everything())
+                await handle.append("turn/start", {"turn": 1})  # EXECUTEs a name never prepared
+            failed, retried = queries
+            assert "EXECUTE " in failed and "PREPARE " not in failed
+            assert retried.endswith(pg_appends.PREPARED_NAMES)
+            await handle.append("turn/start", {"turn": 2})
+            assert [e.seq async for e in await store.events("s")] == [0, 1, 2]
+            assert (await store.verify("s")).ok
+
+    asyncio.run(run())
