@@ -5,7 +5,8 @@ commits); several sessions' go through one pipeline, every insert counted; a big
 (``COPY_MIN_ROWS`` events or more) copies its rows. Each reads its outcome with
 ``appends.classify``; the one query, which cannot count rows, makes the server fail it
 instead (a lost race is a division by zero, a row past the head a unique violation), and
-maps those errors onto the same rule.
+maps those errors onto the same rule. The one query's statements run prepared on the
+connection once it is known what is prepared there (:func:`trip_query`).
 """
 
 from __future__ import annotations
