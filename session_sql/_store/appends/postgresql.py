@@ -5,14 +5,19 @@ commits); several sessions' go through one pipeline, every insert counted; a big
 (``COPY_MIN_ROWS`` events or more) copies its rows. Each reads its outcome with
 ``appends.classify``; the one query, which cannot count rows, makes the server fail it
 instead (a lost race is a division by zero, a row past the head a unique violation), and
-maps those errors onto the same rule.
+maps those errors onto the same rule. The one query's statements run prepared on the
+connection once it is known what is prepared there (:func:`trip_query`).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import logging
+import re
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import psycopg
 from psycopg import sql as pgsql
@@ -36,7 +41,14 @@ from session_sql._store.appends import (
     whole,
 )
 from session_sql._store.appends import postgresql_async as pg_async
-from session_sql._store.backends.postgresql import PG_IDLE, PG_INERROR, pipeline
+from session_sql._store.backends.postgresql import (
+    PG_IDLE,
+    PG_INERROR,
+    forget_prepared,
+    know_prepared,
+    pipeline,
+    prepared_on,
+)
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 
@@ -245,6 +257,144 @@ def one_trip(ctx: StoreContext, part: AppendPart) -> list[tuple[Compiled, list[A
     return out
 
 
+PREPARED_PREFIX: Final = "session_sql_"
+"""How the names of the one query's prepared statements start (then a digest of the text)."""
+
+PREPARED_NAMES: Final = (
+    "SELECT name FROM pg_prepared_statements WHERE from_sql AND left(name, 12) = 'session_sql_'"
+)
+"""The store's statements prepared on this connection (the names of ``PREPARED_PREFIX``)."""
+
+STALE_PREPARED: Final = frozenset({"26000", "42P05"})
+"""invalid_sql_statement_name, duplicate_prepared_statement: what was known to be prepared on
+the connection was not what the server had (the statement failed before ``COMMIT``)."""
+
+_PLACEHOLDER: Final = re.compile(r"%%|%s")
+
+
+class PreparedForm(NamedTuple):
+    """A statement of the one query as a prepared statement of the connection."""
+
+    name: str
+    prepare: str  # PREPARE name AS ...: final text, no client parameters
+    call: str  # EXECUTE name(%s, ...): bound with the query
+
+
+@functools.lru_cache(maxsize=256)
+def prepared_form(sql: str) -> PreparedForm:
+    """``sql`` (a statement's positional form: ``%s`` for each parameter, ``%%`` for a percent
+    sign) as a statement to prepare once per connection, named by a digest of its text (so a
+    name always means the same statement), and the ``EXECUTE`` that runs it."""
+    count = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal count
+        if match[0] == "%%":
+            return "%"  # the statement is sent as it is, with no client parameters
+        count += 1
+        return "$" + str(count)
+
+    body = _PLACEHOLDER.sub(number, sql)
+    name = PREPARED_PREFIX + hashlib.blake2b(sql.encode(), digest_size=16).hexdigest()
+    call = "EXECUTE " + name + ("(" + ", ".join(["%s"] * count) + ")" if count else "")
+    return PreparedForm(name, "PREPARE " + name + " AS " + body, call)
+
+
+@functools.lru_cache(maxsize=64)
+def _bound_name(sql: str, values: tuple[Any, ...]) -> str:
+    """The name of ``sql`` prepared with ``values`` bound into it (the tenant setting)."""
+    key = json.dumps([sql, values], separators=(",", ":"))
+    return PREPARED_PREFIX + hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+
+
+class TripQuery(NamedTuple):
+    """One session's append as one query (:func:`trip_query`)."""
+
+    query: str
+    uses: frozenset[str] | None  # the prepared statements it runs (and prepares if needed)
+    reads_prepared: bool  # its last result lists the connection's prepared statements
+
+
+def trip_query(
+    bind: Callable[[str, Any], str],
+    ctx: StoreContext,
+    part: AppendPart,
+    driver: Any,
+    *,
+    literal: bool = False,
+) -> TripQuery:
+    """The one query of ``part`` for the psycopg connection ``driver``.
+
+    With psycopg's prepared statements on (its ``prepare_threshold``; a transaction-pooling
+    proxy needs them off, and then the query is :func:`one_query` as it is), the statements
+    run as prepared statements of the connection (:func:`prepared_query`): the server then
+    parses and plans them once per connection, not on every append. What is prepared on a
+    connection is known from the last query that ran on it; when it is not (a new
+    connection, a failed statement, a rollback of an open transaction: psycopg's may send
+    ``DEALLOCATE ALL``), or ``literal`` is asked for, the query is :func:`one_query` and reads
+    the connection's prepared statements in the same round trip (``PREPARED_NAMES``).
+    """
+    if getattr(driver, "prepare_threshold", None) is None:
+        return TripQuery(one_query(bind, ctx, part), None, False)
+    known = None if literal else prepared_on(driver)
+    if known is None:
+        return TripQuery(one_query(bind, ctx, part) + ";" + PREPARED_NAMES, None, True)
+    query, uses = prepared_query(bind, ctx, part, known)
+    return TripQuery(query, uses, False)
+
+
+def settle_prepared(driver: Any, trip: TripQuery, names: list[Any] | None) -> None:
+    """After ``trip`` ran on ``driver`` to its end: what is prepared on the connection now
+    (``names``: the rows of its last result, when it read them)."""
+    if trip.reads_prepared and names is not None:
+        know_prepared(driver, {str(row[0]) for row in names})
+    elif trip.uses is not None:
+        known = prepared_on(driver)
+        if known is None or not trip.uses <= known:  # (else nothing new: no new set)
+            know_prepared(driver, set(trip.uses) if known is None else known | trip.uses)
+
+
+def prepared_query(
+    bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPart, known: set[str]
+) -> tuple[str, frozenset[str]]:
+    """:func:`one_query` with each statement ``EXECUTE``d as a prepared statement of the
+    connection (``PREPARE``d first in the same query when not in ``known``), and the names
+    it uses.
+
+    The same statements run in the same order, in the same transaction, with the same values
+    bound by the driver, so a lost race, a taken key or the wake-up fail as they do in
+    :func:`one_query`; an insert of several rows is one ``EXECUTE`` per row. The tenant
+    setting is prepared with the store's tenant bound into it (its name covers the values).
+    ``PREPARE`` is not transactional: a statement prepared by a query that then failed stays
+    prepared."""
+    trip = one_trip(ctx, part)
+    (tenant, (tenant_params,)), rest = trip[0], trip[1:]
+    tenant_sql, tenant_names = tenant.positional
+    tenant_values = tuple(tenant_params[name] for name in tenant_names)
+    tenant_name = _bound_name(tenant_sql, tenant_values)
+    prepares: list[str] = []
+    if tenant_name not in known:
+        prepares.append(bind("PREPARE " + tenant_name + " AS " + tenant_sql, tenant_values))
+    uses = {tenant_name}
+    statements = ["EXECUTE " + tenant_name]
+    values: list[Any] = []
+    for stmt, params in rest:
+        sql, names = stmt.positional
+        form = prepared_form(sql)
+        if form.name not in known and form.name not in uses:
+            prepares.append(form.prepare)
+        uses.add(form.name)
+        statements.extend([form.call] * len(params))
+        for one in params:
+            values.extend(one if type(one) is tuple else [one[name] for name in names])
+    notes = ctx.wake_notes([(part.session_id, part.head)]) if ctx.backend.listens else []
+    if notes:
+        sql, names = ctx.compiled.notify.positional
+        statements = ["BEGIN", *statements, "COMMIT", sql]
+        values.extend(notes[0][name] for name in names)
+    return ";".join([*prepares, bind(";".join(statements), values)]), frozenset(uses)
+
+
 def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPart) -> str:
     """:func:`one_trip`'s statements joined into one query and bound by one call of ``bind``
     (a client cursor's ``mogrify``), in their positional form: a call per statement cost
@@ -341,15 +491,23 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
                 cursor = psycopg.AsyncClientCursor(driver)
                 return bool(await_(pg_async.append_async(ctx, cursor, part)))
             cur = psycopg.ClientCursor(driver)
-            try:
-                cur.execute(one_query(cur.mogrify, ctx, part))  # compiled statements
-            except psycopg.Error as exc:
-                if driver.broken:
-                    raise
-                if driver.info.transaction_status == PG_INERROR:
-                    driver.rollback()  # the failed explicit block of a listening store
-                return one_trip_outcome(exc, part)
-            return True
+            literal = False
+            while True:
+                trip = trip_query(cur.mogrify, ctx, part, driver, literal=literal)
+                try:
+                    cur.execute(trip.query)  # compiled statements
+                except psycopg.Error as exc:
+                    if driver.broken:
+                        raise
+                    forget_prepared(driver)
+                    if driver.info.transaction_status == PG_INERROR:
+                        driver.rollback()  # the failed explicit block of a listening store
+                    if trip.uses is not None and exc.sqlstate in STALE_PREPARED:
+                        literal = True  # nothing was written: once more, unprepared
+                        continue
+                    return one_trip_outcome(exc, part)
+                settle_prepared(driver, trip, _last_rows(cur) if trip.reads_prepared else None)
+                return True
         except BaseException:
             # Lost, or interrupted inside the query (its transaction then runs or rolls back
             # on the server alone): the pool drops the connection (see appends.abandon).
@@ -361,6 +519,13 @@ def _append_one_trip(ctx: StoreContext, part: AppendPart) -> bool:
                 dbapi.autocommit = False
     finally:
         raw.close()
+
+
+def _last_rows(cur: Any) -> list[Any] | None:
+    """The rows of the last result of a query of several statements (None if it has none)."""
+    while cur.nextset():
+        pass
+    return list(cur.fetchall()) if cur.description is not None else None
 
 
 def insert_rows(cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:

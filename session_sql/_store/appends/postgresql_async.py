@@ -14,7 +14,7 @@ import psycopg
 
 from session_sql._store.appends import AppendPart
 from session_sql._store.appends import postgresql as pg
-from session_sql._store.backends.postgresql import PG_INERROR
+from session_sql._store.backends.postgresql import PG_INERROR, forget_prepared
 from session_sql._store.context import StoreContext
 
 
@@ -29,18 +29,33 @@ async def append_async(
     the statements of ``appends.postgresql.one_trip`` are bound on the client and sent as one
     query: one await, one round trip, and (several statements in one query being one implicit
     transaction) committed when it returns, or rolled back whole by the first error.
-    Afterwards the connection is idle again, unless it broke.
+    Afterwards the connection is idle again, unless it broke. With psycopg's prepared
+    statements on, the statements run prepared on the connection, as the sync store's do
+    (``appends.postgresql.trip_query``).
     """
-    query = pg.one_query(cur.mogrify, ctx, part)
-    try:
-        await cur.execute(query)  # compiled statements, bound by the driver
-    except psycopg.Error as exc:
-        if cur.connection.broken:
-            raise
-        if cur.connection.info.transaction_status == PG_INERROR:
-            await cur.connection.rollback()  # the failed explicit block of a listening store
-        return pg.one_trip_outcome(exc, part)
-    return True
+    driver = cur.connection
+    literal = False
+    while True:
+        trip = pg.trip_query(cur.mogrify, ctx, part, driver, literal=literal)
+        try:
+            await cur.execute(trip.query)  # compiled statements, bound by the driver
+        except psycopg.Error as exc:
+            if driver.broken:
+                raise
+            forget_prepared(driver)
+            if driver.info.transaction_status == PG_INERROR:
+                await driver.rollback()  # the failed explicit block of a listening store
+            if trip.uses is not None and exc.sqlstate in pg.STALE_PREPARED:
+                literal = True  # nothing was written: once more, unprepared
+                continue
+            return pg.one_trip_outcome(exc, part)
+        names = None
+        if trip.reads_prepared:
+            while cur.nextset():
+                pass
+            names = await cur.fetchall() if cur.description is not None else None
+        pg.settle_prepared(driver, trip, names)
+        return True
 
 
 class StoredHead(NamedTuple):
