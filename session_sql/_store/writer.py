@@ -156,6 +156,8 @@ class StoredSession(Session):
         st = ctx.statements
         with translate_errors(self.id), read_tx(ctx.engine) as conn:
             row = self._this_session(conn.execute(st.session_row, {"b_id": self.id}).first())
+            if row.head_seq < self.seq:
+                return row, ()  # nothing new (a head that went back is refused by the fold)
             # Bounded by the head read first: on PostgreSQL each statement has its own
             # snapshot, and every event up to a committed head is committed with it.
             rows = conn.execute(

@@ -47,7 +47,7 @@ def write_chat(backend: Any) -> None:
 def test_the_sql_queries_answer_on_both_dialects(backend) -> None:
     write_chat(backend)
     found = queries()
-    assert set(found) == {"threads", "conversation", "checkpoints"}
+    assert set(found) == {"threads", "conversation", "checkpoints", "turns"}
     results = {name: _run(backend, sql) for name, sql in found.items()}
     assert [row[:2] for row in results["threads"]] == [
         ("chat-7", "langgraph:chat-7"),
@@ -67,4 +67,9 @@ def test_the_sql_queries_answer_on_both_dialects(backend) -> None:
         ("", "input", 2),
         ("", "loop", 3),
         ("", "loop", 4),
+    ]
+    # a run per question: the first called the tool (no tool node answers it in this graph)
+    assert [tuple(row) for row in results["turns"]] == [
+        (1, None, 1, 1, 1, 0),
+        (2, None, 1, 1, 0, 0),
     ]

@@ -75,6 +75,18 @@ def build(checkpointer: BaseCheckpointSaver[Any]) -> Any:
     return graph.compile(checkpointer=checkpointer)
 
 
+def build_chat(checkpointer: BaseCheckpointSaver[Any]) -> Any:
+    """The model and the tool node without the approval: each question is one run that calls
+    the tool and answers."""
+    graph = StateGraph(State)
+    graph.add_node("model", model)
+    graph.add_node("tools", ToolNode([get_weather]))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph.compile(checkpointer=checkpointer)
+
+
 def normal(values: dict[str, Any]) -> dict[str, Any]:
     """State values without LangGraph's random message ids."""
     out = dict(values)

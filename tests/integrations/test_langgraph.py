@@ -41,7 +41,8 @@ from session_sql.integrations.langgraph import (
 )
 
 from ..conftest import Backend
-from .lg_graph import apause, aresume, pause, resume, run_async, run_sync
+from .framework_reads import cli, turns
+from .lg_graph import apause, aresume, build_chat, pause, resume, run_async, run_sync
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -167,6 +168,63 @@ def test_stats_and_the_tool_calls_view_see_the_thread(backend: Backend) -> None:
         info = store.session_info("langgraph:t1")
         assert info.labels == {"langgraph_thread": "t1"}
         assert store.verify("langgraph:t1").ok
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_each_run_of_the_graph_is_a_turn(backend: Backend, api: str) -> None:
+    questions = [HumanMessage(f"Weather {i}?", id=f"q{i}") for i in range(3)]
+    cfg: Any = {"configurable": {"thread_id": "runs"}}
+    if api == "sync":
+        with _store(backend) as store:
+            graph = build_chat(SessionSQLSaver(store))
+            for question in questions:
+                graph.invoke({"messages": [question]}, cfg)
+    else:
+
+        async def main() -> None:
+            async with AsyncSessionSQLSaver.from_url(backend.url, schema=backend.schema) as saver:
+                graph = build_chat(saver)
+                for question in questions:
+                    await graph.ainvoke({"messages": [question]}, cfg)
+
+        asyncio.run(main())
+    # One turn per run: its question, the call and its answer, the tool's result. LangGraph
+    # tells a checkpointer nothing when a run finishes, so no turn has an end.
+    assert turns(backend, "langgraph:runs") == [(n, None, 1, 2, 1, 1, False) for n in (1, 2, 3)]
+    with _store(backend) as store:
+        assert store.stats("langgraph:runs").events_by_type["turn/start"] == 3
+        # every message the surface shows is numbered with the run that wrote it
+        numbers = [
+            (e.type, e.data["turn"], e.data["step"])
+            for e in store.events("langgraph:runs")
+            if e.type in ("assistant/message", "tool/call", "tool/result")
+        ]
+    assert numbers == [
+        (kind, n, step)
+        for n in (1, 2, 3)
+        for kind, step in [
+            ("assistant/message", 1),
+            ("tool/call", 1),
+            ("tool/result", 1),
+            ("assistant/message", 2),
+        ]
+    ]
+    printed = cli(backend, "stats", "langgraph:runs")
+    assert any(line.split()[:2] == ["turn/start", "3"] for line in printed.splitlines())
+
+
+def test_an_interrupt_ends_its_turn_and_a_resume_opens_one(backend: Backend) -> None:
+    with _store(backend) as store:
+        run_sync(lambda: SessionSQLSaver(store), "t1")
+    # The question runs to the interrupt (turn 1); the resume is a run (2); the run from the
+    # update_state fork goes to the interrupt again (3, with the tool call the fork made in
+    # turn 2's range, where update_state wrote it); the last resume is a run (4).
+    assert turns(backend, "langgraph:t1") == [
+        (1, "interrupted", 1, 2, 1, 1, True),
+        (2, None, 0, 1, 1, 0, False),
+        (3, "interrupted", 0, 1, 0, 1, True),
+        (4, None, 0, 0, 0, 0, False),
+    ]
 
 
 def _chat(saver: SessionSQLSaver, thread: str, turns: int) -> None:

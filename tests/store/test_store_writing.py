@@ -32,6 +32,7 @@ from .store_builders import (
     execute,
     failing_trigger,
     key_of,
+    recorded,
     refused,
     reply,
     say,
@@ -363,6 +364,21 @@ def test_refresh_picks_up_replaces(store):
     assert view(reader) == view(writer)
     say(reader)
     assert_consistent(store, reader)
+
+
+def test_a_refresh_with_nothing_new_reads_the_session_row_only(store, api):
+    if api == "async":  # its own engine; SQLite's runs this refresh, PostgreSQL's one query
+        pytest.skip("the sync refresh's statements (the async ones: test_store_round_trips)")
+    writer = store.create_session("s1")
+    reader = store.open_session("s1")
+    with recorded(store.engine) as nothing_new:
+        assert reader.refresh() == []
+    say(writer)
+    with recorded(store.engine) as one_new:
+        assert [e.seq for e in reader.refresh()] == [0]
+    assert len(nothing_new.queries) == 1 and "sessions" in nothing_new.queries[0]
+    assert len(one_new.queries) == 2  # the row, then the events past the handle's log
+    assert view(reader) == view(writer)
 
 
 def test_a_deleted_session_refuses_appends(store):

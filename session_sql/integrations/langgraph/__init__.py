@@ -14,6 +14,10 @@ checkpoint namespace of the thread lives in it); its log holds:
 * the ``messages`` channel's chat messages of the root namespace, as core ``user/message``,
   ``assistant/message`` and ``tool/result`` events on the surface, so that ``messages()``, the
   SQL views and ``session-sql show`` read the conversation;
+* ``turn/start`` before each run of the graph (its input, a ``Command``, a resume, a run from
+  a fork), and ``turn/end`` when a run stops at an ``interrupt()`` or an error; a run that
+  finishes says so to no checkpointer, so its turn stays open until the next one starts.
+  The run's messages carry its turn number, so the ``turns`` view has a row per run;
 * ``langgraph/moved``: the last event of a thread rewritten by ``prune`` or
   ``delete_for_runs`` (see below).
 

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.serde.types import RESUME
 
 from session_sql import InvalidArgumentError
 
@@ -19,7 +20,16 @@ THREAD_LABEL = "langgraph_thread"
 SOURCE_KIND = "langgraph"
 MAX_ATTEMPTS = 100
 
+# The task id of the writes an invocation's ``Command`` makes (LangGraph's NULL_TASK_ID).
+NULL_TASK = "00000000-0000-0000-0000-000000000000"
+
 Batch = list[dict[str, Any]]
+
+
+def starts_run(task_id: Any, channels: list[Any]) -> bool:
+    """Whether writes of ``task_id`` to ``channels`` are an invocation's own: a
+    ``Command``'s (its ``update``, ``goto``) or a resume's (``Command(resume=...)``)."""
+    return task_id == NULL_TASK or RESUME in channels
 
 
 def base_id(thread_id: str) -> str:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from session_sql import Replace, SessionEvent, thaw
 
 from ._codec import raw
-from ._ids import CHECKPOINT_TYPE, MOVED_TYPE, WRITES_TYPE
+from ._ids import CHECKPOINT_TYPE, MOVED_TYPE, WRITES_TYPE, starts_run
 
 
 @dataclass
@@ -24,14 +26,19 @@ class Cp:
     data: Any  # the event's data (frozen)
 
 
+def run_source(metadata: Any) -> bool:
+    """Whether a checkpoint's stored metadata says a run stored it (not ``update_state``)."""
+    meta = metadata.get("json")
+    return isinstance(meta, Mapping) and meta.get("source") in ("input", "loop", "fork")
+
+
 @dataclass
 class Basis:
-    """The messages value the surface shows: its version and length, the turn numbering
-    after it, and the surface it was checked against (``Index.surface_mark``)."""
+    """The messages value the surface shows: its version and length, and the surface it was
+    checked against (``Index.surface_mark``)."""
 
     version: Any
     length: int
-    turns: tuple[int, int, bool]
     surface: tuple[int, int] | None
 
 
@@ -60,6 +67,15 @@ class Index:
     # The serde bytes of the pieces the last read of each channel decoded: (seq -> (type,
     # bytes)); the next version's read shares most of them, so base64 runs once a piece.
     pieces: dict[str, dict[int, tuple[str, bytes]]] = field(default_factory=dict)
+    # The runs the log records (``turn/start``, ``turn/end``): the last turn's number,
+    # whether it is open, the checkpoint its run went on from (named by its first writes, or
+    # its first checkpoint's parent), the root checkpoint it last stored (or went on from: a
+    # run's next checkpoint has it as parent), and the step of its last assistant message.
+    turn: int = 0
+    turn_open: bool = False
+    turn_from: str | None = None
+    turn_cp: str | None = None
+    step: int = 0
 
     def value(self, serde: SerializerProtocol, seq: int, channel: str) -> tuple[bool, Any]:
         """The value of ``channel`` stored by the checkpoint event ``seq`` (False: empty)."""
@@ -114,7 +130,7 @@ class Index:
         self.pending_decoded.clear()
         if self.pending_basis is not None:
             pending = self.pending_basis
-            self.basis = Basis(pending.version, pending.length, pending.turns, self.surface_mark())
+            self.basis = Basis(pending.version, pending.length, self.surface_mark())
             self.pending_basis = None
 
     def fold(self) -> None:
@@ -134,8 +150,19 @@ class Index:
             for channel, version in data["versions"].items():
                 if channel in values:
                     self.blobs[(ns, channel, thaw(version))] = seq
+            if ns == "" and self.turn_open and run_source(data["metadata"]):
+                if self.turn_from is None:
+                    self.turn_from = data["parent"]
+                self.turn_cp = cp_id
         elif kind == WRITES_TYPE:
             key = (data["ns"], data["checkpoint"])
+            if (
+                key[0] == ""
+                and self.turn_open
+                and self.turn_cp is None
+                and starts_run(data["task"], [w["channel"] for w in data["writes"]])
+            ):
+                self.turn_from = self.turn_cp = key[1]
             stored = self.writes.setdefault(key, {})
             for w in data["writes"]:
                 inner = (data["task"], w["idx"])
@@ -144,6 +171,12 @@ class Index:
                 stored[inner] = (data["task"], w["channel"], w["value"], data["path"])
         elif kind == MOVED_TYPE:
             self.moved = data
+        elif kind == "turn/start":
+            turn = data.get("turn") if isinstance(data, Mapping) else None
+            self.turn = turn if type(turn) is int else self.turn + 1
+            self.turn_open, self.turn_from, self.turn_cp, self.step = True, None, None, 0
+        elif kind == "turn/end":
+            self.turn_open = False
         elif event.surface_op is not None:
             self._fold_surface(event)
 
@@ -164,6 +197,20 @@ class Index:
                 self.surfaced[i : j + 1] = entry
         else:
             self.surfaced.extend(entry)
+        if event.type == "assistant/message" and data.get("turn") == self.turn:
+            step = data.get("step")
+            if type(step) is int and step > self.step:
+                self.step = step
+
+    def stop_reason(self, ns: str, cp_id: str) -> str | None:
+        """How the run that stored ``cp_id`` stopped there, by the writes held for it: an
+        ``interrupt()`` (``interrupted``), a task's error (``error``), or not (None)."""
+        channels = {w[1] for w in self.writes.get((ns, cp_id), {}).values()}
+        if INTERRUPT in channels:
+            return "interrupted"
+        if ERROR in channels:
+            return "error"
+        return None
 
     def latest(self, ns: str) -> Cp | None:
         found = self.cps.get(ns)

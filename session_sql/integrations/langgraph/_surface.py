@@ -4,7 +4,7 @@ that ``messages()``, the SQL views and ``session-sql show`` read a LangGraph con
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from session_sql import Replace
@@ -104,55 +104,71 @@ def core_event(message: Any, turn: int, step: int) -> dict[str, Any] | None:
     return None
 
 
-def wanted_events(
-    messages: Sequence[Any], turns: tuple[int, int, bool]
-) -> tuple[list[tuple[str, dict[str, Any]]], tuple[int, int, bool]]:
-    """The core events of ``messages`` (with their ids), numbered on from ``turns`` (turn,
-    step, whether a message came before): a human message opens a turn."""
+Numbering = tuple[int, int]  # (the run's turn, the step of its last assistant message)
+
+
+def wanted_events(messages: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The core events of ``messages`` (with their ids), not numbered yet (turn and step 0)."""
     wanted: list[tuple[str, dict[str, Any]]] = []
-    turn, step, started = turns
     for message in messages:
-        if getattr(message, "type", None) == "human" and started:
-            turn, step = turn + 1, 0
-        event = core_event(message, turn, step)
+        event = core_event(message, 0, 0)
         if event is not None:
             wanted.append((message.id, event))
+    return wanted
+
+
+def numbered(events: Sequence[dict[str, Any]], numbering: Numbering) -> tuple[Batch, Numbering]:
+    """``events`` numbered on from ``numbering``: each in the run's turn, an assistant message
+    a step of its own, the tool results in the step of the message before them."""
+    turn, step = numbering
+    out: Batch = []
+    for event in events:
+        data = event["data"]
+        if "turn" not in data:
+            out.append(event)
+            continue
+        if event["type"] == "assistant/message":
             step += 1
-            started = True
-    return wanted, (turn, step, started)
+        out.append({**event, "data": {**data, "turn": turn, "step": step}})
+    return out, (turn, step)
 
 
-def surface_tail(
-    messages: Sequence[Any], turns: tuple[int, int, bool]
-) -> tuple[Batch, tuple[int, int, bool]]:
+def _unnumbered(data: Any) -> Any:
+    if isinstance(data, Mapping) and "turn" in data:
+        return {k: v for k, v in data.items() if k not in ("turn", "step")}
+    return data
+
+
+def surface_tail(messages: Sequence[Any], numbering: Numbering) -> Batch:
     """The events appending ``messages`` to a surface that shows the ones before them."""
-    wanted, state = wanted_events(messages, turns)
-    return with_calls([{**event, "surface_op": "append"} for _, event in wanted]), state
+    new, _ = numbered([event for _, event in wanted_events(messages)], numbering)
+    return with_calls([{**event, "surface_op": "append"} for event in new])
 
 
-def surface_batch(have: Surfaced, messages: list[Any]) -> tuple[Batch, tuple[int, int, bool]]:
+def surface_batch(have: Surfaced, messages: list[Any], numbering: Numbering) -> Batch:
     """Events that make the surface show ``messages``: the new ones appended, or the part
-    that differs replaced (a ``RemoveMessage``, a time-travel fork)."""
-    wanted, state = wanted_events(messages, (0, 0, False))
+    that differs replaced (a ``RemoveMessage``, a time-travel fork). The messages the surface
+    shows already keep their numbers; the others are numbered on from ``numbering``."""
+    wanted = wanted_events(messages)
     common = 0
     while (
         common < len(have)
         and common < len(wanted)
         and have[common][0] == wanted[common][0]
-        and have[common][2] == wanted[common][1]["data"]
+        and _unnumbered(have[common][2]) == _unnumbered(wanted[common][1]["data"])
     ):
         common += 1
-    new = [event for _, event in wanted[common:]]
+    new, _ = numbered([event for _, event in wanted[common:]], numbering)
     if common == len(have):
-        return with_calls([{**event, "surface_op": "append"} for event in new]), state
+        return with_calls([{**event, "surface_op": "append"} for event in new])
     shadowed = [seq for _, seq, _ in have[common:]]
     op = Replace(shadowed[0], shadowed[-1])
     if not new:
         removed = {"type": "surface/removed", "data": {"reason": "langgraph"}}
-        return [{**removed, "surface_op": op, "source_event_seqs": shadowed}], state
+        return [{**removed, "surface_op": op, "source_event_seqs": shadowed}]
     first = {**new[0], "surface_op": op, "source_event_seqs": shadowed}
     batch = [first] + [{**event, "surface_op": "append"} for event in new[1:]]
-    return with_calls(batch), state
+    return with_calls(batch)
 
 
 def with_calls(batch: Batch) -> Batch:

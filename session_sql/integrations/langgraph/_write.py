@@ -15,11 +15,12 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 
 from session_sql import thaw
 
 from ._codec import decode, encode, whole
-from ._ids import CHECKPOINT_TYPE, WRITES_TYPE, Batch
+from ._ids import CHECKPOINT_TYPE, WRITES_TYPE, Batch, starts_run
 from ._index import Basis, Cp, Index
 from ._surface import surface_batch, surface_tail
 
@@ -53,16 +54,27 @@ def put_batch(
         stored[channel], extended[channel] = blob(
             serde, index, ns, channel, values[channel], parent_versions.get(channel), version
         )
+    meta = get_checkpoint_metadata(config, metadata)
+    # A run begins with its input (or a replay's fork), or goes on from a checkpoint that is
+    # not the last one its turn stored (a run from an ``update_state``, a resume after an
+    # interrupt): the checkpoint opens a turn.
+    source = meta.get("source")
+    starts = ns == "" and (
+        source in ("input", "fork")
+        or (source == "loop" and (not index.turn_open or parent_id != index.turn_cp))
+    )
+    numbering = (index.turn + 1, 0) if starts else (index.turn, index.step)
     data = {
         "ns": ns,
         "id": checkpoint["id"],
         "parent": parent_id,
         "checkpoint": encode(serde, body),
-        "metadata": encode(serde, get_checkpoint_metadata(config, metadata)),
+        "metadata": encode(serde, meta),
         "versions": {k: v for k, v in new_versions.items()},
         "values": stored,
     }
-    batch: Batch = [{"type": CHECKPOINT_TYPE, "data": data, "ignorable": True}]
+    batch: Batch = [{"type": "turn/start", "data": {"turn": numbering[0]}}] if starts else []
+    batch.append({"type": CHECKPOINT_TYPE, "data": data, "ignorable": True})
     messages = values.get("messages")
     if ns == "" and "messages" in new_versions and isinstance(messages, list):
         basis = index.basis
@@ -72,12 +84,21 @@ def put_batch(
             and basis.version == parent_versions.get("messages")
             and basis.surface == index.surface_mark()
         ):
-            events, state = surface_tail(messages[basis.length :], basis.turns)
+            events = surface_tail(messages[basis.length :], numbering)
         else:
-            events, state = surface_batch(index.surfaced, messages)
+            events = surface_batch(index.surfaced, messages, numbering)
         batch.extend(events)
-        index.pending_basis = Basis(new_versions["messages"], len(messages), state, None)
+        index.pending_basis = Basis(new_versions["messages"], len(messages), None)
+    if ns == "" and (starts or index.turn_open):
+        # an interrupt or an error written for this checkpoint before it: the run ended here
+        reason = index.stop_reason(ns, checkpoint["id"])
+        if reason is not None:
+            batch.append(turn_end(numbering[0], reason))
     return batch
+
+
+def turn_end(turn: int, reason: str) -> dict[str, Any]:
+    return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": reason}}}
 
 
 def blob(
@@ -125,7 +146,7 @@ def blob(
 
 def writes_batch(
     serde: SerializerProtocol,
-    index: Index | None,
+    index: Index,
     config: RunnableConfig,
     writes: Sequence[tuple[str, Any]],
     task_id: str,
@@ -135,7 +156,7 @@ def writes_batch(
     conf = config["configurable"]
     ns = conf.get("checkpoint_ns", "")
     cp_id = conf["checkpoint_id"]
-    existing = index.writes.get((ns, cp_id), {}) if index is not None else {}
+    existing = index.writes.get((ns, cp_id), {})
     kept = []
     for i, (channel, value) in enumerate(writes):
         idx = WRITES_IDX_MAP.get(channel, i)
@@ -145,7 +166,20 @@ def writes_batch(
     if not kept:
         return []
     data = {"ns": ns, "checkpoint": cp_id, "task": task_id, "path": task_path, "writes": kept}
-    return [{"type": WRITES_TYPE, "data": data, "ignorable": True}]
+    batch: Batch = [{"type": WRITES_TYPE, "data": data, "ignorable": True}]
+    if ns != "":
+        return batch
+    channels = [w["channel"] for w in kept]
+    if starts_run(task_id, channels) and not (index.turn_open and index.turn_from == cp_id):
+        # an invocation's Command, or a resume: a run goes on from this checkpoint
+        batch.insert(0, {"type": "turn/start", "data": {"turn": index.turn + 1}})
+    elif index.turn_open and index.turn_cp == cp_id:
+        # the run stopped at its last checkpoint: an interrupt(), or a task's error
+        if INTERRUPT in channels:
+            batch.append(turn_end(index.turn, "interrupted"))
+        elif ERROR in channels:
+            batch.append(turn_end(index.turn, "error"))
+    return batch
 
 
 def _kept(serde: SerializerProtocol, index: Index, op: Mapping[str, Any]) -> list[Cp]:
@@ -228,7 +262,7 @@ def rewritten(
         if seq is not None:
             present, messages = index.value(serde, seq, "messages")
             if present and isinstance(messages, list):
-                for event in surface_batch([], messages)[0]:
+                for event in surface_batch([], messages, (0, 0)):
                     if "surface_op" in event:
                         add(event["type"], event["data"], surfaceOp="append")
                     else:
