@@ -33,8 +33,7 @@ import psycopg
 from psycopg import sql
 
 from session_sql import open_async_store, open_store
-from session_sql.cli._bench_events import chunk_events
-from session_sql.cli._bench_raw import RawPostgres
+from session_sql.cli.bench import RawPostgres, chunk_events
 
 URL = os.environ.get("SESSION_SQL_BENCH_URL", "postgresql://postgres@127.0.0.1:5432/test")
 WARM = 50
