@@ -387,11 +387,7 @@ def prepared_query(
         statements.extend([form.call] * len(params))
         for one in params:
             values.extend(one if type(one) is tuple else [one[name] for name in names])
-    notes = ctx.wake_notes([(part.session_id, part.head)]) if ctx.backend.listens else []
-    if notes:
-        sql, names = ctx.compiled.notify.positional
-        statements = ["BEGIN", *statements, "COMMIT", sql]
-        values.extend(notes[0][name] for name in names)
+    statements = _with_wake(ctx, part, statements, values)
     return ";".join([*prepares, bind(";".join(statements), values)]), frozenset(uses)
 
 
@@ -420,15 +416,24 @@ def one_query(bind: Callable[[str, Any], str], ctx: StoreContext, part: AppendPa
             statements.extend([sql] * len(params))
         for one in params:
             values.extend(one if type(one) is tuple else [one[name] for name in names])
+    return bind(";".join(_with_wake(ctx, part, statements, values)), values)
+
+
+def _with_wake(
+    ctx: StoreContext, part: AppendPart, statements: list[str], values: list[Any]
+) -> list[str]:
+    """``statements`` as one explicit block followed by the wake-up when the store listens
+    (its values appended to ``values``); as they are otherwise.
+
+    An explicit block: a COMMIT that ends the query's implicit transaction instead commits
+    it with a WARNING ("there is no transaction in progress"), which the server writes to its
+    log and sends to the client on every append."""
     notes = ctx.wake_notes([(part.session_id, part.head)]) if ctx.backend.listens else []
-    if notes:
-        # An explicit block: a COMMIT that ends the query's implicit transaction instead
-        # commits it with a WARNING ("there is no transaction in progress"), which the server
-        # writes to its log and sends to the client on every append.
-        sql, names = ctx.compiled.notify.positional
-        statements = ["BEGIN", *statements, "COMMIT", sql]
-        values.extend(notes[0][name] for name in names)
-    return bind(";".join(statements), values)
+    if not notes:
+        return statements
+    sql, names = ctx.compiled.notify.positional
+    values.extend(notes[0][name] for name in names)
+    return ["BEGIN", *statements, "COMMIT", sql]
 
 
 def wake(ctx: StoreContext, raw: Any, dbapi: Any, parts: Sequence[AppendPart]) -> None:
