@@ -39,6 +39,7 @@ POSTGRESQL_ONLY = (
     "session_sql._store.backends.connections",
     "session_sql._store.backends.listening",
     "session_sql._store.backends.postgresql",
+    "session_sql._store.backends.prepared",
     "session_sql._store.backends.refused",
     "session_sql._store.pool_queue",
 )

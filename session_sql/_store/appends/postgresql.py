@@ -41,14 +41,8 @@ from session_sql._store.appends import (
     whole,
 )
 from session_sql._store.appends import postgresql_async as pg_async
-from session_sql._store.backends.postgresql import (
-    PG_IDLE,
-    PG_INERROR,
-    forget_prepared,
-    know_prepared,
-    pipeline,
-    prepared_on,
-)
+from session_sql._store.backends.postgresql import PG_IDLE, PG_INERROR, pipeline
+from session_sql._store.backends.prepared import forget_prepared, know_prepared, prepared_on
 from session_sql._store.context import Compiled, StoreContext
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 

@@ -14,7 +14,8 @@ import psycopg
 
 from session_sql._store.appends import AppendPart
 from session_sql._store.appends import postgresql as pg
-from session_sql._store.backends.postgresql import PG_INERROR, forget_prepared
+from session_sql._store.backends.postgresql import PG_INERROR
+from session_sql._store.backends.prepared import forget_prepared
 from session_sql._store.context import StoreContext
 
 

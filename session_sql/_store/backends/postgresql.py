@@ -14,9 +14,8 @@ import functools
 import hashlib
 import logging
 import select as io_select
-import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -50,6 +49,7 @@ from sqlalchemy.util import await_
 
 from session_sql._store import pool_queue
 from session_sql._store.backends.base import AsyncListener, Backend, EngineOptions, Listener
+from session_sql._store.backends.prepared import forgetting_rollback
 from session_sql._store.backends.refused import explain_refused_connection
 from session_sql._store.opening_failures import driver_cause
 from session_sql._store.schema import (
@@ -80,11 +80,8 @@ __all__ = [
     "POSTGRESQL",
     "SET_TENANT",
     "PostgreSQLBackend",
-    "forget_prepared",
     "is_quiet",
-    "know_prepared",
     "pipeline",
-    "prepared_on",
 ]
 
 _log = logging.getLogger("session_sql")
@@ -155,50 +152,9 @@ def _create_engine(
     if kw["pool_pre_ping"]:
         engine.dialect.do_ping = functools.partial(_quiet_ping, engine.dialect.do_ping)  # type: ignore[method-assign]
     engine.dialect.do_rollback = functools.partial(  # type: ignore[method-assign]
-        _forgetting_rollback, engine.dialect.do_rollback
+        forgetting_rollback, engine.dialect.do_rollback
     )
     return engine
-
-
-# --------------------------------------------------------------------------------------------
-# The appends' prepared statements
-
-_PREPARED: Final[weakref.WeakKeyDictionary[Any, set[str]]] = weakref.WeakKeyDictionary()
-"""The names of the store's statements known to be prepared (SQL ``PREPARE``) on each psycopg
-connection, by connection (``appends.postgresql``: the one-query append ``EXECUTE``s them).
-A connection without an entry is not known: its statements are read from the server first."""
-
-
-def prepared_on(driver_connection: Any) -> set[str] | None:
-    """The names known to be prepared on ``driver_connection``; None when not known."""
-    return _PREPARED.get(driver_connection)
-
-
-def know_prepared(driver_connection: Any, names: set[str]) -> None:
-    """Record ``names`` as what is prepared on ``driver_connection``."""
-    _PREPARED[driver_connection] = names
-
-
-def forget_prepared(driver_connection: Any) -> None:
-    """What is prepared on ``driver_connection`` is no longer known (psycopg's ``rollback``
-    may have sent ``DEALLOCATE ALL``, or a statement failed)."""
-    _PREPARED.pop(driver_connection, None)
-
-
-def _forgetting_rollback(rollback: Any, dbapi_connection: Any) -> None:
-    """The dialect's rollback, forgetting the connection's prepared statements first when a
-    transaction is open: psycopg's ``rollback`` then sends ``ROLLBACK`` and, if it has
-    prepared statements of its own, ``DEALLOCATE ALL``, which drops the store's too (a
-    rollback of an idle connection sends nothing)."""
-    driver = getattr(dbapi_connection, "driver_connection", None) or dbapi_connection
-    try:
-        idle = driver.info.transaction_status == PG_IDLE
-    except Exception:  # not a psycopg connection, or a closed one: nothing to keep
-        idle = False
-    if not idle:
-        with suppress(TypeError):  # (an object that takes no weak reference)
-            forget_prepared(driver)
-    rollback(dbapi_connection)
 
 
 def _is_utf8(name: str) -> bool:
