@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from session_sql import SessionSQLError, SessionStore, StoreError, open_store
+from session_sql import SessionNotFoundError, SessionSQLError, SessionStore, StoreError, open_store
 from session_sql._store import quick
 from session_sql._store.quick import QuickReader, open_quick, schema_digest
 from session_sql._store.schema import DEFAULT_SCHEMA, meta_rows
@@ -375,4 +375,35 @@ def test_a_driver_error_is_a_store_error(store_file):
             reader.surface("one")
         assert reader.head_seq("one") >= 0  # the connection is still usable
     finally:
+        reader.close()
+
+
+def test_a_reader_sees_what_writers_commit_after_it_opened(store_file):
+    """Each read is its own transaction: a reader kept open sees later commits, a session
+    deleted and created again, and reads on while a writer holds its write lock (WAL)."""
+    url = f"sqlite:///{store_file}"
+    reader = open_quick(url)
+    assert reader is not None
+    store = open_store(url, create=False)
+    try:
+        before = reader.head_seq("one")
+        say(store.open_session("one"), "again")
+        assert reader.head_seq("one") == before + 1 == store.head_seq("one")
+        assert list(reader.events("one")) == list(store.events("one"))
+        store.delete_session("one")
+        with pytest.raises(SessionNotFoundError):
+            reader.head_seq("one")
+        say(store.create_session("one"), "reborn")
+        assert reader.messages("one") == store.messages("one")
+        writer = sqlite3.connect(store_file, isolation_level=None)
+        try:
+            writer.execute("BEGIN IMMEDIATE")  # another process's write in progress
+            writer.execute("UPDATE sessions SET title = 'pending' WHERE id = 'one'")
+            assert [i.title for i in reader.list_sessions()] == [None]  # not committed yet
+            writer.execute("COMMIT")
+        finally:
+            writer.close()
+        assert [i.title for i in reader.list_sessions()] == ["pending"]
+    finally:
+        store.close()
         reader.close()
