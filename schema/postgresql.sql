@@ -169,4 +169,12 @@ CREATE POLICY tenant_isolation ON session_sql.surface USING (tenant = current_se
 
 ALTER VIEW session_sql.surface_messages SET (security_invoker = true);
 
+ALTER VIEW session_sql.tool_calls SET (security_invoker = true);
+
+ALTER VIEW session_sql.turns SET (security_invoker = true);
+
+ALTER VIEW session_sql.replacements SET (security_invoker = true);
+
+ALTER VIEW session_sql.source_event_seqs SET (security_invoker = true);
+
 INSERT INTO session_sql.session_sql_meta (key, value) VALUES ('schema_version', '5'), ('application', 'session_sql');

@@ -396,8 +396,10 @@ def row_security_ddl(tables: SchemaTables, dialect: Dialect) -> list[str]:
     A row of the default tenant ``""`` also needs ``DEFAULT_TENANT_SETTING`` to be ``on``: a
     connection whose transaction-local setting has reverted reads ``''`` and sees nothing.
 
-    The view runs with the caller's rights (``security_invoker``, PostgreSQL 15), so it is
-    filtered the same way. Identifiers are quoted by the dialect; there are no values.
+    Every view runs with the caller's rights (``security_invoker``, PostgreSQL 15), so it is
+    filtered the same way: a view that ran with its owner's rights would read every tenant's
+    rows for whoever may select from it. Identifiers are quoted by the dialect; there are no
+    values.
     """
     prep = dialect.identifier_preparer
     rule = (
@@ -409,9 +411,18 @@ def row_security_ddl(tables: SchemaTables, dialect: Dialect) -> list[str]:
         name = prep.format_table(table)
         out.append(f"ALTER TABLE {name} ENABLE ROW LEVEL SECURITY")
         out.append(f"CREATE POLICY {TENANT_POLICY} ON {name} USING ({rule}) WITH CHECK ({rule})")
-    view = prep.format_table(tables.surface_messages)
-    out.append(f"ALTER VIEW {view} SET (security_invoker = true)")
+    schema = tables.metadata.schema
+    prefix = "" if schema is None else prep.quote_schema(schema) + "."
+    out.extend(
+        f"ALTER VIEW {prefix}{prep.quote(name)} SET (security_invoker = true)"
+        for name in view_names(tables)
+    )
     return out
+
+
+def view_names(tables: SchemaTables) -> list[str]:
+    """Every view of the store: ``surface_messages`` and the analytics views, in creation order."""
+    return [tables.surface_messages.name, *(v.name for v in tables.analytics_views)]
 
 
 def _meta_insert(tables: SchemaTables) -> Insert:

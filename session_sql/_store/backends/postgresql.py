@@ -59,6 +59,7 @@ from session_sql._store.schema import (
     TENANT_SETTING,
     JSONText,
     default_tenant_flag,
+    view_names,
 )
 from session_sql.errors import (
     ConcurrencyError,
@@ -345,6 +346,16 @@ _ROW_SECURITY: Final = text(
     "WHERE n.nspname = :schema AND c.relname = ANY(:names)"
 )
 
+# The views that read with their owner's rights: without ``security_invoker`` a view bypasses
+# the row-level security of the tables it reads for every role that may select from it.
+_OWNER_RIGHTS_VIEWS: Final = text(
+    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = :schema AND c.relkind = 'v' AND c.relname = ANY(:names) "
+    "AND NOT EXISTS (SELECT 1 FROM pg_options_to_table(c.reloptions) o "
+    "WHERE o.option_name = 'security_invoker' AND CAST(o.option_value AS BOOLEAN)) "
+    "ORDER BY c.relname"
+)
+
 
 class PostgreSQLBackend(Backend):
     """PostgreSQL through psycopg 3 (sync, or async for the async store)."""
@@ -585,6 +596,12 @@ class PostgreSQLBackend(Backend):
                 out.append(f"{name}: row-level security is not enabled")
             if not row.has_policy:
                 out.append(f"{name}: missing row-level security policy {TENANT_POLICY}")
+        views = {"schema": tables.metadata.schema, "names": view_names(tables)}
+        out.extend(
+            f"view {name}: reads with its owner's rights, bypassing row-level security "
+            f"(ALTER VIEW {name} SET (security_invoker = true))"
+            for name in conn.execute(_OWNER_RIGHTS_VIEWS, views).scalars()
+        )
         return out
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
