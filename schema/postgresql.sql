@@ -134,8 +134,8 @@ SELECT s.tenant AS tenant,
        r.data ->> 'reason' AS reason,
        r.time AS time,
        (SELECT COUNT(src.value) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value)) AS source_events,
-       (SELECT COUNT(x.seq) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value) JOIN session_sql.events AS x ON x.session_key = r.session_key AND x.seq = CAST(src.value AS BIGINT) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS shadowed_events,
-       (SELECT COALESCE(SUM(length(CAST(x.data AS TEXT))), 0) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value) JOIN session_sql.events AS x ON x.session_key = r.session_key AND x.seq = CAST(src.value AS BIGINT) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS bytes_before,
+       (SELECT COUNT(x.seq) FROM session_sql.events AS x WHERE x.session_key = r.session_key AND x.seq = ANY(ARRAY(SELECT CAST(src.value AS BIGINT) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value))) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS shadowed_events,
+       (SELECT COALESCE(SUM(length(CAST(x.data AS TEXT))), 0) FROM session_sql.events AS x WHERE x.session_key = r.session_key AND x.seq = ANY(ARRAY(SELECT CAST(src.value AS BIGINT) FROM jsonb_array_elements_text(CAST(r.source_event_seqs AS JSONB)) AS src(value))) AND x.type IN ('user/message', 'assistant/message', 'tool/result')) AS bytes_before,
        CASE WHEN r.type = 'surface/removed' THEN 0
             ELSE length(CAST(r.data AS TEXT)) END AS bytes_after,
        r.seq < s.inherited_event_count AS inherited

@@ -198,12 +198,25 @@ _CITED = {
 }
 
 
+# The cited events themselves, one primary-key search each. PostgreSQL estimates 100 rows for
+# any set-returning function, so a join of the cited seqs with `events` became a hash join over
+# the whole session per replacement (replacements x session length); as an array searched with
+# `= ANY` it is an index scan of the cited keys only.
+_SHADOWED = {
+    "sqlite": (
+        f"FROM {_CITED['sqlite']} JOIN {{p}}events AS x ON x.session_key = r.session_key"
+        f" AND x.seq = {_EXPLODE['sqlite'][1]} AND x.type IN {_NODES}"
+    ),
+    "postgresql": (
+        "FROM {p}events AS x WHERE x.session_key = r.session_key"
+        f" AND x.seq = ANY(ARRAY(SELECT CAST(src.value AS BIGINT) FROM {_CITED['postgresql']}))"
+        f" AND x.type IN {_NODES}"
+    ),
+}
+
+
 def _replacements(dialect: str) -> str:
-    seq = _EXPLODE[dialect][1]
-    shadowed = (
-        f"FROM {_CITED[dialect]} JOIN {{p}}events AS x ON x.session_key = r.session_key"
-        f" AND x.seq = {seq} AND x.type IN {_NODES}"
-    )
+    shadowed = _SHADOWED[dialect]
     return f"""
 SELECT s.tenant AS tenant,
        s.id AS session_id,

@@ -169,6 +169,9 @@ VIEW_QUERIES = {
     "SUM(assistant_messages), SUM(tool_calls), SUM(tool_results) FROM turns "
     "WHERE session_id = 'big'",
     "replacements": "SELECT COUNT(*), SUM(bytes_before - bytes_after) FROM replacements",
+    # What a replacement shadowed, one session's: a primary-key search per cited seq, never a
+    # pass over the session per replacement.
+    "replacements one session": "SELECT * FROM replacements WHERE session_id = 'big'",
     "source_event_seqs": "SELECT COUNT(*) FROM source_event_seqs WHERE source_seq = 5",
 }
 # Each view asked about the small session (0.25% of the events): every read of events must be
@@ -551,3 +554,31 @@ def test_the_duckdb_extra_installs_the_duckdb_the_recipe_is_tested_with():
         assert not offered.specifier.contains(newer), (offered, newer)
     if duckdb is not None:
         assert offered.specifier.contains(duckdb.__version__), duckdb.__version__
+
+
+@pytest.mark.postgresql
+def test_the_replacements_of_a_session_cost_its_length_not_length_times_replacements(place):
+    """A replacement's shadowed events are found by their keys: the pages read stay within
+    one pass over the table plus a few per replacement, whatever plan the statistics of a
+    mid-sized session suggest (PostgreSQL once hashed the whole session per replacement)."""
+    backend = place("postgresql")
+    replacements = 50
+    with open_store(backend.url, schema=backend.schema) as store:
+        engine = store.engine
+        bulk_session(engine, backend.schema, "mid", replacements * 8 * TURN)
+        t = tables_for(backend.schema)
+        analyze(engine, [t.sessions, t.events, t.surface])
+        with read_tx(engine) as conn:
+            conn.exec_driver_sql(f'SET LOCAL search_path TO "{backend.schema}"')
+            pages = conn.execute(
+                text("SELECT pg_relation_size('events') / current_setting('block_size')::int")
+            ).scalar_one()
+            [[plan]] = conn.exec_driver_sql(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                "SELECT * FROM replacements WHERE session_id = 'mid'"
+            ).all()
+    plan = json.loads(plan) if isinstance(plan, str) else plan
+    top = plan[0]["Plan"]
+    assert top["Actual Rows"] == replacements
+    read = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+    assert read <= pages + 10 * replacements, (read, pages, json.dumps(plan))
