@@ -365,11 +365,12 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
     The rows still as selected (``updated_at``, ``head_seq``, ``incarnation``, and the
     metadata, which an edit changes without moving ``updated_at``) are locked
     first (PostgreSQL: ``FOR UPDATE``, which re-reads a row an append committed meanwhile;
-    SQLite holds the write lock already); then their surface rows, events and session rows
-    go in one statement per table, so the foreign keys' cascades find nothing left to do
-    row by row.
+    SQLite holds the write lock already); then their surface rows and session rows go in one
+    statement per table, and the events with their session rows through the foreign key's
+    ``ON DELETE CASCADE``, as in ``delete_session``: it runs with the table owner's rights,
+    so a writer whose log is append-only (no ``DELETE`` on ``events``) can prune.
     """
-    s, e, sf = ctx.tables.sessions, ctx.tables.events, ctx.tables.surface
+    s, sf = ctx.tables.sessions, ctx.tables.surface
     selected = [(c.key, c.session.updated_at, c.head_seq, c.incarnation) for c in batch]
     still = (
         select(s.c.session_key, s.c.user_id, s.c.title, s.c.labels)
@@ -390,7 +391,7 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
             if (row.user_id, row.title, dict(row.labels)) == metadata[row.session_key]
         }
         if keys:
-            for table in (sf, e, s):
+            for table in (sf, s):
                 conn.execute(delete(table).where(own(ctx, table), table.c.session_key.in_(keys)))
     return [c.key in keys for c in batch]
 

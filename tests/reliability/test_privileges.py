@@ -120,6 +120,14 @@ def _exercise_the_whole_api(store: Any, tmp_path: Any) -> None:
     store.delete_session(HOSTILE_ID)
     assert store.import_jsonl(path) == HOSTILE_ID
     assert_store_consistent(store, HOSTILE_ID)
+    # Retention deletes through the session row's cascade too, archiving first.
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    report = store.prune(updated_before=2**53, archive_dir=archive)
+    assert [p.id for p in report.sessions] == [HOSTILE_ID]
+    assert store.list_sessions() == []
+    assert store.import_jsonl(str(report.sessions[0].archive)) == HOSTILE_ID
+    assert_store_consistent(store, HOSTILE_ID)
 
 
 @pytest.mark.parametrize("append_only_log", [False, True], ids=["grants", "append-only-log"])
