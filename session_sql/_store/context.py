@@ -43,6 +43,7 @@ from session_sql._store.schema import (
     TENANT_SETTING,
     SchemaTables,
     default_tenant_flag,
+    tables_for,
 )
 from session_sql.catalog import Catalog
 from session_sql.errors import PermanentStoreError
@@ -249,6 +250,13 @@ class Statements:
             .order_by(e.c.seq)
             .limit(bindparam("b_limit"))
         )
+
+
+@functools.lru_cache(maxsize=256)
+def statements_for(schema: str | None, backend: Backend, tenant: str) -> Statements:
+    """The statements of ``schema``'s tables for ``tenant``, built once per process: they are
+    immutable, and building them is most of what opening a store costs past its gate."""
+    return Statements(tables_for(schema), backend=backend, tenant=tenant)
 
 
 def _with_events(nodes: FromClause, *, e: Any, backend: Backend) -> Select[Any]:
@@ -466,7 +474,7 @@ class StoreContext:
         self._hub_lock = threading.Lock()
         self.tenant = tenant
         """Every row this store reads or writes is this tenant's."""
-        self.statements = Statements(tables, backend=self.backend, tenant=tenant)
+        self.statements = statements_for(tables.metadata.schema, self.backend, tenant)
         self.idle = IdleConnection(engine, tenant)
         """The connection kept for single-statement reads (see ``fastpath.surface_tail``)."""
         self._replica_idle = tuple(IdleConnection(r, tenant) for r in self.replicas)

@@ -83,6 +83,8 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
         # its tables, and be refused as a store without a version. (Under the init lock
         # below no rival can commit one, so READ COMMITTED is right there.)
         with snapshot_tx(engine) as conn:
+            if backend_for(conn).vouches_for_schema(conn, tables):
+                return  # exactly the catalog this build created: nothing to reflect
             insp = inspect(conn)
             if _present_objects(insp, tables):
                 _check(conn, insp, tables, label)
@@ -97,6 +99,7 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
             if not _present_objects(insp, tables):
                 _refuse_foreign(insp, tables, label)
                 create_all(conn, schema)
+                backend_for(conn).record_schema(conn, tables)
                 return
             _check(conn, insp, tables, label)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from sqlalchemy import (
     JSON,
@@ -423,6 +423,12 @@ def row_security_ddl(tables: SchemaTables, dialect: Dialect) -> list[str]:
 def view_names(tables: SchemaTables) -> list[str]:
     """Every view of the store: ``surface_messages`` and the analytics views, in creation order."""
     return [tables.surface_messages.name, *(v.name for v in tables.analytics_views)]
+
+
+DDL_DIGEST: Final = "3aeaacaf2af0fad16ee684cb3b2fe9843eabe820ecae88074d973cb22bf15ce1"
+"""sha256 of ``render_ddl("postgresql")``: names this build's DDL in the catalog digest a
+PostgreSQL store records when it is created, so that a build whose DDL differs (with the
+same ``SCHEMA_VERSION``) never trusts another's record. A test holds it equal."""
 
 
 def _meta_insert(tables: SchemaTables) -> Insert:

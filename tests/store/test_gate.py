@@ -59,9 +59,12 @@ def _qualified(backend: Any, name: str) -> str:
 
 
 def _meta_rows(engine: Engine, backend: Any) -> dict[str, str]:
+    """The meta rows but PostgreSQL's record of the catalog its server made of this build's
+    DDL (the gate's fast path: test_a_store_this_build_created_opens_without_reflection)."""
     meta = tables_for(backend.table_schema).meta
     with read_tx(engine) as conn:
-        return {k: v for k, v in conn.execute(select(meta.c.key, meta.c.value))}
+        rows = conn.execute(select(meta.c.key, meta.c.value).where(meta.c.key != "catalog_digest"))
+        return {k: v for k, v in rows}
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,7 +607,12 @@ def test_concurrent_first_opens_do_not_race(backend, engine: Engine):
     # but no process may have failed on it either (all reported ok above).
     t = tables_for(target_schema(engine, backend.schema))
     with read_tx(engine) as conn:
-        assert len(conn.execute(select(t.meta.c.key)).all()) == 2
+        keys = conn.execute(select(t.meta.c.key)).scalars().all()
+        assert (
+            len(keys)
+            == len(set(keys))
+            == len(_meta_rows(engine, backend)) + ("catalog_digest" in keys)
+        )
 
 
 @pytest.mark.parametrize(
@@ -627,3 +635,76 @@ def test_row_security_switched_off_is_a_mismatch(backend, engine: Engine):
         "events: row-level security is not enabled",
         "surface: missing row-level security policy tenant_isolation",
     }
+
+
+def test_the_ddl_digest_names_this_builds_ddl():
+    """A PostgreSQL store records the digest of the DDL that made it: a change of the DDL
+    must change the constant, or a store made by the other DDL would skip the reflection."""
+    import hashlib
+
+    from session_sql._store.schema import DDL_DIGEST
+
+    rendered = hashlib.sha256(render_ddl("postgresql").encode()).hexdigest()
+    assert rendered == DDL_DIGEST, "the DDL changed: set schema.DDL_DIGEST to " + rendered
+
+
+def _reflections(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every structure reflection the gate makes from now on, by label."""
+    from session_sql._store import gate
+
+    made: list[str] = []
+    check = gate._check
+
+    def counted(conn: Any, insp: Any, tables: Any, label: str) -> None:
+        made.append(label)
+        check(conn, insp, tables, label)
+
+    monkeypatch.setattr(gate, "_check", counted)
+    return made
+
+
+def test_a_store_this_build_created_opens_without_reflection(backend, engine, monkeypatch):
+    ensure_schema(engine, backend.schema)
+    reflections = _reflections(monkeypatch)
+    with recorded_writes(engine) as writes:
+        for _ in range(3):
+            ensure_schema(engine, backend.schema)
+    assert reflections == []
+    assert writes == []
+
+
+@pytest.mark.parametrize("change", ["index", "view", "version"])
+def test_any_change_to_the_catalog_sends_the_gate_back_to_reflection(
+    backend, engine, monkeypatch, change
+):
+    """An index added, a view's option or text changed, the version row edited: each one
+    makes the catalog differ from the one recorded, and the full gate decides (and here
+    refuses), as before the fast path."""
+    ensure_schema(engine, backend.schema)
+    t = tables_for(backend.table_schema)
+    with write_tx(engine) as conn:
+        if change == "index":
+            conn.exec_driver_sql(f"CREATE INDEX ix_extra ON {_qualified(backend, 'events')} (time)")
+        elif change == "view":
+            view = _qualified(backend, "tool_calls")
+            conn.exec_driver_sql(f"DROP VIEW {view}")
+            conn.exec_driver_sql(f"CREATE VIEW {view} AS SELECT 1 AS x")
+        else:
+            conn.execute(update(t.meta).where(t.meta.c.key == "schema_version").values(value="4"))
+    reflections = _reflections(monkeypatch)
+    with pytest.raises((SchemaMismatchError, SchemaVersionError)):
+        ensure_schema(engine, backend.schema)
+    assert len(reflections) == 1
+
+
+def test_a_store_of_another_ddl_with_the_same_version_is_reflected(backend, engine, monkeypatch):
+    """What one build recorded does not vouch for another build's expectations."""
+    ensure_schema(engine, backend.schema)
+    import session_sql._store.backends.postgresql as pg
+    from session_sql._store import quick
+
+    monkeypatch.setattr(pg, "DDL_DIGEST", "another build")
+    monkeypatch.setattr(quick, "SCHEMA_DIGEST", "another build")
+    reflections = _reflections(monkeypatch)
+    ensure_schema(engine, backend.schema)  # reflected, and found to be this build's
+    assert len(reflections) == 1

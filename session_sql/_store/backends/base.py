@@ -283,5 +283,15 @@ class Backend(ABC):
         """Differences the schema gate checks on this database only (row-level security)."""
 
     @abstractmethod
+    def vouches_for_schema(self, conn: Connection, tables: SchemaTables) -> bool:
+        """True when the catalog is, to the byte, one that this build created and checked:
+        the gate then skips its reflection. False says nothing (the gate reflects)."""
+
+    @abstractmethod
+    def record_schema(self, conn: Connection, tables: SchemaTables) -> None:
+        """After ``create_all`` in the same transaction: record what ``vouches_for_schema``
+        needs to recognise this catalog later, if it needs anything."""
+
+    @abstractmethod
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
         """Refuse a role that row-level security keeps to one tenant (``migrate``)."""

@@ -42,6 +42,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 
+from session_sql._store import quick
 from session_sql._store.backends.base import (
     AsyncListener,
     Backend,
@@ -451,6 +452,20 @@ class SQLiteBackend(Backend):
 
     def structure_differences(self, conn: Connection, tables: SchemaTables) -> list[str]:
         return []
+
+    def vouches_for_schema(self, conn: Connection, tables: SchemaTables) -> bool:
+        """SQLite keeps each object's text as it was created, so a fresh store's catalog is
+        known in advance (``quick.SCHEMA_DIGEST``): the text and the version rows, compared
+        in the gate's snapshot, are the whole check."""
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection)
+        if quick.schema_digest(raw) != quick.SCHEMA_DIGEST:
+            return False
+        meta = dict(raw.execute("SELECT key, value FROM session_sql_meta").fetchall())
+        return meta == quick.META_ROWS
+
+    def record_schema(self, conn: Connection, tables: SchemaTables) -> None:
+        return  # nothing to record: the expected catalog is this build's constant
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
         return  # no row-level security
