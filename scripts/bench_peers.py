@@ -1,0 +1,270 @@
+"""session_sql beside the stores people use instead, through the same workloads, in one run.
+
+    python scripts/bench_peers.py [--pg URL] [--runs 3] [--batch 5000] [--singles 500]
+
+Each implementation stores the OpenAI Agents SDK's items (a user message, a function call, its
+output and an answer, over and over) for one session, and is timed on:
+
+* ``append 1 x N``: ``--singles`` calls of one item each, in items per second;
+* ``append N in one call``: one call of ``--batch`` items, in items per second;
+* ``cold load``: all ``--batch`` items of a session written before, by a session object made
+  for the read (its store or connection already open), in ms;
+* ``last 20``: the last 20 items of that session, warm, median of 50 calls, in ms;
+* ``open``: from nothing to the first answer of ``get_items(limit=1)`` on an existing store,
+  in ms (what a service that opens its store per request pays before its first statement).
+
+Implementations: the raw driver (``sqlite3`` / ``psycopg`` inserting the same
+JSON rows with the same durability: WAL and ``synchronous=FULL``, one commit per call), the
+SDK's ``SQLiteSession`` (SQLite only) and ``SQLAlchemySession``, and session_sql through its
+``SessionSQLSession``. Prints the median of ``--runs`` runs and each figure's ratio to the
+best peer (raw aside). Needs ``session-sql[openai-agents]`` and aiosqlite. Uses fresh files and
+a fresh schema per run, dropped after; ``--pg ''`` skips PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from agents.extensions.memory import SQLAlchemySession
+from agents.memory import SQLiteSession
+from bench_openai_agents import item
+from sqlalchemy import create_engine, text
+
+from session_sql.integrations.openai_agents import SessionSQLSession
+
+PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+FIGURES = (
+    "append 1 x N, items/s",
+    "append N in one call, items/s",
+    "cold load, ms",
+    "last 20, ms",
+    "open, ms",
+)
+Factory = Callable[[str], Any]
+"""Makes the implementation's session object for a session id (an OpenAI ``Session``)."""
+
+
+class RawSQLite:
+    """The driver alone: one table of (session, seq, item JSON), WAL, synchronous FULL."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        conn = self._connect()
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS items (session TEXT NOT NULL, seq INTEGER NOT NULL, "
+            "item TEXT NOT NULL, PRIMARY KEY (session, seq))"
+        )
+        conn.close()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    def session(self, session_id: str) -> Any:
+        return _RawSession(session_id, self._connect(), "?")
+
+
+class RawPostgres:
+    """The same on PostgreSQL through psycopg (one commit per call)."""
+
+    def __init__(self, url: str, schema: str) -> None:
+        self.dsn = url.replace("postgresql+psycopg://", "postgresql://")
+        self.schema = schema
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(
+                f'CREATE TABLE "{schema}".items (session TEXT NOT NULL, seq BIGINT NOT NULL, '
+                "item TEXT NOT NULL, PRIMARY KEY (session, seq))"
+            )
+
+    def session(self, session_id: str) -> Any:
+        conn = psycopg.connect(self.dsn, autocommit=True)
+        conn.execute(f'SET search_path TO "{self.schema}"')
+        return _RawSession(session_id, conn, "%s")
+
+
+class _RawSession:
+    """The Session calls the workloads make, as plain statements."""
+
+    def __init__(self, session_id: str, conn: Any, mark: str) -> None:
+        self.session_id, self.conn, self.mark = session_id, conn, mark
+        self.seq = 0
+
+    async def add_items(self, items: list[Any]) -> None:
+        m = self.mark
+        rows = [(self.session_id, self.seq + i, json.dumps(x)) for i, x in enumerate(items)]
+        self.seq += len(items)
+        cur = self.conn.cursor()
+        cur.execute("BEGIN")
+        cur.executemany(f"INSERT INTO items VALUES ({m}, {m}, {m})", rows)
+        cur.execute("COMMIT")
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        m = self.mark
+        if limit is None:
+            sql = f"SELECT item FROM items WHERE session = {m} ORDER BY seq"
+            rows = self.conn.execute(sql, (self.session_id,)).fetchall()
+        else:
+            sql = f"SELECT item FROM items WHERE session = {m} ORDER BY seq DESC LIMIT {m}"
+            rows = self.conn.execute(sql, (self.session_id, limit)).fetchall()[::-1]
+        return [json.loads(r[0]) for r in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+async def _close(session: Any) -> None:
+    closing = getattr(session, "close", None)
+    if closing is not None:
+        result = closing()
+        if asyncio.iscoroutine(result):
+            await result
+
+
+async def _one_run(make: Factory, singles: int, batch: int) -> dict[str, float]:
+    items = [item(n) for n in range(batch)]
+    out: dict[str, float] = {}
+    s = make(f"singles-{uuid.uuid4().hex[:8]}")
+    await s.add_items(items[:1])  # warm: the store is open, its statements ready
+    started = time.perf_counter()
+    for x in items[1 : singles + 1]:
+        await s.add_items([x])
+    out[FIGURES[0]] = singles / (time.perf_counter() - started)
+    await _close(s)
+
+    sid = f"batch-{uuid.uuid4().hex[:8]}"
+    s = make(sid)
+    await s.get_items(limit=1)
+    started = time.perf_counter()
+    await s.add_items(items)
+    out[FIGURES[1]] = batch / (time.perf_counter() - started)
+    await _close(s)
+
+    s = make(sid)
+    await s.get_items(limit=1)  # opened (the open is its own figure)
+    started = time.perf_counter()
+    got = await s.get_items()
+    out[FIGURES[2]] = (time.perf_counter() - started) * 1000
+    assert len(got) == batch, (len(got), batch)
+    laps = []
+    for _ in range(50):
+        started = time.perf_counter()
+        await s.get_items(limit=20)
+        laps.append(time.perf_counter() - started)
+    out[FIGURES[3]] = statistics.median(laps) * 1000
+    await _close(s)
+
+    laps = []
+    for _ in range(10):
+        started = time.perf_counter()
+        s = make(sid)
+        await s.get_items(limit=1)
+        laps.append(time.perf_counter() - started)
+        await _close(s)
+    out[FIGURES[4]] = statistics.median(laps) * 1000
+    return out
+
+
+def _sqlite_peers(tmp: Path) -> dict[str, Factory]:
+    tmp.mkdir()
+    peers: dict[str, Factory] = {"raw sqlite3": RawSQLite(tmp / "raw.db").session}
+    peers["OpenAI SQLiteSession"] = lambda s: SQLiteSession(s, tmp / "openai.db")
+    url = f"sqlite+aiosqlite:///{tmp / 'openai-sa.db'}"
+    peers["OpenAI SQLAlchemySession"] = lambda s: SQLAlchemySession.from_url(
+        s, url=url, create_tables=True
+    )
+    ours = f"sqlite:///{tmp / 'ours.db'}"
+    peers["session_sql"] = lambda s: SessionSQLSession.from_url(s, ours)
+    return peers
+
+
+def _pg_peers(url: str, schema: str) -> dict[str, Factory]:
+    peers: dict[str, Factory] = {"raw psycopg": RawPostgres(url, schema).session}
+    peers["OpenAI SQLAlchemySession"] = lambda s: SQLAlchemySession.from_url(
+        s,
+        url=url,
+        create_tables=True,
+        engine_kwargs={"connect_args": {"options": f"-c search_path={schema}"}},
+    )
+    peers["session_sql"] = lambda s: SessionSQLSession.from_url(s, url, schema=f"{schema}_ours")
+    return peers
+
+
+def _table(backend: str, results: dict[str, list[dict[str, float]]]) -> None:
+    medians = {
+        name: {f: statistics.median(r[f] for r in runs) for f in FIGURES}
+        for name, runs in results.items()
+    }
+    peers = [n for n in medians if not n.startswith("raw") and n != "session_sql"]
+    names = list(medians)
+    print(f"\n{backend}: medians of {len(next(iter(results.values())))} runs")
+    print("| figure | " + " | ".join(names) + " | session_sql / best peer |")
+    print("|---" * (len(names) + 2) + "|")
+    for f in FIGURES:
+        higher = f.endswith("items/s")
+        cells = [f"{medians[n][f]:,.0f}" if higher else f"{medians[n][f]:,.3f}" for n in names]
+        ratio = ""
+        if peers:
+            pick = max if higher else min
+            best = pick(medians[p][f] for p in peers)
+            ratio = f"{medians['session_sql'][f] / best:.2f}x"
+        print(f"| {f} | " + " | ".join(cells) + f" | {ratio} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pg", default=PG_URL, help="PostgreSQL URL ('' skips it)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=5000)
+    parser.add_argument("--singles", type=int, default=500)
+    args = parser.parse_args()
+
+    def run_all(peers_for: Callable[[], dict[str, Factory]]) -> dict[str, list[dict[str, float]]]:
+        results: dict[str, list[dict[str, float]]] = {}
+        for _ in range(args.runs):
+            for name, make in peers_for().items():  # interleaved: each run, each peer
+                results.setdefault(name, []).append(
+                    asyncio.run(_one_run(make, args.singles, args.batch))
+                )
+        return results
+
+    with tempfile.TemporaryDirectory() as tmp:
+        counter = iter(range(1_000_000))
+        _table(
+            "SQLite",
+            run_all(lambda: _sqlite_peers(Path(tmp) / f"run{next(counter)}")),
+        )
+    if args.pg:
+        admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
+        made: list[str] = []
+
+        def pg_peers() -> dict[str, Factory]:
+            schema = f"peers_{uuid.uuid4().hex[:8]}"
+            made.extend([schema, f"{schema}_ours"])
+            with admin.connect() as conn:
+                conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+            return _pg_peers(args.pg, schema)
+
+        try:
+            _table("PostgreSQL", run_all(pg_peers))
+        finally:
+            with admin.connect() as conn:
+                for schema in made:
+                    conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
