@@ -52,6 +52,7 @@ from session_sql import (
     SessionNotFoundError,
     loopsafe,
     open_async_store,
+    snapshot_json,
     thaw,
 )
 from session_sql.integrations import CLAUDE_ENTRY, CLAUDE_SUMMARY
@@ -166,8 +167,9 @@ class SessionSQLSessionStore(SessionStore):
                 if not self._holders[sid]:
                     del self._holders[sid], self._locks[sid]
 
-    async def _tracked(self, key: SessionKey, sid: str) -> _Tracked:
-        """The transcript's handle and fold, its session created on first use."""
+    async def _tracked(self, key: SessionKey, sid: str, batch: list[Any]) -> _Tracked:
+        """The transcript's handle and fold, its session created on first use (once
+        ``batch`` is known to be JSON: a refused first batch leaves no session behind)."""
         cached = self._cache.get(sid)
         if cached is not None:
             self._cache.move_to_end(sid)
@@ -176,6 +178,7 @@ class SessionSQLSessionStore(SessionStore):
         try:
             handle = await store.open_session(sid)
         except SessionNotFoundError:
+            snapshot_json(batch, root="entries")
             try:
                 handle = await store.create_session(
                     sid, header=header_of(key), labels=labels_of(key)
@@ -201,7 +204,7 @@ class SessionSQLSessionStore(SessionStore):
         sid = store_id(key)
         async with self._lock(sid):
             for attempt in range(MAX_ATTEMPTS):
-                tracked = await self._tracked(key, sid)
+                tracked = await self._tracked(key, sid, batch)
                 fresh = fresh_entries(tracked.fold, batch)
                 if not fresh:
                     return

@@ -253,6 +253,15 @@ def test_bad_batches_change_nothing(backend: Any, entries: Any, error: type[Exce
     assert loaded == [{"uuid": "first", "type": "x"}, {"uuid": "n1", "type": "x"}]
 
 
+def test_a_refused_first_batch_leaves_no_session(backend: Any) -> None:
+    async def body(adapter: SessionSQLSessionStore) -> Any:
+        with pytest.raises(NotJSONError):
+            await adapter.append(KEY, [{"uuid": "n1", "type": "x"}, {"type": "x", "v": 2**60}])
+        return await adapter.load(KEY), await adapter.store.list_sessions()
+
+    assert run(backend, body) == (None, [])
+
+
 def test_bad_keys_are_refused(backend: Any) -> None:
     async def body(adapter: SessionSQLSessionStore) -> None:
         for key in ({"project_key": "", "session_id": "s"}, {"session_id": "s"}, "p/s"):
