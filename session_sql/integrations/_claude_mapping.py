@@ -13,7 +13,9 @@ assistant entry is also mapped onto the surface, each mapped event citing its en
   with the token usage the entry adds to its API message (Claude Code writes one entry per
   content block, each repeating the message's usage so far, so only the growth is counted);
 * a prompt after model output starts a turn (``turn/start``; the open one gets its
-  ``turn/end``), and an assistant entry that stops with nothing left to answer ends it.
+  ``turn/end``), and an assistant entry that stops with nothing left to answer ends it;
+* a compaction boundary (a ``system`` entry of subtype ``compact_boundary``) takes the whole
+  surface off (``surface/removed``), as the model sees only the summary that follows it.
 
 A batch of a main transcript ends with ``claude-agent-sdk/summary`` (the SDK's
 ``fold_session_summary`` after it), and a ``session/title`` when the title changes (the
@@ -139,13 +141,22 @@ def fresh_entries(fold: Fold, entries: list[Any]) -> list[Any]:
     return fresh
 
 
-def plan(fold: Fold, key: SessionKey, entries: list[Any], seq: int) -> list[dict[str, Any]]:
-    """The events that store ``entries`` on a log of ``seq`` events; advances ``fold``."""
+def plan(
+    fold: Fold, key: SessionKey, entries: list[Any], seq: int, nodes: list[int]
+) -> list[dict[str, Any]]:
+    """The events that store ``entries`` on a log of ``seq`` events whose surface is ``nodes``
+    (updated as planned); advances ``fold``."""
     events: list[dict[str, Any]] = []
     for entry in entries:
         at = seq + len(events)
         events.append({"type": CLAUDE_ENTRY, "data": entry})
-        events.extend(_mapped(fold, entry, at))
+        if _compacted(entry):
+            events.extend(_removal(nodes))
+            continue
+        mapped = _mapped(fold, entry, at)
+        first = at + 1
+        nodes.extend(first + i for i, e in enumerate(mapped) if "surface_op" in e)
+        events.extend(mapped)
     summary = _fold_summary(fold.summary, key, cast("list[SessionStoreEntry]", entries))
     fold.summary = summary
     title = title_of(summary["data"])
@@ -155,6 +166,23 @@ def plan(fold: Fold, key: SessionKey, entries: list[Any], seq: int) -> list[dict
     if fold.main:
         events.append({"type": CLAUDE_SUMMARY, "data": summary["data"]})
     return events
+
+
+def _compacted(entry: Any) -> bool:
+    """Claude Code's compaction boundary: the model sees nothing before it but its summary."""
+    return bool(entry.get("type") == "system" and entry.get("subtype") == "compact_boundary")
+
+
+def _removal(nodes: list[int]) -> list[dict[str, Any]]:
+    """A ``surface/removed`` taking the whole surface off (none when it is empty); the
+    compaction summary that follows the boundary is the next user message."""
+    if not nodes:
+        return []
+    cited = sorted(nodes)
+    replace = {"op": "replace", "start": nodes[0], "end": nodes[-1]}
+    nodes.clear()
+    removed = {"type": "surface/removed", "data": {"reason": "compact_boundary"}}
+    return [{**removed, "surface_op": replace, "source_event_seqs": cited}]
 
 
 def title_of(data: Mapping[str, Any]) -> str | None:

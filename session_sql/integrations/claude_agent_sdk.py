@@ -93,7 +93,7 @@ class _Tracked:
         self.folded = len(events)
         if entries:
             key = {"project_key": "", "session_id": ""}  # the fold's id is not read back
-            plan(self.fold, cast("SessionKey", key), entries, 0)
+            plan(self.fold, cast("SessionKey", key), entries, 0, [])
             self.fold.remember(entries)
 
 
@@ -209,13 +209,18 @@ class SessionSQLSessionStore(SessionStore):
                 if not fresh:
                     return
                 fold = tracked.fold.copy()
-                events = plan(fold, key, fresh, tracked.handle.seq)
+                nodes = list(tracked.handle.surface.nodes)
+                events = plan(fold, key, fresh, tracked.handle.seq, nodes)
                 try:
                     await tracked.handle.append_many(events)
                 except ConcurrencyError:
                     if attempt == MAX_ATTEMPTS - 1:
                         raise
-                    await tracked.handle.refresh()
+                    try:
+                        await tracked.handle.refresh()
+                    except SessionNotFoundError:  # deleted meanwhile: start it again
+                        self._cache.pop(sid, None)
+                        continue
                     tracked.catch_up()
                     continue
                 except SessionNotFoundError:  # deleted meanwhile: start it again

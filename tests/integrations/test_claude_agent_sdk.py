@@ -297,3 +297,61 @@ def test_two_writers_interleave_without_loss(backend: Any) -> None:
     uuids = [e["uuid"] for e in loaded]
     assert sorted(uuids) == sorted([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)])
     assert [u for u in uuids if u[0] == "a"] == [f"a{i}" for i in range(10)]
+
+
+def test_a_transcript_deleted_by_another_store_is_written_again(backend: Any) -> None:
+    """A cached handle on a transcript another process deleted: the next batch starts it anew,
+    and a retry of a batch stored before the delete is stored again (the delete took it)."""
+
+    async def main() -> Any:
+        async with (
+            SessionSQLSessionStore.from_url(backend.url, schema=backend.schema) as a,
+            SessionSQLSessionStore.from_url(backend.url, schema=backend.schema) as b,
+        ):
+            await a.append(KEY, [{"uuid": "1", "type": "x"}])
+            await b.delete(KEY)
+            await a.append(KEY, [{"uuid": "1", "type": "x"}, {"uuid": "2", "type": "x"}])
+            return await b.load(KEY)
+
+    assert asyncio.run(main()) == [{"uuid": "1", "type": "x"}, {"uuid": "2", "type": "x"}]
+
+
+def test_compaction_takes_the_history_off_the_surface(backend: Any) -> None:
+    """After Claude Code's compaction boundary the surface holds its summary and what follows,
+    as the model sees it; the log and ``load`` keep everything."""
+    boundary = {
+        "type": "system",
+        "subtype": "compact_boundary",
+        "content": "Conversation compacted",
+        "compactMetadata": {"trigger": "manual", "preTokens": 23000},
+        "uuid": "cb1",
+        "logicalParentUuid": "a8",
+        "timestamp": "2026-01-05T10:05:00.000Z",
+    }
+    summary = {
+        "type": "user",
+        "isCompactSummary": True,
+        "uuid": "cs1",
+        "parentUuid": "cb1",
+        "timestamp": "2026-01-05T10:05:01.000Z",
+        "message": {"role": "user", "content": "This session continues: slugify was fixed."},
+    }
+    entries = [*main_entries(), boundary, summary]
+
+    async def body(adapter: SessionSQLSessionStore) -> Any:
+        await adapter.append(KEY, entries[:5])
+        await adapter.append(KEY, entries[5:])
+        await adapter.append(KEY, [{**summary, "uuid": "u9", "isCompactSummary": False}])
+        sid = store_id(KEY)
+        return (
+            await adapter.store.messages(sid),
+            await adapter.load(KEY),
+            (await adapter.store.verify(sid)).ok,
+        )
+
+    messages, loaded, ok = run(backend, body)
+    assert [m["id"] for m in messages] == ["cs1", "u9"]
+    assert json.dumps(loaded) == json.dumps(
+        [*entries, {**summary, "uuid": "u9", "isCompactSummary": False}]
+    )
+    assert ok
