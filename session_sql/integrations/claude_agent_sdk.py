@@ -95,6 +95,11 @@ class _Tracked:
             key = {"project_key": "", "session_id": ""}  # the fold's id is not read back
             plan(self.fold, cast("SessionKey", key), entries, 0, [])
             self.fold.remember(entries)
+            # The replay numbers events from 0: the open calls' tool/call seqs are the log's.
+            open_calls = self.fold.calls
+            for event in events:
+                if event.type == "tool/call" and event.data.get("callId") in open_calls:
+                    open_calls[event.data["callId"]] = event.seq
 
 
 class SessionSQLSessionStore(SessionStore):

@@ -355,3 +355,54 @@ def test_compaction_takes_the_history_off_the_surface(backend: Any) -> None:
         [*entries, {**summary, "uuid": "u9", "isCompactSummary": False}]
     )
     assert ok
+
+
+def test_the_store_must_be_async_and_know_the_types(backend: Any) -> None:
+    """A sync store is refused; a catalog without the integration's types is refused at first
+    use, and ``from_url`` adds them to a catalog it is given."""
+    from session_sql import DEFAULT_CATALOG, ConfigurationError, open_store
+
+    with (
+        open_store(backend.url, schema=backend.schema) as sync,
+        pytest.raises(InvalidArgumentError),
+    ):
+        SessionSQLSessionStore(sync)  # type: ignore[arg-type]
+
+    async def main() -> Any:
+        async with open_async_store(
+            backend.url, schema=backend.schema, catalog=DEFAULT_CATALOG
+        ) as bare:
+            with pytest.raises(ConfigurationError):
+                await SessionSQLSessionStore(bare).append(KEY, [{"type": "x"}])
+        async with SessionSQLSessionStore.from_url(
+            backend.url, schema=backend.schema, catalog=DEFAULT_CATALOG
+        ) as adapter:
+            await adapter.append(KEY, [{"type": "x"}])
+            return await adapter.load(KEY)
+
+    assert asyncio.run(main()) == [{"type": "x"}]
+
+
+def test_a_result_cites_its_call_across_processes(backend: Any) -> None:
+    """A tool result stored by a process that did not store its call (a store opened anew)
+    cites that call's ``tool/call`` event."""
+    entries = main_entries()
+    split = 5  # the first call is stored, its result is not yet
+
+    async def first(adapter: SessionSQLSessionStore) -> None:
+        await adapter.append(KEY, entries[:1])
+        await adapter.append(KEY, entries[1:split])
+
+    async def second(adapter: SessionSQLSessionStore) -> Any:
+        await adapter.append(KEY, entries[split:])
+        return [e async for e in await adapter.store.events(store_id(KEY))]
+
+    run(backend, first)
+    events = run(backend, second)
+    [call] = [e for e in events if e.type == "tool/call" and e.data["callId"] == "toolu_01"]
+    [result] = [
+        e
+        for e in events
+        if e.type == "tool/result" and e.data["message"]["source"]["callId"] == "toolu_01"
+    ]
+    assert call.seq in result.source_event_seqs
