@@ -35,6 +35,7 @@ from typing import Any, cast
 from claude_agent_sdk import SessionKey, SessionStoreEntry, SessionSummaryEntry
 from claude_agent_sdk import fold_session_summary as _fold_summary
 
+from session_sql import NotJSONError, snapshot_json, thaw
 from session_sql.events import make_header
 from session_sql.integrations import CLAUDE_ENTRY, CLAUDE_SUMMARY
 
@@ -141,14 +142,47 @@ def fresh_entries(fold: Fold, entries: list[Any]) -> list[Any]:
     return fresh
 
 
+def entry_of(data: Any) -> Any:
+    """The entry an entry event holds: its data, or the JSON text of an entry the store's JSON
+    domain cannot hold as a value (an object without ``type``, which every entry has)."""
+    if "type" in data:
+        return thaw(data)
+    return json.loads(data["json"])
+
+
+def as_text(entries: list[Any]) -> frozenset[int]:
+    """The indices of the entries that must be stored as JSON text: those holding a value the
+    store refuses (an int past 2**53, NaN, -0.0, U+0000, ...) that ``json.dumps`` writes."""
+    texts = set()
+    for index, entry in enumerate(entries):
+        try:
+            snapshot_json(entry)
+        except NotJSONError:
+            try:
+                json.dumps(entry)
+            except (TypeError, ValueError) as exc:
+                raise NotJSONError(f"entries[{index}] is not JSON: {exc}") from exc
+            texts.add(index)
+    return frozenset(texts)
+
+
 def plan(
-    fold: Fold, key: SessionKey, entries: list[Any], seq: int, nodes: list[int]
+    fold: Fold,
+    key: SessionKey,
+    entries: list[Any],
+    seq: int,
+    nodes: list[int],
+    texts: frozenset[int] = frozenset(),
 ) -> list[dict[str, Any]]:
     """The events that store ``entries`` on a log of ``seq`` events whose surface is ``nodes``
-    (updated as planned); advances ``fold``."""
+    (updated as planned); advances ``fold``. The entries at ``texts`` are kept as JSON text,
+    in the log only."""
     events: list[dict[str, Any]] = []
-    for entry in entries:
+    for index, entry in enumerate(entries):
         at = seq + len(events)
+        if index in texts:
+            events.append({"type": CLAUDE_ENTRY, "data": {"json": json.dumps(entry)}})
+            continue
         events.append({"type": CLAUDE_ENTRY, "data": entry})
         if _compacted(entry):
             events.extend(_removal(nodes))
@@ -163,9 +197,17 @@ def plan(
     if title is not None and title != fold.title:
         fold.title = title
         events.append({"type": TITLE, "data": {"title": title}})
-    if fold.main:
+    if fold.main and _storable(summary["data"]):  # else the SDK folds the transcript itself
         events.append({"type": CLAUDE_SUMMARY, "data": summary["data"]})
     return events
+
+
+def _storable(value: Any) -> bool:
+    try:
+        snapshot_json(value)
+    except NotJSONError:
+        return False
+    return True
 
 
 def _compacted(entry: Any) -> bool:

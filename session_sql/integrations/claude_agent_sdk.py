@@ -47,12 +47,12 @@ from session_sql import (
     ConcurrencyError,
     ConfigurationError,
     InvalidArgumentError,
+    NotJSONError,
     SessionExistsError,
     SessionInfo,
     SessionNotFoundError,
     loopsafe,
     open_async_store,
-    snapshot_json,
     thaw,
 )
 from session_sql.integrations import CLAUDE_ENTRY, CLAUDE_SUMMARY
@@ -62,6 +62,8 @@ from session_sql.integrations._claude_mapping import (
     SESSION,
     SUBPATH,
     Fold,
+    as_text,
+    entry_of,
     fresh_entries,
     header_of,
     labels_of,
@@ -89,11 +91,13 @@ class _Tracked:
     def catch_up(self) -> None:
         """Fold the entries other writers stored since the last fold."""
         events = self.handle.events
-        entries = [thaw(e.data) for e in events[self.folded :] if e.type == CLAUDE_ENTRY]
+        stored = [e.data for e in events[self.folded :] if e.type == CLAUDE_ENTRY]
         self.folded = len(events)
-        if entries:
+        if stored:
+            entries = [entry_of(data) for data in stored]
+            texts = frozenset(i for i, data in enumerate(stored) if "type" not in data)
             key = {"project_key": "", "session_id": ""}  # the fold's id is not read back
-            plan(self.fold, cast("SessionKey", key), entries, 0, [])
+            plan(self.fold, cast("SessionKey", key), entries, 0, [], texts)
             self.fold.remember(entries)
             # The replay numbers events from 0: the open calls' tool/call seqs are the log's.
             open_calls = self.fold.calls
@@ -183,7 +187,7 @@ class SessionSQLSessionStore(SessionStore):
         try:
             handle = await store.open_session(sid)
         except SessionNotFoundError:
-            snapshot_json(batch, root="entries")
+            as_text(batch)  # refuses what JSON cannot write before the session exists
             try:
                 handle = await store.create_session(
                     sid, header=header_of(key), labels=labels_of(key)
@@ -207,6 +211,7 @@ class SessionSQLSessionStore(SessionStore):
         if not batch:
             return
         sid = store_id(key)
+        textual = False  # whether a refusal showed entries to keep as JSON text
         async with self._lock(sid):
             for attempt in range(MAX_ATTEMPTS):
                 tracked = await self._tracked(key, sid, batch)
@@ -215,9 +220,15 @@ class SessionSQLSessionStore(SessionStore):
                     return
                 fold = tracked.fold.copy()
                 nodes = list(tracked.handle.surface.nodes)
-                events = plan(fold, key, fresh, tracked.handle.seq, nodes)
+                texts = as_text(fresh) if textual else frozenset()
+                events = plan(fold, key, fresh, tracked.handle.seq, nodes, texts)
                 try:
                     await tracked.handle.append_many(events)
+                except NotJSONError:  # nothing written: keep the entries it refuses as text
+                    if textual:
+                        raise
+                    textual = True
+                    continue
                 except ConcurrencyError:
                     if attempt == MAX_ATTEMPTS - 1:
                         raise
@@ -243,7 +254,7 @@ class SessionSQLSessionStore(SessionStore):
             events = await store.events(store_id(key))
         except SessionNotFoundError:
             return None
-        entries = [thaw(event.data) async for event in events if event.type == CLAUDE_ENTRY]
+        entries = [entry_of(event.data) async for event in events if event.type == CLAUDE_ENTRY]
         return entries or None
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
