@@ -210,6 +210,11 @@ def _storable(value: Any) -> bool:
     return True
 
 
+def compacts(entries: list[Any]) -> bool:
+    """Whether a batch holds a compaction boundary."""
+    return any(_compacted(entry) for entry in entries)
+
+
 def _compacted(entry: Any) -> bool:
     """Claude Code's compaction boundary: the model sees nothing before it but its summary."""
     return bool(entry.get("type") == "system" and entry.get("subtype") == "compact_boundary")

@@ -63,6 +63,7 @@ from session_sql.integrations._claude_mapping import (
     SUBPATH,
     Fold,
     as_text,
+    compacts,
     entry_of,
     fresh_entries,
     header_of,
@@ -219,7 +220,8 @@ class SessionSQLSessionStore(SessionStore):
                 if not fresh:
                     return
                 fold = tracked.fold.copy()
-                nodes = list(tracked.handle.surface.nodes)
+                # The surface, which only a compaction boundary reads (to take it off).
+                nodes = list(tracked.handle.surface.nodes) if compacts(fresh) else []
                 texts = as_text(fresh) if textual else frozenset()
                 events = plan(fold, key, fresh, tracked.handle.seq, nodes, texts)
                 try:
