@@ -91,9 +91,9 @@ class _Tracked:
 
     def catch_up(self) -> None:
         """Fold the entries other writers stored since the last fold."""
-        events = self.handle.events
-        stored = [e.data for e in events[self.folded :] if e.type == CLAUDE_ENTRY]
-        self.folded = len(events)
+        events = self.handle.events[self.folded :]
+        stored = [e.data for e in events if e.type == CLAUDE_ENTRY]
+        self.folded += len(events)
         if stored:
             entries = [entry_of(data) for data in stored]
             texts = frozenset(i for i, data in enumerate(stored) if "type" not in data)
@@ -247,6 +247,10 @@ class SessionSQLSessionStore(SessionStore):
                 fold.remember(fresh)
                 tracked.fold, tracked.folded = fold, tracked.handle.seq
                 return
+        raise ConcurrencyError(
+            f"session {sid!r}: other writers kept moving it for {MAX_ATTEMPTS} attempts",
+            session_id=sid,
+        )
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         """Every stored entry, in order, each as appended; None when none was."""
