@@ -296,7 +296,7 @@ class SessionSQLSessionStore(SessionStore):
         store = await self._ready()
         sids = [store_id(key)]
         if key.get("subpath") is None:
-            subagents = await self._infos(_subagent_labels(key))
+            subagents = await self._infos(_subagent_labels(key), empty=True)
             sids.extend(info.id for info in subagents)
         for sid in sids:
             async with self._lock(sid):
@@ -310,8 +310,9 @@ class SessionSQLSessionStore(SessionStore):
         infos = await self._infos(_subagent_labels(key))
         return [info.labels[SUBPATH] for info in infos]
 
-    async def _infos(self, labels: dict[str, str]) -> list[SessionInfo]:
-        """Every session of the tenant carrying ``labels``, oldest-created first."""
+    async def _infos(self, labels: dict[str, str], *, empty: bool = False) -> list[SessionInfo]:
+        """The sessions of the tenant carrying ``labels``, oldest-created first; those with no
+        event (a first batch that never landed) only when ``empty``."""
         store = await self._ready()
         infos: list[SessionInfo] = []
         after: SessionInfo | None = None
@@ -319,7 +320,7 @@ class SessionSQLSessionStore(SessionStore):
             page = await store.list_sessions(
                 limit=_PAGE, after=after, order="created", labels=labels
             )
-            infos.extend(page)
+            infos.extend(info for info in page if empty or info.head_seq >= 0)
             if len(page) < _PAGE:
                 return infos
             after = page[-1]

@@ -441,3 +441,29 @@ def test_a_result_cites_its_call_across_processes(backend: Any) -> None:
         if e.type == "tool/result" and e.data["message"]["source"]["callId"] == "toolu_01"
     ]
     assert call.seq in result.source_event_seqs
+
+
+def test_a_session_whose_first_batch_never_landed_is_not_listed(backend: Any) -> None:
+    """A session created for a transcript whose first batch then failed (a crash between the
+    two) is no transcript: not listed, loaded as None, written by the next batch, deleted."""
+    from session_sql.integrations._claude_mapping import header_of, labels_of
+
+    async def body(adapter: SessionSQLSessionStore) -> Any:
+        for key in (KEY, SUB):
+            await adapter.store.create_session(
+                store_id(key), header=header_of(key), labels=labels_of(key)
+            )
+        seen = (
+            await adapter.list_sessions(KEY["project_key"]),
+            await adapter.list_subkeys(KEY),
+            await adapter.load(KEY),
+        )
+        await adapter.append(KEY, [{"uuid": "1", "type": "x"}])
+        listed = [s["session_id"] for s in await adapter.list_sessions(KEY["project_key"])]
+        await adapter.delete(KEY)
+        return seen, listed, await adapter.store.list_sessions()
+
+    seen, listed, left = run(backend, body)
+    assert seen == ([], [], None)
+    assert listed == [SESSION_ID]
+    assert left == []
