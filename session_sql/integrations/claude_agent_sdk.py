@@ -147,6 +147,13 @@ class SessionSQLSessionStore(SessionStore):
     def store(self) -> AsyncSessionStore:
         return self._store
 
+    @staticmethod
+    def session_id_of(key: SessionKey) -> str:
+        """The id of the store's session that holds the transcript of ``key`` (for
+        ``messages``, ``stats``, ``export_jsonl``, the CLI, ...)."""
+        _check_key(key, subpath=True)
+        return store_id(key)
+
     def __repr__(self) -> str:
         return f"SessionSQLSessionStore({self._store!r})"
 

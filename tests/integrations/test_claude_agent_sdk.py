@@ -229,6 +229,13 @@ def test_a_claude_session_reads_like_a_native_one(backend: Any) -> None:
     assert main.title == "Fix slugify"
     assert main.labels["claude_session"] == SESSION_ID
     assert sub.parent_session == main.id
+    assert (
+        SessionSQLSessionStore.session_id_of(KEY),
+        SessionSQLSessionStore.session_id_of(SUB),
+    ) == (
+        main.id,
+        sub.id,
+    )
     assert sub.labels["claude_subpath"] == SUBPATH
     assert sub.title == "Search for callers of slugify."
     assert [m["content"][0]["text"] for m in sub_messages] == [
