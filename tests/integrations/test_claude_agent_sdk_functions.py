@@ -1,4 +1,4 @@
-"""SPEC §13.2: a realistic transcript through the SDK's store helpers gives what the SDK's own
+"""SPEC §13.2: a realistic transcript through the SDK's store functions gives what the SDK's own
 ``InMemorySessionStore`` gives: import (twice, on ours: re-import is duplicate-safe), messages,
 listing and info (through the summaries), subagents, rename, tag, fork and delete."""
 
@@ -32,7 +32,7 @@ from .claude_transcript import AGENT, SESSION_ID, SUBPATH, write_transcripts
 
 
 def _plain(value: Any, *drop: str) -> Any:
-    """A helper's result as plain data, without the fields that differ by store or run."""
+    """A function's result as plain data, without the fields that differ by store or run."""
     if isinstance(value, list):
         return [_plain(v, *drop) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -42,7 +42,7 @@ def _plain(value: Any, *drop: str) -> Any:
 
 
 async def _walk(store: SessionStore, directory: str, imports: int) -> dict[str, Any]:
-    """Everything the helpers say about the transcript, in one store."""
+    """Everything the SDK's functions say about the transcript, in one store."""
     for _ in range(imports):
         await import_session_to_store(SESSION_ID, store, directory=directory)
     seen: dict[str, Any] = {
@@ -79,7 +79,7 @@ def _sub() -> dict[str, str]:
     return {"session_id": SESSION_ID, "subpath": SUBPATH}
 
 
-def test_the_sdk_helpers_agree_with_the_in_memory_store(
+def test_the_sdk_store_functions_agree_with_the_in_memory_store(
     backend: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory = tmp_path / "proj"
