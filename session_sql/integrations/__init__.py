@@ -19,7 +19,20 @@ ADK_EVENT = "adk/event"
 ADK_STATE = "adk/state"
 """A change of ADK app or user state: log-only, ``{delta, state, cause?}``."""
 
-CATALOG = Catalog([ADK_STATE], items=[OPENAI_AGENTS_ITEM, ADK_EVENT])
+CLAUDE_ENTRY = "claude-agent-sdk/entry"
+"""One line of a Claude Agent SDK transcript, kept verbatim: log-only, its data is the entry."""
+
+CLAUDE_SUMMARY = "claude-agent-sdk/summary"
+"""The SDK's folded summary of a Claude transcript after a batch: log-only, opaque data."""
+
+CATALOG = Catalog([ADK_STATE, CLAUDE_ENTRY, CLAUDE_SUMMARY], items=[OPENAI_AGENTS_ITEM, ADK_EVENT])
 """The integrations' catalog types (added to every store's default catalog)."""
 
-__all__ = ["ADK_EVENT", "ADK_STATE", "CATALOG", "OPENAI_AGENTS_ITEM"]
+__all__ = [
+    "ADK_EVENT",
+    "ADK_STATE",
+    "CATALOG",
+    "CLAUDE_ENTRY",
+    "CLAUDE_SUMMARY",
+    "OPENAI_AGENTS_ITEM",
+]
