@@ -165,7 +165,9 @@ def test_an_interrupted_run_continues_from_the_store(backend) -> None:
     assert latest is not None and len(latest.messages) == 4
     with open_store(backend.url, schema=backend.schema) as store:
         reasons = [
-            e.data["reason"]["kind"] for e in store.events("pydantic-ai:run-i") if e.type == "turn/end"
+            e.data["reason"]["kind"]
+            for e in store.events("pydantic-ai:run-i")
+            if e.type == "turn/end"
         ]
         assert reasons == ["error"]
         assert [m["role"] for m in store.messages("pydantic-ai:run-i2")][-1] == "assistant"
