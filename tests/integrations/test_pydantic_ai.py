@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,10 +24,6 @@ from session_sql import InvalidArgumentError, open_store
 from session_sql.integrations.pydantic_ai import SessionSQLStepStore
 
 from .pai_agent import Script, Tee, agent
-
-
-def run_id_of(store: Any) -> str:
-    return [r.run_id for r in asyncio.run(store.list_runs())][0]
 
 
 async def reads(store: Any, run_id: str, calls: list[str]) -> dict[str, Any]:
@@ -206,7 +201,9 @@ def _keeps(event: Any) -> bool:
     )
 
 
-def test_a_store_that_is_not_async_is_refused(backend, tmp_path: Path) -> None:
-    with open_store(backend.url, schema=backend.schema) as store:
-        with pytest.raises(InvalidArgumentError, match="AsyncSessionStore"):
-            SessionSQLStepStore(store)  # type: ignore[arg-type]
+def test_a_store_that_is_not_async_is_refused(backend) -> None:
+    with (
+        open_store(backend.url, schema=backend.schema) as store,
+        pytest.raises(InvalidArgumentError, match="AsyncSessionStore"),
+    ):
+        SessionSQLStepStore(store)  # type: ignore[arg-type]
