@@ -497,7 +497,7 @@ def _snapshot_of(run: Run, data: Mapping[str, Any]) -> ContinuableSnapshot:
     return ContinuableSnapshot(
         run_id=data["run_id"],
         step_index=data["step_index"],
-        messages=ModelMessagesTypeAdapter.validate_python(run.history(data)),
+        messages=ModelMessagesTypeAdapter.validate_json(run.history_json(data)),
         conversation_id=data.get("conversation_id"),
         parent_run_id=data.get("parent_run_id"),
         agent_name=data.get("agent_name"),
