@@ -367,7 +367,9 @@ class SessionSQLStepStore:
                     handle = cached.handle
                     if handle is None:
                         handle = cached.handle = await self._writer(sid, run_id, labels)
-                    if cached.run.at.seq > handle.seq:
+                    if cached.run.at.seq > handle.seq:  # a read saw other writers' events
+                        cached.run.fold(await handle.refresh())
+                    if cached.run.at.seq > handle.seq:  # deleted and created again
                         cached.run = Run()
                     if cached.run.at.seq < handle.seq:
                         await self._catch_up(cached, sid, handle.seq)
@@ -378,8 +380,8 @@ class SessionSQLStepStore:
                     cached.run.fold(committed)
                     return list(committed)
                 except ConcurrencyError:
-                    if cached.handle is not None:
-                        await cached.handle.refresh()
+                    if cached.handle is not None:  # what it missed, folded when it follows on
+                        cached.run.fold(await cached.handle.refresh())
                 except SessionNotFoundError:  # deleted under us: start over
                     cached.run, cached.handle = Run(), None
             raise ConcurrencyError(

@@ -189,6 +189,15 @@ def test_two_stores_on_one_run_see_each_others_writes(backend) -> None:
                 assert sorted(e.step_index for e in events) == list(range(20))
                 latest = await store.latest_snapshot(run_id="shared")
                 assert latest is not None and latest.messages == [ASK, CALL, RETURN, ANSWER]
+            # Each store has read past its own last write: its next write follows on.
+            await first.append_event(StepEvent(run_id="shared", kind="run_completed", step_index=0))
+            await second.record_tool_effect(
+                ToolEffectRecord(tool_call_id="t", tool_name="x", run_id="shared", status="started")
+            )
+            assert [e.kind for e in await second.list_events(run_id="shared")][
+                -1
+            ] == "run_completed"
+            assert len(await first.list_unresolved_tool_effects(run_id="shared")) == 1
 
     asyncio.run(main())
     with open_store(backend.url, schema=backend.schema) as store:
