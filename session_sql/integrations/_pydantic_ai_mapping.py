@@ -26,6 +26,7 @@ from session_sql.integrations import (
     PYDANTIC_AI_SNAPSHOT,
     PYDANTIC_AI_STEP,
 )
+from session_sql.jsoncodec import dumps_frozen
 
 ID_PREFIX = "pydantic-ai:"
 KEY = "pydantic_ai"
@@ -72,8 +73,9 @@ def run_labels(record: Mapping[str, Any]) -> dict[str, str]:
 
 
 def message_text(message: Any) -> str:
-    """The canonical text of a model message's JSON (what ``Run`` dedupes messages on)."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    """The compact text of a model message's JSON, the same for its plain and its frozen
+    value (what ``Run`` compares histories on, and validates snapshots from)."""
+    return dumps_frozen(message)
 
 
 def _text(value: Any) -> str:
@@ -287,7 +289,7 @@ class Run:
                 self.at.step = max(self.at.step, data["step"])
             kept, of = kept_message(event)
             if kept is not None:
-                self.texts[event.seq] = message_text(thaw(kept))
+                self.texts[event.seq] = message_text(kept)
                 self.groups[event.seq] = event.seq if of is None else self.groups.get(of, of)
 
     def _fold_surface(self, event: SessionEvent) -> None:

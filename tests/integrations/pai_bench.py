@@ -9,7 +9,8 @@ SQLite files (both WAL, ``synchronous=FULL``) and, with a server, ``SessionSQLSt
 ``PostgresStepStore`` (asyncpg) in fresh PostgreSQL schemas (dropped afterwards). It prints
 the median ``append_event`` during the run, the median ``latest_snapshot`` of the finished
 run (the history of ``2 * cycles + 1`` messages) read 30 times by the store that wrote it and
-once by a fresh store, and the database's bytes after the run (SQLite: the ``VACUUM``ed file;
+once by a fresh store (the two stores of a backend called in turn, operation by
+operation), and the database's bytes after the run (SQLite: the ``VACUUM``ed file;
 PostgreSQL: tables, TOAST and indexes of the schema) per stored entry (run record, step
 event, tool-effect record, snapshot). Needs asyncpg (``pip install -e '.[test,dev]'``).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
@@ -64,70 +66,99 @@ def cycle_messages(i: int) -> list[ModelMessage]:
     return [response, ModelRequest(parts=[ToolReturnPart("search", words(2 * i + 1, 60), call)])]
 
 
-async def write_run(store: Any, cycles: int) -> tuple[list[float], int]:
-    """The run through ``store``; each ``append_event``'s time (ms) and the entries stored."""
-    times: list[float] = []
+class Timed:
+    """The stores under test, called in turn for each operation (so that a machine whose
+    load drifts weighs on each alike), each ``append_event`` timed per store."""
 
-    async def event(kind: Any, step: int, n: int, call: str | None = None) -> None:
-        began = time.perf_counter()
-        await store.append_event(
+    def __init__(self, stores: dict[str, Any]) -> None:
+        self.stores = stores
+        self.appends: dict[str, list[float]] = {name: [] for name in stores}
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> None:
+        for name, store in self.stores.items():
+            began = time.perf_counter()
+            await getattr(store, method)(*args, **kwargs)
+            if method == "append_event":
+                self.appends[name].append((time.perf_counter() - began) * 1000)
+
+
+async def write_run(stores: Timed, cycles: int) -> int:
+    """The run through each store; how many entries each stored."""
+    count = 0
+
+    async def event(kind: Any, step: int, call: str | None = None) -> None:
+        nonlocal count
+        count += 1
+        await stores.call(
+            "append_event",
             StepEvent(
                 run_id=RUN,
                 kind=kind,
                 step_index=step,
                 tool_call_id=call,
                 tool_name=None if call is None else "search",
-                idempotency_key=f"{n}:{step}:{kind}:{call or ''}",
-            )
+                idempotency_key=f"{count}:{step}:{kind}:{call or ''}",
+            ),
         )
-        times.append((time.perf_counter() - began) * 1000)
 
-    await store.register_run(RunRecord(run_id=RUN, agent_name="bench", registration_id="r"))
+    await stores.call(
+        "register_run", RunRecord(run_id=RUN, agent_name="bench", registration_id="r")
+    )
     history: list[ModelMessage] = [ModelRequest(parts=[UserPromptPart(words(0, 20))])]
-    n = 0
-    await event("run_started", 0, n)
+    await event("run_started", 0)
     for i in range(1, cycles + 1):
         call = f"call-{i}"
-        await event("model_request_started", i, n := n + 1)
-        await event("model_request_completed", i, n := n + 1)
-        await store.record_tool_effect(
-            ToolEffectRecord(tool_call_id=call, tool_name="search", run_id=RUN, status="started")
+        await event("model_request_started", i)
+        await event("model_request_completed", i)
+        await stores.call(
+            "record_tool_effect",
+            ToolEffectRecord(tool_call_id=call, tool_name="search", run_id=RUN, status="started"),
         )
-        await event("tool_call_started", i, n := n + 1, call)
-        await store.record_tool_effect(
-            ToolEffectRecord(tool_call_id=call, tool_name="search", run_id=RUN, status="completed")
+        await event("tool_call_started", i, call)
+        await stores.call(
+            "record_tool_effect",
+            ToolEffectRecord(tool_call_id=call, tool_name="search", run_id=RUN, status="completed"),
         )
-        await event("tool_call_completed", i, n := n + 1, call)
+        await event("tool_call_completed", i, call)
         history = [*history, *cycle_messages(i)]
         snapshot = ContinuableSnapshot(
             run_id=RUN, step_index=i, messages=history, idempotency_key=f"{i}:{i}:complete"
         )
-        await store.save_snapshot(snapshot)
-    await event("run_completed", 0, n + 1)
-    return times, 1 + len(times) + 3 * cycles  # the run, its events, effects, snapshots
+        await stores.call("save_snapshot", snapshot)
+    await event("run_completed", 0)
+    return 1 + count + 3 * cycles  # the run, its events, effects, snapshots
 
 
-async def read_latest(store: Any, times: int) -> list[float]:
-    found = []
-    for _ in range(times):
-        began = time.perf_counter()
-        snapshot = await store.latest_snapshot(run_id=RUN)
-        found.append((time.perf_counter() - began) * 1000)
-        assert snapshot is not None
+async def read_latest(stores: dict[str, Any], rounds: int) -> dict[str, list[float]]:
+    found: dict[str, list[float]] = {name: [] for name in stores}
+    for _ in range(rounds):
+        for name, store in stores.items():
+            began = time.perf_counter()
+            snapshot = await store.latest_snapshot(run_id=RUN)
+            found[name].append((time.perf_counter() - began) * 1000)
+            assert snapshot is not None and len(snapshot.messages) > 1
     return found
 
 
-async def measure(open_store: Callable[[], Any], cycles: int) -> dict[str, float]:
-    async with open_store() as store:
-        appends, entries = await write_run(store, cycles)
-        warm = await read_latest(store, 30)
-    async with open_store() as store:
-        cold = await read_latest(store, 1)
+async def measure(openers: dict[str, Opener], cycles: int) -> dict[str, dict[str, float]]:
+    """Each store's medians: ``append_event``, ``latest_snapshot`` by the store that wrote
+    the run, and the first ``latest_snapshot`` of a fresh store."""
+    async with contextlib.AsyncExitStack() as stack:
+        stores = {name: await stack.enter_async_context(o()) for name, o in openers.items()}
+        timed = Timed(stores)
+        entries = await write_run(timed, cycles)
+        warm = await read_latest(stores, 30)
+    async with contextlib.AsyncExitStack() as stack:
+        stores = {name: await stack.enter_async_context(o()) for name, o in openers.items()}
+        cold = await read_latest(stores, 1)
     return {
-        "append": statistics.median(appends),
-        "latest": statistics.median(warm),
-        "cold": cold[0],
-        "entries": entries,
+        name: {
+            "append": statistics.median(timed.appends[name]),
+            "latest": statistics.median(warm[name]),
+            "cold": cold[name][0],
+            "entries": entries,
+        }
+        for name in openers
     }
 
 
@@ -154,33 +185,38 @@ async def harness_postgres(dsn: str) -> AsyncIterator[PostgresStepStore]:
 
 
 async def main(cycles: int, pg_url: str | None) -> None:
-    results: dict[str, dict[str, float]] = {}
     folder = Path(tempfile.mkdtemp())
     mine, theirs = folder / "ours.db", folder / "theirs.db"
-    results["SessionSQLStepStore, SQLite"] = await measure(
-        lambda: ours(f"sqlite:///{mine}"), cycles
+    results = await measure(
+        {
+            "SessionSQLStepStore, SQLite": lambda: ours(f"sqlite:///{mine}"),
+            "SqliteStepStore": lambda: harness_sqlite(theirs),
+        },
+        cycles,
     )
     results["SessionSQLStepStore, SQLite"]["bytes"] = sqlite_bytes(mine)
-    results["SqliteStepStore"] = await measure(lambda: harness_sqlite(theirs), cycles)
     results["SqliteStepStore"]["bytes"] = sqlite_bytes(theirs)
     if pg_url:
         schema = f"bench_pai_{uuid.uuid4().hex[:8]}"
+        other = f"bench_paipg_{uuid.uuid4().hex[:8]}"
+        pg_schema(pg_url, other, drop=False)
+        dsn = pg_url.replace("postgresql+psycopg://", "postgresql://")
+        dsn += ("&" if "?" in dsn else "?") + f"options=-csearch_path%3D{other}"
         try:
-            results["SessionSQLStepStore, PostgreSQL"] = await measure(
-                lambda: ours(pg_url, schema=schema), cycles
+            results.update(
+                await measure(
+                    {
+                        "SessionSQLStepStore, PostgreSQL": lambda: ours(pg_url, schema=schema),
+                        "PostgresStepStore": lambda: harness_postgres(dsn),
+                    },
+                    cycles,
+                )
             )
             results["SessionSQLStepStore, PostgreSQL"]["bytes"] = pg_bytes(pg_url, schema)
+            results["PostgresStepStore"]["bytes"] = pg_bytes(pg_url, other)
         finally:
             pg_schema(pg_url, schema, drop=True)
-        schema = f"bench_paipg_{uuid.uuid4().hex[:8]}"
-        pg_schema(pg_url, schema, drop=False)
-        dsn = pg_url.replace("postgresql+psycopg://", "postgresql://")
-        dsn += ("&" if "?" in dsn else "?") + f"options=-csearch_path%3D{schema}"
-        try:
-            results["PostgresStepStore"] = await measure(lambda: harness_postgres(dsn), cycles)
-            results["PostgresStepStore"]["bytes"] = pg_bytes(pg_url, schema)
-        finally:
-            pg_schema(pg_url, schema, drop=True)
+            pg_schema(pg_url, other, drop=True)
     for name, found in results.items():
         print(
             f"{name:32s} append_event p50 {found['append']:6.2f} ms   latest_snapshot p50 "
