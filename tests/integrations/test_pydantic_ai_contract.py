@@ -245,3 +245,42 @@ def test_a_long_or_odd_run_id_gets_a_digest_session_id(backend) -> None:
     with open_store(backend.url, schema=backend.schema) as store:
         [info] = store.list_sessions(labels={"pydantic_ai": "run"})
         assert info.id.startswith("pydantic-ai:#") and "pydantic_ai_run" not in info.labels
+
+
+def test_runs_dropped_from_memory_read_back_from_the_log(backend) -> None:
+    async def main() -> None:
+        async with open_async_store(backend.url, schema=backend.schema) as store:
+            ours = SessionSQLStepStore(store, max_cached_runs=1)
+            for i in range(3):
+                for run in ("x", "y"):
+                    await ours.append_event(
+                        StepEvent(run_id=run, kind="tool_call_started", step_index=i)
+                    )
+                    await ours.save_snapshot(snapshot(run, i, [ASK, CALL][: i % 2 + 1]))
+            for run in ("x", "y"):
+                assert [e.step_index for e in await ours.list_events(run_id=run)] == [0, 1, 2]
+                latest = await ours.latest_snapshot(run_id=run)
+                assert latest is not None and latest.messages == [ASK]
+
+    asyncio.run(main())
+
+
+def test_bad_options_and_a_catalog_without_the_types_are_refused(backend) -> None:
+    from session_sql import ConfigurationError, InvalidArgumentError
+    from session_sql.catalog import Catalog
+
+    async def main() -> None:
+        bare = Catalog(["x/y"])
+        async with open_async_store(backend.url, schema=backend.schema, catalog=bare) as store:
+            for bad in (0, True, "3"):
+                with pytest.raises(InvalidArgumentError, match="max_cached_runs"):
+                    SessionSQLStepStore(store, max_cached_runs=bad)  # type: ignore[arg-type]
+            with pytest.raises(ConfigurationError, match="pydantic-ai types"):
+                await SessionSQLStepStore(store).get_run(run_id="r")
+        async with SessionSQLStepStore.from_url(
+            backend.url, schema=backend.schema, catalog=bare
+        ) as ours:  # from_url adds them to the catalog it is given
+            await ours.register_run(RunRecord(run_id="r", started_at=at(0)))
+            assert await ours.get_run(run_id="r") == RunRecord(run_id="r", started_at=at(0))
+
+    asyncio.run(main())
