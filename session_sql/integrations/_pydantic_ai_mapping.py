@@ -3,8 +3,9 @@
 ``events_of_message`` renders a model message a snapshot adds as the core events that hold
 it (the message itself kept in the first of them); ``Run`` folds a run's log back into what
 the ``StepStore`` protocol reads (the run record, step events, snapshots, the tool-effect
-ledger) and builds the events that bring the surface to a new snapshot's history. ``pydantic_ai.SessionSQLStepStore`` does the storing; the module
-docstring there describes the mapping.
+ledger) and builds the events that bring the surface to a new snapshot's history.
+``pydantic_ai.SessionSQLStepStore`` does the storing; the module docstring there describes
+the mapping.
 """
 
 from __future__ import annotations
