@@ -55,6 +55,8 @@ def agent(store: Any, script: Script, **persistence: Any) -> Agent[None, str]:
     def get_weather(city: str) -> str:
         if city == "Atlantis":
             raise ModelRetry("no such city")
+        if city == "Crash":
+            raise RuntimeError("the weather service crashed")
         return json.dumps({"city": city, "sky": "sunny"})
 
     return made

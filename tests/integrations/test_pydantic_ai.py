@@ -168,6 +168,42 @@ def test_an_interrupted_run_continues_from_the_store(backend) -> None:
         assert [m["role"] for m in store.messages("pydantic-ai:run-i2")][-1] == "assistant"
 
 
+def test_a_run_that_crashed_mid_tool_cycle_resumes_from_its_interrupted_snapshot(
+    backend, tmp_path
+) -> None:
+    """A tool crashes the run: ours and the harness's SQLite store hold the same interrupted
+    snapshot and tool effects; a fresh store resumes from it after repairing the history."""
+    from pydantic_ai.messages import repair_messages
+
+    async def first() -> tuple[dict[str, Any], dict[str, Any]]:
+        theirs = SqliteStepStore(database=tmp_path / "harness.db")
+        async with SessionSQLStepStore.from_url(backend.url, schema=backend.schema) as ours:
+            with pytest.raises(RuntimeError, match="crashed"):
+                await agent(Tee(ours, theirs), Script(), run_id="run-c").run(
+                    "weather in Paris, Crash", conversation_id="conv-1"
+                )
+            calls = ["call-1-0", "call-1-1"]
+            return await reads(ours, "run-c", calls), await reads(theirs, "run-c", calls)
+
+    async def second() -> str:
+        async with SessionSQLStepStore.from_url(backend.url, schema=backend.schema) as ours:
+            with pytest.raises(LookupError):
+                await continue_run(ours, run_id="run-c")  # no settled snapshot
+            history = await continue_run(ours, run_id="run-c", include_interrupted=True)
+            repaired = repair_messages(history)
+            result = await agent(ours, Script(), run_id="run-c2").run(
+                "weather in Oslo", message_history=repaired
+            )
+            return result.output
+
+    mine, harness = asyncio.run(first())
+    assert mine == harness
+    assert mine["latest"] is None
+    assert mine["latest_any"] is not None and mine["latest_any"].state == "interrupted"
+    assert [e.status for e in mine["effects"]] == ["completed", "failed"]
+    assert asyncio.run(second()).startswith("Weather: ")
+
+
 def test_fork_run_branches_a_new_run_off_the_history(backend) -> None:
     async def main() -> list[Any]:
         async with SessionSQLStepStore.from_url(backend.url, schema=backend.schema) as ours:
