@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pydantic_ai_harness")
+pytest.importorskip("starlette")
 
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 from pydantic_ai_harness.step_persistence import (
@@ -19,10 +20,13 @@ from pydantic_ai_harness.step_persistence import (
     continue_run,
     fork_run,
 )
+from starlette.testclient import TestClient
 
 from session_sql import InvalidArgumentError, open_store
+from session_sql.inspector.app import create_app
 from session_sql.integrations.pydantic_ai import SessionSQLStepStore
 
+from ..docs.test_docs_sql import _run
 from .pai_agent import Script, Tee, agent
 
 
@@ -133,6 +137,14 @@ def test_the_run_reads_like_a_native_session(backend) -> None:
         assert tokens.messages == 2 and tokens.input_tokens > 0
         assert stats.events_by_type["turn/start"] == stats.events_by_type["turn/end"] == 1
         assert store.verify(info.id).ok
+        sql = f"SELECT tool, is_error, result_seq FROM tool_calls WHERE session_id = '{info.id}'"
+        calls = [(r[0], bool(r[1]), r[2] is not None) for r in _run(backend, sql)]
+        assert calls == [("get_weather", False, True)] * 2
+        with TestClient(create_app(store), base_url="http://127.0.0.1") as client:
+            served = client.get(f"/api/sessions/{info.id}/messages").json()["messages"]
+            assert json.dumps(served) == json.dumps(messages)
+            page = client.get(f"/sessions/{info.id}")
+            assert page.status_code == 200 and "weather in Paris, Rome" in page.text
 
 
 def test_an_interrupted_run_continues_from_the_store(backend) -> None:
