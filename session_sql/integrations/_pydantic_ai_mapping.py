@@ -73,6 +73,13 @@ def run_labels(record: Mapping[str, Any]) -> dict[str, str]:
     return labels
 
 
+def title_of(message: Any) -> str:
+    """A session title from a user message: its text, on one line, at most 200 characters."""
+    text = " ".join(b["text"] for b in message.get("content") or () if b.get("type") == "text")
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= 200 else line[:199] + "…"
+
+
 def message_text(message: Any) -> str:
     """The compact text of a model message's JSON, the same for its plain and its frozen
     value (what ``Run`` compares histories on, and validates snapshots from)."""
@@ -257,6 +264,8 @@ class Run:
     """The latest snapshot's history, by the seqs that keep its messages."""
     nodes: list[int] = field(default_factory=list)
     calls: dict[str, tuple[int, int]] = field(default_factory=dict)
+    prompt: str | None = None
+    """The text of the run's first user message (its session's title)."""
 
     def fold(self, events: Iterable[SessionEvent]) -> None:
         """Take in events that follow the ones folded so far, in seq order."""
@@ -288,6 +297,8 @@ class Run:
                 self.calls[data["callId"]] = (event.seq, data["step"])
             elif kind == "assistant/message":
                 self.at.step = max(self.at.step, data["step"])
+            elif kind == "user/message" and self.prompt is None:
+                self.prompt = title_of(data)
             kept, of = kept_message(event)
             if kept is not None:
                 self.texts[event.seq] = message_text(kept)

@@ -6,7 +6,8 @@ docs/integrations.md):
 
 - A run is a session, ``pydantic-ai:<run id>`` (a digest for an id longer than 100
   characters or not printable), labelled ``pydantic_ai=run`` and with its run id, conversation,
-  parent run and agent name, which ``list_runs`` filters on.
+  parent run and agent name, which ``list_runs`` filters on; its title is its first user
+  message.
 - The run record, each step event, each snapshot and each tool-effect record is an event of
   the log (``pydantic-ai/run``, ``pydantic-ai/step``, ``pydantic-ai/snapshot``,
   ``pydantic-ai/tool-effect``) whose data is the record as the harness's JSON stores write it.
@@ -251,7 +252,10 @@ class SessionSQLStepStore:
         texts = [message_text(m) for m in messages]
         key = snapshot.idempotency_key
 
+        untitled: list[bool] = []
+
         def build(run: Run) -> Batch | None:
+            untitled[:] = [run.prompt is None]
             if key is not None and key in run.snapshot_keys:
                 return None
             batch, seqs = run.snapshot_batch(messages, texts)
@@ -259,6 +263,9 @@ class SessionSQLStepStore:
             return batch
 
         await self._write(snapshot.run_id, build)
+        prompt = self._cached(snapshot.run_id).run.prompt
+        if untitled and untitled[0] and prompt:  # the run's first user message: its title
+            await self._store.update_session(session_id(snapshot.run_id), title=prompt)
 
     async def latest_snapshot(
         self, *, run_id: str, include_interrupted: bool = False

@@ -124,6 +124,7 @@ def test_the_run_reads_like_a_native_session(backend) -> None:
         [info] = store.list_sessions(labels={"pydantic_ai": "run"})
         assert info.id == "pydantic-ai:run-s"
         assert info.labels["pydantic_ai_run"] == "run-s"
+        assert info.title == "weather in Paris, Rome"  # the first user message
         messages = store.messages(info.id)
         assert [m["role"] for m in messages] == ["user", "assistant", "user", "user", "assistant"]
         assert messages[0]["content"] == [{"type": "text", "text": "weather in Paris, Rome"}]
