@@ -25,7 +25,38 @@ CLAUDE_ENTRY = "claude-agent-sdk/entry"
 CLAUDE_SUMMARY = "claude-agent-sdk/summary"
 """The SDK's folded summary of a Claude transcript after a batch: log-only, opaque data."""
 
-CATALOG = Catalog([ADK_STATE, CLAUDE_ENTRY, CLAUDE_SUMMARY], items=[OPENAI_AGENTS_ITEM, ADK_EVENT])
+PYDANTIC_AI_RUN = "pydantic-ai/run"
+"""A pydantic-ai run's record (``RunRecord``): log-only."""
+
+PYDANTIC_AI_STEP = "pydantic-ai/step"
+"""A pydantic-ai step event (``StepEvent``): log-only."""
+
+PYDANTIC_AI_SNAPSHOT = "pydantic-ai/snapshot"
+"""A continuable snapshot, its history as the seqs of the events keeping its messages."""
+
+PYDANTIC_AI_EFFECT = "pydantic-ai/tool-effect"
+"""A tool-effect record (``ToolEffectRecord``): log-only, the latest per tool call holds."""
+
+PYDANTIC_AI_REVISION = "pydantic-ai/revision"
+"""A later version of a model message on the surface that renders the same: ``{of, message}``
+(log-only; pydantic-ai fills in a request's timestamp when it sends it)."""
+
+PYDANTIC_AI_MESSAGE = "pydantic-ai/message"
+"""A pydantic-ai model message no core message holds: on the surface, its message is itself."""
+
+CATALOG = Catalog(
+    [
+        ADK_STATE,
+        CLAUDE_ENTRY,
+        CLAUDE_SUMMARY,
+        PYDANTIC_AI_RUN,
+        PYDANTIC_AI_STEP,
+        PYDANTIC_AI_SNAPSHOT,
+        PYDANTIC_AI_EFFECT,
+        PYDANTIC_AI_REVISION,
+    ],
+    items=[OPENAI_AGENTS_ITEM, ADK_EVENT, PYDANTIC_AI_MESSAGE],
+)
 """The integrations' catalog types (added to every store's default catalog)."""
 
 __all__ = [
@@ -35,4 +66,10 @@ __all__ = [
     "CLAUDE_ENTRY",
     "CLAUDE_SUMMARY",
     "OPENAI_AGENTS_ITEM",
+    "PYDANTIC_AI_EFFECT",
+    "PYDANTIC_AI_MESSAGE",
+    "PYDANTIC_AI_REVISION",
+    "PYDANTIC_AI_RUN",
+    "PYDANTIC_AI_SNAPSHOT",
+    "PYDANTIC_AI_STEP",
 ]
