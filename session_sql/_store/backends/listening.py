@@ -345,11 +345,11 @@ class _Runner:
         def checkout() -> Any:
             with translate_errors():
                 raw = ctx.engine.raw_connection()
+                driver = raw.driver_connection  # gone from the proxy once detached
+                raw.detach()  # ours now: closing it will not return it to the pool
+                dbapi = raw.dbapi_connection
+                assert dbapi is not None
                 try:
-                    driver = raw.driver_connection  # gone from the proxy once detached
-                    raw.detach()  # ours now: closing it will not return it to the pool
-                    dbapi = raw.dbapi_connection
-                    assert dbapi is not None
                     dbapi.rollback()  # end any transaction the pool's ping began
                     dbapi.autocommit = True
                     cursor = dbapi.cursor()
@@ -358,7 +358,10 @@ class _Runner:
                     finally:
                         cursor.close()
                 except BaseException:
-                    raw.close()
+                    # Closed as is: the pool's reset (a rollback) of a connection the server
+                    # ended (a restart) would fail and log an error for nothing.
+                    with suppress(Exception):
+                        dbapi.close()
                     raise
                 return driver
 
