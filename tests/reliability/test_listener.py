@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from session_sql import open_store
-from session_sql._store.backends import listening
+from session_sql._store.backends import listening, postgresql
 
 from .reliability_builders import user_message
 from .test_follower_bound import _Followers
@@ -142,3 +142,17 @@ def test_a_listener_that_fails_listens_again_and_wakes_its_followers(
     finally:
         followers.dispose()
         writer.close()
+
+
+@pytest.mark.postgresql
+def test_a_pooled_connection_past_1024_is_checked_out_without_a_round_trip(pg_backend):
+    """The pool's check of an idle connection (``postgresql.is_quiet``: a poll, no round
+    trip) holds for a socket numbered past what ``select`` takes."""
+    with (
+        _descriptors_taken(LOW_DESCRIPTORS + 64),
+        open_store(pg_backend.url, schema=pg_backend.schema) as store,
+        store._ctx.engine.connect() as conn,
+    ):
+        driver = conn.connection.driver_connection
+        assert driver.pgconn.socket > LOW_DESCRIPTORS
+        assert postgresql.is_quiet(driver)
