@@ -4,8 +4,8 @@ Built on Starlette over one sync ``SessionStore``. Each store call (and each pag
 in Starlette's thread pool: the whole-log outline is a query through the ORM read models on the
 store's sync engine, which the async store does not expose, and the sync store's ``follow``
 already waits on one shared ``LISTEN`` connection on PostgreSQL (a short poll on SQLite). A
-follower waits in a thread of its own pool (``max_followers`` of them; one more is 503, and
-the browser's ``EventSource`` retries), so followers never starve the pages; it waits at
+follower waits in a thread of its own pool (``max_followers`` of them, counted from their
+admission; one more is a 503 with a message), so followers never starve the pages; it waits at
 most ``follow_wait`` seconds at a time, between which the stream sends a keep-alive, notices
 a client that went away, and ends when the server is stopping (``Guard.stopping``).
 
