@@ -9,10 +9,8 @@ import errno
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
 from importlib import metadata
@@ -33,6 +31,8 @@ from session_sql import (
 )
 from session_sql.cli import app
 
+from .conftest import shared_temp_dir
+
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 
@@ -51,27 +51,14 @@ def _cli(*args: str) -> tuple[int, str, str]:
 # A WAL store on a read-only medium
 
 
-def _shared_temp_dir(prefix: str) -> Path:
-    """A new directory (mode 0755) where another user can reach it: in the temp directory
-    when every directory above it lets others pass (not a private ``TMPDIR``), else in
-    ``/tmp`` or ``/var/tmp``."""
-    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp"):
-        above = Path(base).resolve()
-        if all(d.stat().st_mode & stat.S_IXOTH for d in (above, *above.parents)):
-            made = Path(tempfile.mkdtemp(prefix=prefix, dir=above))
-            made.chmod(0o755)
-            return made
-    pytest.fail("no temp directory that another user can reach (tried $TMPDIR, /tmp, /var/tmp)")
-
-
 @pytest.fixture
 def read_only_store() -> Iterator[Path]:
     """A WAL store with one session, in a directory and a file nobody may write (0555, 0444).
 
-    Outside pytest's temp directory, which is the owner's alone (``_shared_temp_dir``): the
+    Outside pytest's temp directory, which is the owner's alone (``shared_temp_dir``): the
     reader runs as another user, since root passes permission bits by.
     """
-    top = _shared_temp_dir("session_sql_ro_")
+    top = shared_temp_dir("session_sql_ro_")
     folder = top / "medium"
     folder.mkdir()
     path = folder / "sessions.db"
@@ -118,7 +105,7 @@ def reader_site() -> Iterator[Path]:
     directory of mode 0700, a private temp directory): it imports this copy instead, and only
     it (``python -S``: no site-packages of the interpreter's).
     """
-    top = _shared_temp_dir("session_sql_site_")
+    top = shared_temp_dir("session_sql_site_")
     site = top / "site"
     shutil.copytree(
         REPO / "session_sql", site / "session_sql", ignore=shutil.ignore_patterns("__pycache__")
