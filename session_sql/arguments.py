@@ -7,7 +7,6 @@ Every refusal is an ``InvalidArgumentError`` (a call's argument) or a ``Configur
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from session_sql.catalog import Catalog
@@ -108,25 +107,22 @@ def check_options(schema: object, catalog: object, clock: object, max_event_byte
         )
 
 
-def followers_option(
-    max_followers: object, engine_options: Mapping[str, Any], pool_size: int, max_overflow: int
-) -> int:
-    """The bound on a store's listening followers: ``max_followers``, by default as many as
-    the pool may open (``pool_size`` + ``max_overflow`` of ``engine_options``, else the
-    defaults given), as many as can read through the pool at once when a commit wakes them.
-    (They share one listening connection: the bound catches leaked iterators, it no longer
-    guards the server's connections.)"""
+DEFAULT_MAX_FOLLOWERS = 10_000
+"""The default bound on a store's listening followers (see ``followers_option``)."""
+
+
+def followers_option(max_followers: object) -> int:
+    """The bound on a store's listening followers: ``max_followers``, by default
+    ``DEFAULT_MAX_FOLLOWERS``. Not the pool's size: followers share one listening connection
+    and hold no pooled one while they wait (each borrows one for a read, then gives it back),
+    so the bound only catches leaked iterators, each of which keeps a small mailbox (at most
+    ``listening._Waiter.MAX_PENDING`` payloads) and reads at every commit to its session."""
     if max_followers is None:
-        pool = engine_options.get("pool_size", pool_size)
-        overflow = engine_options.get("max_overflow", max_overflow)
-        # Checked by the engine, not here; an unbounded overflow (-1) adds nothing.
-        pool = pool if isinstance(pool, int) else pool_size
-        overflow = overflow if isinstance(overflow, int) else max_overflow
-        return max(1, pool + max(0, overflow))
+        return DEFAULT_MAX_FOLLOWERS
     if isinstance(max_followers, bool) or not isinstance(max_followers, int) or max_followers < 1:
         raise ConfigurationError(
             "max_followers must be an int >= 1 (how many follow iterators may listen at "
-            f"once) or None (pool_size + max_overflow), not {max_followers!r}",
+            f"once) or None (the default, {DEFAULT_MAX_FOLLOWERS:,}), not {max_followers!r}",
             option="max_followers",
         )
     return max_followers

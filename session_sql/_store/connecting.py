@@ -10,8 +10,6 @@ from sqlalchemy.engine import Engine
 
 from session_sql._store import statistics
 from session_sql._store.backends import (
-    DEFAULT_MAX_OVERFLOW,
-    DEFAULT_POOL_SIZE,
     backend_for,
     database_label,
     make_engine,
@@ -42,9 +40,7 @@ def connect(
 ) -> StoreContext:
     """The context of a store opened on ``url`` (see ``open_store``)."""
     check_options(schema, catalog, clock, max_event_bytes)
-    followers = followers_option(
-        max_followers, engine_options, DEFAULT_POOL_SIZE, DEFAULT_MAX_OVERFLOW
-    )
+    followers = followers_option(max_followers)
     tenant = check_tenant(tenant)
     standbys = _replica_urls(url, replica_urls)
     engine = make_engine(url, **engine_options)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from typing import Final
+from urllib.parse import unquote, urlsplit
 
 from sqlalchemy import exc
 from sqlalchemy.engine import URL
@@ -34,16 +35,37 @@ def driver_cause(error: StoreError) -> BaseException | None:
     return orig.orig if isinstance(orig, exc.DBAPIError) else orig
 
 
+def _medium_file(url: URL) -> tuple[str, str] | None:
+    """The file a URL opens and the URL that reads it as immutable: the plain form
+    (``sqlite:///PATH``) or SQLite's URI form (``sqlite:///file:PATH?...&uri=true``), whose
+    other parameters are kept. ``None`` for anything else (``:memory:``, another URI)."""
+    database = url.database or ""
+    if not url.query.get("uri"):
+        if database in ("", ":memory:"):
+            return None
+        return database, f"sqlite:///{database}?immutable=1"
+    parts = urlsplit(database)
+    if parts.scheme != "file" or parts.netloc not in ("", "localhost") or not parts.path:
+        return None
+    kept = [(k, v) for k, v in url.query.items() if k not in ("uri", "immutable")]
+    query = "&".join(
+        f"{k}={value}" for k, v in kept for value in ((v,) if isinstance(v, str) else v)
+    )
+    query = f"{query}&immutable=1&uri=true" if query else "immutable=1&uri=true"
+    return unquote(parts.path), f"sqlite:///file:{parts.path}?{query}"
+
+
 def explain_wal_reader(url: URL, orig: BaseException | None) -> PermanentStoreError | None:
     """SQLite: a WAL store in a directory this process cannot write (a read-only medium)
     cannot be read as it is, since WAL readers create the ``-shm`` file beside it; the error
-    names that and the remedy."""
+    names that and the remedy, for a plain URL and for SQLite's ``file:`` URI form alike."""
     if not isinstance(orig, sqlite3.Error):
         return None
     name = str(getattr(orig, "sqlite_errorname", ""))
-    path = url.database or ""
-    if name not in _WAL_READER_FAILURES or url.query.get("uri") or path in ("", ":memory:"):
+    medium = _medium_file(url)
+    if name not in _WAL_READER_FAILURES or medium is None:
         return None
+    path, immutable = medium
     directory = os.path.dirname(os.path.abspath(path))
     try:
         with open(path, "rb") as fh:
@@ -57,7 +79,7 @@ def explain_wal_reader(url: URL, orig: BaseException | None) -> PermanentStoreEr
         f"cannot read {path}: it is an SQLite store in WAL mode, and its directory {directory} "
         f"is not writable here, so SQLite cannot create {os.path.basename(path)}-shm, which "
         f"every WAL reader needs ({name}). If nothing writes to the file (a read-only medium, "
-        f"a copy, a snapshot), open it as sqlite:///{path}?immutable=1 (SQLite then reads it "
+        f"a copy, a snapshot), open it as {immutable} (SQLite then reads it "
         "without locks: only safe while nobody writes it); otherwise let this process write "
         "the directory"
     )

@@ -514,8 +514,8 @@ def open_store(
     ``lock_timeout_ms`` (PostgreSQL: how long a statement waits for a row lock before
     ``StoreError``; default 5000, 0 waits forever), ``pool_size``, ``max_event_bytes``
     (default 16 MiB; None for no limit), ``max_followers`` (PostgreSQL: how many ``follow``
-    iterators may listen at once, all on the store's one ``LISTEN`` connection; default
-    ``pool_size`` + ``max_overflow``; one more is ``StoreError``), ``clock``, and any
+    iterators may listen at once, all on the store's one ``LISTEN`` connection, none holding
+    a pooled one while it waits; default 10,000; one more is ``StoreError``), ``clock``, and any
     ``sqlalchemy.create_engine`` keyword. A database with other tables and no session_sql
     tables is refused (``SchemaVersionError``), never written to. A URL or option that
     cannot work raises ``ConfigurationError`` saying what would.

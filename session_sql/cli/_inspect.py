@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,6 +37,18 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def bound_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here: a busy port or an unknown address is one error line
+    and exit code 1 (uvicorn would log its own error and exit 3)."""
+    address = host.strip("[]")
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    try:
+        return socket.create_server((address, port), family=family, backlog=2048)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise CliError(f"cannot listen on {host} port {port}: {reason}") from exc
 
 
 @app.command(
@@ -93,11 +106,11 @@ def serve(
     except ImportError as exc:
         raise CliError(f"serve needs Starlette and uvicorn ({exc}); {EXTRA_HINT}") from exc
 
-    with cli_store(url, schema, tenant=tenant) as store:
+    with bound_socket(host, port) as listening, cli_store(url, schema, tenant=tenant) as store:
         allowed = LOOPBACK_HOSTS if is_loopback(host) else None
         application = create_app(store, token=token, allowed_hosts=allowed)
         shown = "localhost" if is_loopback(host) else host
-        address = f"http://{shown}:{port}/"
+        address = f"http://{shown}:{listening.getsockname()[1]}/"
         if token:
             address += f"?token={token}"
         announcement = f"serving {store.display_url} (read-only) at {address}"
@@ -125,7 +138,7 @@ def serve(
         # uvicorn raises the Ctrl-C again once it has stopped: the way serve is meant to end,
         # so a normal end (exit code 0), as for tail -f.
         with contextlib.suppress(KeyboardInterrupt):
-            server.run()
+            server.run(sockets=[listening])
 
 
 @app.command(epilog=example("session-sql view 3f2a9c -o session.html"))

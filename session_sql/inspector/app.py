@@ -4,8 +4,8 @@ Built on Starlette over one sync ``SessionStore``. Each store call (and each pag
 in Starlette's thread pool: the whole-log outline is a query through the ORM read models on the
 store's sync engine, which the async store does not expose, and the sync store's ``follow``
 already waits on one shared ``LISTEN`` connection on PostgreSQL (a short poll on SQLite). A
-follower waits in a thread of its own pool (``max_followers`` of them; one more is 503, and
-the browser's ``EventSource`` retries), so followers never starve the pages; it waits at
+follower waits in a thread of its own pool (``max_followers`` of them, counted from their
+admission; one more is a 503 with a message), so followers never starve the pages; it waits at
 most ``follow_wait`` seconds at a time, between which the stream sends a keep-alive, notices
 a client that went away, and ends when the server is stopping (``Guard.stopping``).
 
@@ -200,7 +200,8 @@ def create_app(
 
     ``token``: required on every request. ``allowed_hosts``: the ``Host`` names accepted
     (None: any; the loopback names by default). ``max_followers``: how many follow streams
-    may be open at once. ``follow_wait``: the longest a follow stream
+    may be open at once (one more is a 503 with a message; ``store`` must let as many follow:
+    its own ``max_followers``, 10,000 by default). ``follow_wait``: the longest a follow stream
     waits for an event before a keep-alive.
     """
 
@@ -288,12 +289,10 @@ def create_app(
         after = api.int_param(params, name, None, low=-1)
         head = await run_in_threadpool(store.head_seq, sid)  # 404 before the stream starts
         start = head if after is None else after
-        if followers.open >= max_followers:
+        if not followers.admit():
             return _error(request, 503, f"{max_followers} follow streams are open already")
-        return StreamingResponse(
-            _sse(request, store, sid, start, follow_wait, followers, stopping),
-            media_type="text/event-stream",
-            headers={"X-Accel-Buffering": "no"},
+        return _FollowStream(
+            _sse(request, store, sid, start, follow_wait, followers, stopping), followers
         )
 
     def get(path: str, endpoint: Any) -> Route:
@@ -326,11 +325,38 @@ def create_app(
 
 class Followers:
     """The open follow streams, and the threads they wait in (one each at most, so a stream
-    never waits for a thread)."""
+    never waits for a thread). A stream is counted from its admission (``admit``, on the
+    event loop: no lock needed) until its response ends, so requests that arrive together
+    are never admitted past ``size``."""
 
     def __init__(self, size: int) -> None:
+        self.size = size
         self.open = 0
         self.threads = anyio.CapacityLimiter(size)
+
+    def admit(self) -> bool:
+        """Count one more stream, unless ``size`` are open (then the request is a 503)."""
+        if self.open >= self.size:
+            return False
+        self.open += 1
+        return True
+
+
+class _FollowStream(StreamingResponse):
+    """A follow stream's response: gives its admission back however it ends (finished, the
+    client gone, never started)."""
+
+    def __init__(self, content: AsyncIterator[str], followers: Followers) -> None:
+        super().__init__(
+            content, media_type="text/event-stream", headers={"X-Accel-Buffering": "no"}
+        )
+        self._followers = followers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._followers.open -= 1
 
 
 def _next_event(events: Iterator[SessionEvent]) -> SessionEvent | None:
@@ -356,18 +382,14 @@ async def _sse(
     async def in_thread(fn: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args, limiter=followers.threads)
 
-    followers.open += 1  # (on the event loop: no lock needed)
-    try:
-        yield f"event: ready\ndata: {json.dumps({'session_id': sid, 'after_seq': after})}\n\n"
-        last = after
-        while not stopping.is_set() and not await request.is_disconnected():
-            events = await in_thread(follow_from, last)
-            try:
-                while (event := await in_thread(_next_event, events)) is not None:
-                    last = event.seq
-                    yield f"id: {event.seq}\nevent: event\ndata: {api.event_json(event)}\n\n"
-            finally:
-                await in_thread(getattr(events, "close", lambda: None))
-            yield ": keep-alive\n\n"
-    finally:
-        followers.open -= 1
+    yield f"event: ready\ndata: {json.dumps({'session_id': sid, 'after_seq': after})}\n\n"
+    last = after
+    while not stopping.is_set() and not await request.is_disconnected():
+        events = await in_thread(follow_from, last)
+        try:
+            while (event := await in_thread(_next_event, events)) is not None:
+                last = event.seq
+                yield f"id: {event.seq}\nevent: event\ndata: {api.event_json(event)}\n\n"
+        finally:
+            await in_thread(getattr(events, "close", lambda: None))
+        yield ": keep-alive\n\n"

@@ -263,3 +263,19 @@ def test_tail_takes_any_number_of_lines(cli, store):
     out = cli("tail", "s", "-n", str(10**30))
     assert out.code == 0, out.stderr
     assert len(out.stdout.splitlines()) == 1
+
+
+def test_serve_on_a_busy_port_is_one_line(sqlite_cli):
+    """The port is taken: one error line naming it and exit code 1, not the web server's
+    own log and exit code."""
+    import socket
+
+    assert sqlite_cli("init").code == 0
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out = sqlite_cli.script("serve", "--port", str(port), module=True)
+    assert out.code == 1, out.stderr
+    assert out.stdout == ""
+    [line] = out.error_lines
+    assert line.startswith(ONE_LINE + f"cannot listen on 127.0.0.1 port {port}: ")
+    assert "in use" in line

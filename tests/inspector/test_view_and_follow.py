@@ -140,3 +140,64 @@ def test_one_follower_too_many_is_503(scene):
             assert "follow streams" in second.json()["error"]
     finally:
         stop_serving(running)
+
+
+def test_follow_streams_past_the_bound_are_refused_and_the_rest_served(scene):
+    """20 follow requests at once on the default bound (16): each admitted stream gets the
+    event appended after all connected, and the rest are refused up front with a 503 and a
+    message, never a 200 stream that is cut; closed streams make room again."""
+    import threading
+    import time
+
+    from session_sql.inspector.app import create_app
+    from tests.inspector.conftest import serve_in_thread, stop_serving
+
+    count, bound = 20, 16
+    running = serve_in_thread(create_app(scene.store, follow_wait=0.5))
+    sid = scene.session_id
+    url = f"{running.url}/api/sessions/{sid}/follow"
+    answered = threading.Semaphore(0)
+    appended = threading.Event()
+    outcomes: list[tuple[int, str]] = []
+    start = threading.Barrier(count)
+
+    def request() -> None:
+        start.wait(60)
+        with httpx.stream("GET", url, timeout=60.0) as response:
+            if response.status_code != 200:
+                response.read()
+                outcomes.append((response.status_code, response.json()["error"]))
+                answered.release()
+                return
+            messages = sse(response.iter_lines())
+            assert next(messages)["event"] == "ready"
+            answered.release()
+            appended.wait(60)
+            got = next((m for m in messages if m.get("event") == "event"), {})
+            outcomes.append((200, got.get("id", "cut")))
+
+    threads = [threading.Thread(target=request, daemon=True) for _ in range(count)]
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in range(count):
+            assert answered.acquire(timeout=60), "a request got no answer"
+        seq = say(scene.store.open_session(sid), "to every stream")
+        appended.set()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(outcomes) == sorted(
+            [(200, str(seq))] * bound
+            + [(503, f"{bound} follow streams are open already")] * (count - bound)
+        )
+        deadline = time.monotonic() + 30  # until the server notices the closed streams
+        while True:
+            with httpx.stream("GET", url, timeout=60.0) as again:
+                if again.status_code == 200:
+                    assert next(sse(again.iter_lines()))["event"] == "ready"
+                    break
+            assert time.monotonic() < deadline, "closed streams never made room"
+            time.sleep(0.05)
+    finally:
+        appended.set()
+        stop_serving(running)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import uuid
@@ -93,6 +94,19 @@ def unavailable(message: str) -> NoReturn:
     pytest.skip(message)
 
 
+def shared_temp_dir(prefix: str) -> Path:
+    """A new directory (mode 0755) where another user can reach it: in the temp directory
+    when every directory above it lets others pass (not a private ``TMPDIR``), else in
+    ``/tmp`` or ``/var/tmp``."""
+    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp"):
+        above = Path(base).resolve()
+        if all(d.stat().st_mode & stat.S_IXOTH for d in (above, *above.parents)):
+            made = Path(tempfile.mkdtemp(prefix=prefix, dir=above))
+            made.chmod(0o755)
+            return made
+    pytest.fail("no temp directory that another user can reach (tried $TMPDIR, /tmp, /var/tmp)")
+
+
 def stop_cluster(as_user: list[str], pg_ctl: str, data: Path) -> None:
     """Stop a throwaway cluster at once (``-m immediate``), whatever state a test left."""
     subprocess.run(
@@ -128,7 +142,7 @@ def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Priva
     bin_dir = _postgres_bin()
     if bin_dir is None:
         unavailable("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
-    base = Path(tempfile.mkdtemp(prefix="session_sql_pg_"))
+    base = shared_temp_dir("session_sql_pg_")  # the server's user must reach it
     data, log = base / "data", base / "server.log"
     as_user: list[str] = []
     if os.geteuid() == 0:

@@ -34,7 +34,7 @@ from .reliability_builders import user_message
 
 POOL_SIZE = 2
 MAX_OVERFLOW = 1
-BOUND = POOL_SIZE + MAX_OVERFLOW  # the default max_followers
+BOUND = 3  # the max_followers these tests set (the default, 10,000, is not the pool's)
 # The pool's connections and the one kept for single-statement reads (engine.IdleConnection).
 POOL_BOUND = POOL_SIZE + MAX_OVERFLOW + 1
 LISTENING = 1  # the store's one listening connection, whatever the number of followers
@@ -166,7 +166,7 @@ def _say(handle: Any, mark: str) -> None:
 def test_one_follower_past_the_bound_fails_clearly_and_connections_stay_bounded(
     pg_backend, postgres_admin, application, watched, api
 ):
-    """With the default bound (pool_size + max_overflow = 3): three followers listen on one
+    """With ``max_followers=3``: three followers listen on one
     connection, a fourth is refused naming the bound, and the store's connections never
     exceed the pool's plus that one; closed and collected followers give their slots back,
     and followers whose listening connection the server ended carry on."""
@@ -179,6 +179,7 @@ def test_one_follower_past_the_bound_fails_clearly_and_connections_stay_bounded(
         pg_backend.schema,
         pool_size=POOL_SIZE,
         max_overflow=MAX_OVERFLOW,
+        max_followers=BOUND,
         connect_args={"application_name": application},
     )
     try:
@@ -238,7 +239,7 @@ def test_one_follower_past_the_bound_fails_clearly_and_connections_stay_bounded(
 
 @pytest.mark.postgresql
 def test_max_followers_sets_the_bound(pg_backend, postgres_admin, application, watched, api):
-    """``max_followers`` raises or lowers the default; the refusal names the value given."""
+    """``max_followers`` lowers the default; the refusal names the value given."""
     writer = open_store(pg_backend.url, schema=pg_backend.schema)
     _say(writer.create_session("watched"), "e0")
     followers = _Followers(

@@ -17,7 +17,6 @@ import os
 import queue
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -48,7 +47,7 @@ from session_sql._store.following import (
     payload,
 )
 
-from .conftest import _free_port, _postgres_bin, stop_cluster, unavailable
+from .conftest import _free_port, _postgres_bin, shared_temp_dir, stop_cluster, unavailable
 from .reliability_builders import user_message
 
 CATCH_UP = 30.0
@@ -104,7 +103,7 @@ def cluster() -> Iterator[Replicated]:
     bin_dir = _postgres_bin()
     if bin_dir is None:
         unavailable("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin")
-    base = Path(tempfile.mkdtemp(prefix="session_sql_replica_"))
+    base = shared_temp_dir("session_sql_replica_")  # the servers' user must reach it
     as_user: list[str] = []
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")

@@ -11,13 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
@@ -29,6 +30,8 @@ from session_sql import (
     open_store,
 )
 from session_sql.cli import app
+
+from .conftest import shared_temp_dir
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -52,11 +55,10 @@ def _cli(*args: str) -> tuple[int, str, str]:
 def read_only_store() -> Iterator[Path]:
     """A WAL store with one session, in a directory and a file nobody may write (0555, 0444).
 
-    Outside pytest's temp directory, which is the owner's alone: the reader runs as another
-    user, since root passes permission bits by.
+    Outside pytest's temp directory, which is the owner's alone (``shared_temp_dir``): the
+    reader runs as another user, since root passes permission bits by.
     """
-    top = Path(tempfile.mkdtemp(prefix="session_sql_ro_"))
-    top.chmod(0o755)
+    top = shared_temp_dir("session_sql_ro_")
     folder = top / "medium"
     folder.mkdir()
     path = folder / "sessions.db"
@@ -71,17 +73,76 @@ def read_only_store() -> Iterator[Path]:
     shutil.rmtree(top)
 
 
-def _as_reader(*command: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python command...`` as a user without write access to the medium."""
+def _requirements(
+    name: str, extras: frozenset[str] = frozenset()
+) -> Iterator[tuple[str, set[str]]]:
+    """The distributions ``name`` (with ``extras``) installs with it, and their extras."""
+    for line in metadata.requires(name) or ():
+        requirement = Requirement(line)
+        marker = requirement.marker
+        if marker is None or any(marker.evaluate({"extra": e}) for e in {"", *extras}):
+            yield requirement.name, set(requirement.extras)
+
+
+def _copy_distribution(name: str, site: Path) -> None:
+    """Copy the installed files of ``name`` under ``site`` (a site-packages of its own)."""
+    dist = metadata.distribution(name)
+    for file in dist.files or ():
+        if ".." in file.parts or file.name.endswith(".pth") or "__editable__" in file.name:
+            continue  # scripts beside the interpreter, and an editable install's hooks
+        source = Path(str(dist.locate_file(file)))
+        if source.is_file():
+            target = site / file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+@pytest.fixture(scope="module")
+def reader_site() -> Iterator[Path]:
+    """session_sql and what it imports, copied where any user can read them.
+
+    The reader runs as another user, who may not read the checkout or its virtualenv (a home
+    directory of mode 0700, a private temp directory): it imports this copy instead, and only
+    it (``python -S``: no site-packages of the interpreter's).
+    """
+    top = shared_temp_dir("session_sql_site_")
+    site = top / "site"
+    shutil.copytree(
+        REPO / "session_sql", site / "session_sql", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    _copy_distribution("session-sql", site)  # its metadata: the entry points of the catalog
+    seen: set[str] = set()
+    pending = [(r, e) for r, e in _requirements("session-sql")]
+    while pending:
+        name, extras = pending.pop()
+        key = name.lower().replace("_", "-")
+        if key in seen:
+            continue
+        seen.add(key)
+        _copy_distribution(name, site)
+        pending.extend(_requirements(name, frozenset(extras)))
+    for folder, dirs, files in os.walk(top):
+        for entry in (*dirs, *files):
+            path = Path(folder, entry)
+            path.chmod(path.stat().st_mode | 0o444 | (0o111 if path.is_dir() else 0))
+    yield site
+    shutil.rmtree(top)
+
+
+def _as_reader(site: Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python command...`` as a user without write access to the medium, on the copy
+    of the package in ``site`` (``reader_site``)."""
     prefix: list[str] = []
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("running as root, and setpriv is missing to drop the privileges")
         prefix = [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SESSION_SQL_DEBUG": ""}
+    env = {**os.environ, "PYTHONPATH": str(site), "SESSION_SQL_DEBUG": ""}
+    # The interpreter itself, not a virtualenv's link to it (which may sit in the checkout).
+    python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
     return subprocess.run(
-        [*prefix, sys.executable, *command],
+        [*prefix, python, "-S", *command],
         capture_output=True,
         text=True,
         cwd="/",
@@ -103,8 +164,10 @@ except StoreError as exc:
 
 
 @pytest.mark.parametrize("query", ["", "?mode=ro"])
-def test_a_wal_store_on_a_read_only_medium_names_the_cause_and_the_remedy(read_only_store, query):
-    done = _as_reader("-c", _OPEN, f"sqlite:///{read_only_store}{query}")
+def test_a_wal_store_on_a_read_only_medium_names_the_cause_and_the_remedy(
+    read_only_store, reader_site, query
+):
+    done = _as_reader(reader_site, "-c", _OPEN, f"sqlite:///{read_only_store}{query}")
     assert done.returncode == 0, done.stderr
     error = json.loads(done.stdout)["error"]
     assert json.loads(done.stdout)["kind"] == "PermanentStoreError"
@@ -114,24 +177,48 @@ def test_a_wal_store_on_a_read_only_medium_names_the_cause_and_the_remedy(read_o
     assert sorted(p.name for p in read_only_store.parent.iterdir()) == ["sessions.db"]
 
 
-def test_a_wal_store_on_a_read_only_medium_reads_with_immutable(read_only_store):
-    done = _as_reader("-c", _OPEN, f"sqlite:///{read_only_store}?immutable=1")
+def test_a_wal_store_on_a_read_only_medium_in_uri_form_names_the_remedy(
+    read_only_store, reader_site
+):
+    """SQLite's ``file:`` URI form gets the same explanation, its remedy in the same form
+    (its other parameters kept), and that remedy reads the store."""
+    done = _as_reader(
+        reader_site, "-c", _OPEN, f"sqlite:///file:{read_only_store}?mode=ro&uri=true"
+    )
+    assert done.returncode == 0, done.stderr
+    refused = json.loads(done.stdout)
+    assert refused["kind"] == "PermanentStoreError", refused
+    error = refused["error"]
+    assert "WAL" in error and "not writable" in error and "-shm" in error
+    remedy = f"sqlite:///file:{read_only_store}?mode=ro&immutable=1&uri=true"
+    assert remedy in error
+    assert "only safe while nobody writes it" in error
+    read = _as_reader(reader_site, "-c", _OPEN, remedy)
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout) == {"ids": ["s"]}
+    assert sorted(p.name for p in read_only_store.parent.iterdir()) == ["sessions.db"]
+
+
+def test_a_wal_store_on_a_read_only_medium_reads_with_immutable(read_only_store, reader_site):
+    done = _as_reader(reader_site, "-c", _OPEN, f"sqlite:///{read_only_store}?immutable=1")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"ids": ["s"]}
     assert sorted(p.name for p in read_only_store.parent.iterdir()) == ["sessions.db"]
 
 
-def test_the_cli_reads_a_wal_store_on_a_read_only_medium(read_only_store):
+def test_the_cli_reads_a_wal_store_on_a_read_only_medium(read_only_store, reader_site):
     url = f"sqlite:///{read_only_store}"
-    refused = _as_reader("-m", "session_sql.cli", "ls", "--url", f"{url}?mode=ro")
+    refused = _as_reader(reader_site, "-m", "session_sql.cli", "ls", "--url", f"{url}?mode=ro")
     assert refused.returncode == 1
     lines = refused.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in refused.stderr, refused.stderr
     assert f"{url}?immutable=1" in lines[0]
-    listed = _as_reader("-m", "session_sql.cli", "ls", "--url", f"{url}?immutable=1")
+    listed = _as_reader(reader_site, "-m", "session_sql.cli", "ls", "--url", f"{url}?immutable=1")
     assert listed.returncode == 0, listed.stderr
     assert "s" in listed.stdout.split()
-    shown = _as_reader("-m", "session_sql.cli", "show", "s", "--url", f"{url}?immutable=1")
+    shown = _as_reader(
+        reader_site, "-m", "session_sql.cli", "show", "s", "--url", f"{url}?immutable=1"
+    )
     assert shown.returncode == 0, shown.stderr
 
 

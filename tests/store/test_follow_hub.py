@@ -235,6 +235,58 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
         assert crowd.ctx("sync").hub().followers == 0
 
 
+DEFAULT_POOL = 5 + 10  # SQLAlchemy's pool_size and max_overflow
+KEPT = 1  # the connection kept for single-statement reads, detached from the pool
+
+
+def _crowd_of_a_default_store(
+    place: Any, crowd_factory: Callable[..., _Crowd], count: int, watch_admin: Engine | None
+) -> None:
+    """``count`` followers (half threads on a sync store, half tasks on an async one), all
+    on stores opened with the default options: each gets every event in order, and on
+    PostgreSQL neither store has more connections than its pool's, the kept one and its
+    one listening connection (a follower holds none while it waits)."""
+    writer = open_store(place.url, schema=place.schema)
+    handle = writer.create_session("followed")
+    _say(handle, "e0")
+    crowd = crowd_factory(place, sync_count=count // 2, async_count=count - count // 2)
+    watch = None
+    if watch_admin is not None:
+        watch = _Watch(watch_admin, crowd.sync_apps, crowd.async_apps)
+    try:
+        crowd.start()
+        _eventually(lambda: all(crowd.seen) or bool(crowd.errors), "every follower started")
+        assert crowd.errors == []
+        last = 0
+        for i in range(1, 4):
+            last = _say(handle, f"e{i}")
+        crowd.finish_at(last)
+        _say(handle, "e-final")  # wakes the followers that waited before finish_at
+        crowd.join()
+    finally:
+        most = watch.stop() if watch is not None else {}
+        writer.close()
+    assert crowd.errors == []
+    for seen in crowd.seen:
+        assert seen[: last + 1] == list(range(last + 1))
+    for apps, connections in most.items():
+        assert HUB <= connections <= DEFAULT_POOL + KEPT + HUB, (apps, most)
+
+
+def test_forty_followers_of_a_default_store_all_get_the_events(backend, crowd_factory, request):
+    """40 follow at once, more than a default pool's 15 connections: none is refused."""
+    admin = request.getfixturevalue("postgres_admin") if backend.name == "postgresql" else None
+    _crowd_of_a_default_store(backend, crowd_factory, 40, admin)
+
+
+@pytest.mark.postgresql
+def test_five_hundred_followers_of_a_default_store_all_get_the_events(
+    pg_only, crowd_factory, postgres_admin
+):
+    """500 follow at once (250 threads, 250 tasks) with the default options."""
+    _crowd_of_a_default_store(pg_only, crowd_factory, 500, postgres_admin)
+
+
 @pytest.mark.postgresql
 def test_a_killed_listening_connection_loses_no_event(pg_only, crowd_factory, postgres_admin):
     """The server terminates the store's listening connection while 40 followers (sync and

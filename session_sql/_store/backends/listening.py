@@ -11,6 +11,11 @@ follower (whose error it is when it cannot be), closed when the last one leaves 
 store closes, and reopened with a backoff when lost; a reopened connection wakes every
 follower, which then reads, so a notification lost with the connection costs latency, never
 an event (and a follower reads at least every ``following.LISTEN_MAX`` anyway).
+
+The thread waits with ``selectors`` (epoll or poll: no ceiling on descriptor numbers, unlike
+``select``, so a process with thousands of open sockets still listens). An error the thread
+did not expect is logged with its traceback and the connection reopened as if lost; should
+the thread end all the same, the hub starts another for the followers it still has.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
-import select
+import selectors
 import threading
 import time
 from collections.abc import Callable
@@ -131,6 +136,11 @@ class ListenHub:
         self._count = 0
         self._runner: _Runner | None = None
         self._closed = False
+        self.delivered = 0
+        """Notifications handed to followers so far: how a test tells a LISTEN wake-up from
+        a follower's periodic read."""
+        self.restarts = 0
+        """Times the listening thread was started again after it failed."""
 
     @property
     def followers(self) -> int:
@@ -190,6 +200,7 @@ class ListenHub:
             return
         with self._lock:
             waiters = list(self._waiters.get(parsed[1], ()))
+            self.delivered += len(waiters)
         for waiter in waiters:
             waiter.deliver(payload)
 
@@ -210,14 +221,33 @@ class ListenHub:
             if self._runner is runner:
                 self._runner = None
 
+    def died(self, runner: _Runner) -> None:
+        """``runner``'s thread ended on an error: another takes over for the followers
+        registered, with the same ``ready`` (when it was resolved, the new one wakes them all
+        once it listens, as a reopened connection does)."""
+        with self._lock:
+            if self._runner is not runner:
+                return
+            self._runner = None
+            if self._closed or self._count == 0:
+                return
+            self.restarts += 1
+            self._runner = _Runner(self, self._ctx, ready=runner.ready)
+
 
 class _Runner:
     """The hub's thread and the connection it LISTENs on, until stopped."""
 
-    def __init__(self, hub: ListenHub, ctx: StoreContext) -> None:
+    def __init__(
+        self,
+        hub: ListenHub,
+        ctx: StoreContext,
+        *,
+        ready: concurrent.futures.Future[None] | None = None,
+    ) -> None:
         self._hub = hub
         self._ctx = ctx
-        self.ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self.ready: concurrent.futures.Future[None] = ready or concurrent.futures.Future()
         self.pid: int | None = None
         self._poke_r, self._poke_w = os.pipe()
         self._pipe_lock = threading.Lock()
@@ -236,6 +266,9 @@ class _Runner:
     def _run(self) -> None:
         try:
             self._serve()
+        except BaseException:
+            _log.exception("the LISTEN thread failed; starting another")
+            self._hub.died(self)
         finally:
             with self._pipe_lock:
                 self._ended = True
@@ -244,6 +277,7 @@ class _Runner:
 
     def _serve(self) -> None:
         backoff = RECONNECT_START
+        failing = RECONNECT_START  # the pause after an unexpected error, never reset
         while not self._hub.stopping(self):
             try:
                 driver = self._connect()
@@ -260,33 +294,48 @@ class _Runner:
                 self._hub.wake_all()  # reopened: whatever was committed meanwhile is read
             else:
                 self.ready.set_result(None)
+            unexpected = False
             try:
                 self._listen(driver.pgconn)
             except (psycopg.Error, OSError):
                 pass  # lost: reopen (the followers read at least every LISTEN_MAX meanwhile)
+            except Exception:
+                _log.exception("the LISTEN connection failed; reopening it")
+                unexpected = True
             finally:
                 self.pid = None
                 self._close(driver)
+            if unexpected:
+                self._pause(failing)
+                failing = min(failing * 2, RECONNECT_MAX)
 
     def _pause(self, seconds: float) -> None:
-        ready, _, _ = select.select([self._poke_r], [], [], seconds)
-        if ready:
-            os.read(self._poke_r, 512)
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._poke_r, selectors.EVENT_READ)
+            if selector.select(seconds):
+                os.read(self._poke_r, 512)
 
     def _listen(self, pgconn: Any) -> None:
         """Hand each notification to the hub until stopped; raises when the connection is lost."""
         self.pid = pgconn.backend_pid
         sock = pgconn.socket
-        while not self._hub.stopping(self):
-            readable, _, _ = select.select([sock, self._poke_r], [], [], following.LISTEN_MAX)
-            if self._poke_r in readable:
-                os.read(self._poke_r, 512)
-            if sock in readable:
-                pgconn.consume_input()
-                while (note := pgconn.notifies()) is not None:
-                    self._hub.dispatch(note.extra.decode("utf-8", "replace"))
-                if pgconn.status != psycopg.pq.ConnStatus.OK:
-                    raise psycopg.OperationalError("the LISTEN connection was lost")
+        with selectors.DefaultSelector() as selector:
+            selector.register(sock, selectors.EVENT_READ)
+            selector.register(self._poke_r, selectors.EVENT_READ)
+            while not self._hub.stopping(self):
+                readable = {key.fd for key, _ in selector.select(following.LISTEN_MAX)}
+                if self._poke_r in readable:
+                    os.read(self._poke_r, 512)
+                if sock in readable:
+                    self._consume(pgconn)
+
+    def _consume(self, pgconn: Any) -> None:
+        """Hand the notifications that arrived to the hub; raises when the connection is lost."""
+        pgconn.consume_input()
+        while (note := pgconn.notifies()) is not None:
+            self._hub.dispatch(note.extra.decode("utf-8", "replace"))
+        if pgconn.status != psycopg.pq.ConnStatus.OK:
+            raise psycopg.OperationalError("the LISTEN connection was lost")
 
     def _connect(self) -> Any:
         """The psycopg connection of a pool connection, detached, in autocommit, LISTENing
@@ -296,11 +345,11 @@ class _Runner:
         def checkout() -> Any:
             with translate_errors():
                 raw = ctx.engine.raw_connection()
+                driver = raw.driver_connection  # gone from the proxy once detached
+                raw.detach()  # ours now: closing it will not return it to the pool
+                dbapi = raw.dbapi_connection
+                assert dbapi is not None
                 try:
-                    driver = raw.driver_connection  # gone from the proxy once detached
-                    raw.detach()  # ours now: closing it will not return it to the pool
-                    dbapi = raw.dbapi_connection
-                    assert dbapi is not None
                     dbapi.rollback()  # end any transaction the pool's ping began
                     dbapi.autocommit = True
                     cursor = dbapi.cursor()
@@ -309,7 +358,10 @@ class _Runner:
                     finally:
                         cursor.close()
                 except BaseException:
-                    raw.close()
+                    # Closed as is: the pool's reset (a rollback) of a connection the server
+                    # ended (a restart) would fail and log an error for nothing.
+                    with suppress(Exception):
+                        dbapi.close()
                     raise
                 return driver
 

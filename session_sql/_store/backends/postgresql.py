@@ -212,6 +212,14 @@ def _quiet_ping(ping: Any, dbapi_connection: Any) -> bool:
     return True if quiet else bool(ping(dbapi_connection))
 
 
+def _readable(fd: int) -> bool:
+    """Whether ``fd`` has something to read now (``poll``: any descriptor number, where
+    ``select`` refuses those past 1,023)."""
+    poller = io_select.poll()
+    poller.register(fd, io_select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def is_quiet(conn: Any) -> bool:
     """A psycopg connection that is open, idle and has nothing to read (see ``_quiet_ping``)."""
     try:
@@ -219,7 +227,7 @@ def is_quiet(conn: Any) -> bool:
         return bool(
             pgconn.status == _PQ_OK
             and pgconn.transaction_status == PG_IDLE
-            and not io_select.select([pgconn.socket], [], [], 0)[0]
+            and not _readable(pgconn.socket)
         )
     except Exception:  # a closed connection has no socket: not quiet
         return False
