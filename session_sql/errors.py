@@ -142,6 +142,16 @@ class SessionNotFoundError(SessionSQLError, LookupError):
             f"session {session_id!r} was {how} since this handle opened it", session_id=session_id
         )
 
+    @classmethod
+    def deleted_while_read(cls, session_id: str) -> SessionNotFoundError:
+        """A stream's (``events``, ``follow``) session was deleted under it: the stream ends
+        here, and a session created again under the id is another one, never spliced in."""
+        return cls(
+            f"session {session_id!r} was deleted while it was read (a session created again "
+            "under its id is another one: read it anew)",
+            session_id=session_id,
+        )
+
     def __str__(self) -> str:  # LookupError would otherwise quote the message
         return self.message
 

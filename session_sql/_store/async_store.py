@@ -455,7 +455,7 @@ class AsyncSessionStore:
         ctx = self._store._ctx
         after = seq_bound("after_seq", after_seq)
         timeout = timeout_arg(timeout)
-        await self._runner.call(reader.check_session, ctx, session_id, ctx.engine)
+        key = await self._runner.call(reader.follow_key, ctx, session_id)
         listener = await ctx.backend.async_listener(ctx, session_id, self._runner.call)
         try:
             machine, engine = reader.start_follow(
@@ -466,7 +466,7 @@ class AsyncSessionStore:
                 if isinstance(action, Read):
                     read = reader.events_after
                     events = await self._runner.call(
-                        read, ctx, session_id, action.after_seq, engine
+                        read, ctx, session_id, key, action.after_seq, engine
                     )
                     for event in events:
                         yield event

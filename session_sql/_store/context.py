@@ -222,10 +222,28 @@ class Statements:
             .order_by(e.c.seq)
             .limit(bindparam("b_limit"))
         )
+        # Streams (``events``, ``follow``) pin the session they started on: its key, read once
+        # (``key_of``), then every page by that key, so a session deleted and created again
+        # under its id (a new key: keys are never reused) is never spliced into the stream;
+        # ``key_alive`` tells a log that ended from a session that was deleted.
+        self.key_of = select(s.c.session_key).where(*own_session)
+        self.key_alive = select(s.c.session_key).where(
+            s.c.tenant == tn, s.c.session_key == bindparam("b_key")
+        )
+        self.stream_page = (
+            select(*event_columns(tables.events))
+            .where(
+                e.c.session_key == bindparam("b_key"),
+                e.c.seq > bindparam("b_after"),
+                e.c.seq <= bindparam("b_to"),
+            )
+            .order_by(e.c.seq)
+            .limit(bindparam("b_limit"))
+        )
         self.events_after = (
             select(*event_columns(tables.events))
             .where(
-                e.c.session_key == key,
+                e.c.session_key == bindparam("b_key"),
                 e.c.seq > bindparam("b_after"),
             )
             .order_by(e.c.seq)
@@ -325,6 +343,7 @@ class CompiledStatements:
             None if st.insert_events_unnest is None else Compiled(st.insert_events_unnest, dialect)
         )
         self.events_page = Compiled(st.events_page, dialect)
+        self.stream_page = Compiled(st.stream_page, dialect)
         self.refresh_rows = Compiled(st.refresh_rows, dialect)
         self.surface_events = Compiled(st.surface_events, dialect)
 

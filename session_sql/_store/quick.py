@@ -61,9 +61,11 @@ _INFO = "SELECT " + ", ".join(INFO_COLUMNS) + " FROM sessions WHERE tenant = ?"
 _KEY = "(SELECT session_key FROM sessions WHERE tenant = ? AND id = ?)"
 _HEAD = "SELECT head_seq FROM sessions WHERE tenant = ? AND id = ?"
 _HEADER = "SELECT CAST(header AS TEXT) FROM sessions WHERE tenant = ? AND id = ?"
+_KEY_OF = "SELECT session_key FROM sessions WHERE tenant = ? AND id = ?"
+_KEY_ALIVE = "SELECT session_key FROM sessions WHERE tenant = ? AND session_key = ?"
 _EVENTS_PAGE = (
     "SELECT seq, type, time, CAST(data AS TEXT), source_event_seqs, surface_op, ignorable "
-    "FROM events WHERE session_key = " + _KEY + " AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
+    "FROM events WHERE session_key = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"
 )
 _SURFACE_SEQS = "SELECT event_seq FROM surface WHERE session_key = " + _KEY + " ORDER BY pos"
 _SURFACE_MESSAGES = (
@@ -298,14 +300,23 @@ class QuickReader:
         return self._stream(session_id, start - 1, bound)
 
     def _stream(self, session_id: str, after: int, bound: int) -> Iterator[SessionEvent]:
-        first = True
+        """The pages of ``events``, pinned to the session's key as ``reader.stream_events``'s
+        are: a session deleted mid-stream ends it with ``SessionNotFoundError``, and one
+        created again under its id is never spliced in."""
+        key: int | None = None
         while True:
             with self._read(session_id) as conn:
-                if first:
-                    self._require(conn, session_id)
-                    first = False
-                params = ("", session_id, after, bound, STREAM_BATCH)
+                if key is None:
+                    found = conn.execute(_KEY_OF, ("", session_id)).fetchone()
+                    if found is None:
+                        raise SessionNotFoundError.for_session(session_id)
+                    key = int(found[0])
+                params = (key, after, bound, STREAM_BATCH)
                 rows = conn.execute(_EVENTS_PAGE, params).fetchall()
+                if len(rows) < STREAM_BATCH and (
+                    conn.execute(_KEY_ALIVE, ("", key)).fetchone() is None
+                ):
+                    raise SessionNotFoundError.deleted_while_read(session_id)
             for row in rows:
                 yield event_from_row(session_id, row)
             if len(rows) < STREAM_BATCH:

@@ -32,6 +32,23 @@ def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> Non
         raise SessionNotFoundError.for_session(session_id)
 
 
+def session_key(conn: Connection, ctx: StoreContext, session_id: str) -> int:
+    """The session's key (``SessionNotFoundError`` when there is none): a stream pins it."""
+    row = conn.execute(ctx.statements.key_of, {"b_id": session_id}).first()
+    if row is None:
+        raise SessionNotFoundError.for_session(session_id)
+    return int(row[0])
+
+
+def require_key(conn: Connection, ctx: StoreContext, session_id: str, key: int) -> None:
+    """Raise ``SessionNotFoundError`` unless the session a stream pinned still exists.
+
+    Read after the page it vouches for: a page cut short by the deletion of the session
+    is then always followed by this check seeing the deletion."""
+    if conn.execute(ctx.statements.key_alive, {"b_key": key}).first() is None:
+        raise SessionNotFoundError.deleted_while_read(session_id)
+
+
 def _project_kept(ctx: StoreContext, session_id: str, seq: int, type_: str, data: Any) -> Any:
     """``stored.project_row`` for tail reads, through the store's kept projections (``ctx.parsed``):
     the rows an agent reads again every turn are parsed and checked once (failures are never
@@ -165,27 +182,31 @@ def stream_events(
 ) -> Iterator[SessionEvent]:
     """Events in seq order (``to_seq`` exclusive), one read per page so memory stays bounded.
 
-    The pages are fetched as plain tuples (``fastpath.fetch_rows``); the first in the same
-    transaction as the check that the session exists. Every page is read on ``engine``
-    (default: the store's next read engine, ``StoreContext.reads``), so a stream from a
-    standby never mixes two standbys' states.
+    The pages are fetched as plain tuples (``fastpath.fetch_rows``). The first page's
+    transaction reads the session's key, and every page is read by that key: a session
+    deleted and created again under its id mid-stream is never spliced in. The last page
+    (a short one) is followed by a check that the session still exists, so a stream whose
+    session was deleted ends with ``SessionNotFoundError``, not early. Every page is read on
+    ``engine`` (default: the store's next read engine, ``StoreContext.reads``), so a stream
+    from a standby never mixes two standbys' states.
     """
     engine = ctx.read_engine() if engine is None else engine
-    page = ctx.compiled.events_page
+    page = ctx.compiled.stream_page
     params = {
         **page.defaults,
-        "b_id": session_id,
+        "b_key": None,
         "b_after": from_seq - 1,
         "b_to": MAX_SEQ if to_seq is None else to_seq - 1,
         "b_limit": STREAM_BATCH,
     }
-    first = True
+    key: int | None = None
     while True:
         with translate_errors(session_id), read_tx(engine) as conn:
-            if first:
-                require_session(conn, ctx, session_id)
-                first = False
+            if key is None:
+                key = params["b_key"] = session_key(conn, ctx, session_id)
             rows = fetch_rows(conn, page, params)
+            if len(rows) < STREAM_BATCH:
+                require_key(conn, ctx, session_id, key)
         for row in rows:
             yield event_from_row(session_id, row)
         if len(rows) < STREAM_BATCH:
@@ -261,14 +282,33 @@ def check_session(ctx: StoreContext, session_id: str, engine: Engine | None = No
         require_session(conn, ctx, session_id)
 
 
+def follow_key(ctx: StoreContext, session_id: str) -> int:
+    """The key of the session a follow starts on, read on the primary (a standby may not
+    have replayed its creation yet); ``SessionNotFoundError`` when there is none."""
+    with translate_errors(session_id), read_tx(ctx.engine) as conn:
+        return session_key(conn, ctx, session_id)
+
+
 def events_after(
-    ctx: StoreContext, session_id: str, after_seq: int, engine: Engine | None = None
+    ctx: StoreContext, session_id: str, key: int, after_seq: int, engine: Engine | None = None
 ) -> list[SessionEvent]:
-    """One page (at most ``FOLLOW_BATCH``) of the events committed after ``after_seq``, read
-    on ``engine`` (default: the primary)."""
-    params = {"b_id": session_id, "b_after": after_seq, "b_limit": FOLLOW_BATCH}
-    with translate_errors(session_id), read_tx(engine or ctx.engine) as conn:
+    """One page (at most ``FOLLOW_BATCH``) of the events committed after ``after_seq`` to the
+    session of ``key`` (the one the follow started on), read on ``engine`` (default: the
+    primary).
+
+    An empty page is followed by a check, on the primary, that the session still exists:
+    ``SessionNotFoundError`` once it was deleted (even if created again under its id, which
+    gives it a new key), so a follower never carries on into another session.
+    """
+    params = {"b_key": key, "b_after": after_seq, "b_limit": FOLLOW_BATCH}
+    engine = engine or ctx.engine
+    with translate_errors(session_id), read_tx(engine) as conn:
         rows = conn.execute(ctx.statements.events_after, params).all()
+        if not rows and engine is ctx.engine:
+            require_key(conn, ctx, session_id, key)
+    if not rows and engine is not ctx.engine:
+        with translate_errors(session_id), read_tx(ctx.engine) as conn:
+            require_key(conn, ctx, session_id, key)
     return [event_from_row(session_id, row) for row in rows]
 
 
@@ -305,7 +345,7 @@ def follow(
     Returns after ``timeout`` seconds without a new event (``None``: never). Takes no write
     lock.
     """
-    check_session(ctx, session_id, ctx.engine)
+    key = follow_key(ctx, session_id)
     listener = ctx.backend.listener(ctx, session_id)  # None: poll
     try:
         machine, engine = start_follow(
@@ -314,7 +354,7 @@ def follow(
         action = machine.start()
         while True:
             if isinstance(action, Read):
-                events = events_after(ctx, session_id, action.after_seq, engine)
+                events = events_after(ctx, session_id, key, action.after_seq, engine)
                 yield from events
                 action = machine.read(events[-1].seq if events else None)
             elif isinstance(action, Wait):
