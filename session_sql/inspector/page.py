@@ -46,7 +46,12 @@ def esc(value: object) -> str:
 
 
 def when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """Epoch milliseconds as a UTC date and time; a time outside the years 1 to 9999 (the
+    store keeps any safe integer) as its milliseconds, so a page never fails on one row."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
 
 
 def session_href(session_id: str, **params: int) -> str:

@@ -40,3 +40,23 @@ def test_a_session_page_with_odd_token_counts_is_drawn(backend, usage, skipped):
             page = client.get("/sessions/odd")
         assert page.status_code == 200, page.text
         assert f"{skipped} token counts that are not integers left out" in page.text
+
+
+def test_pages_and_api_render_times_no_calendar_holds(backend, tmp_path):
+    from tests.cli.test_odd_times import FAR, odd_store
+
+    odd_store(backend.url, backend.schema, tmp_path)
+    with open_store(backend.url, schema=backend.schema) as store, client_for(store) as client:
+        listing = client.get("/")
+        assert listing.status_code == 200, listing.text
+        assert all(sid in listing.text for sid in ("far", "created-far", "imported", "plain"))
+        assert f"{FAR} ms" in listing.text
+        for sid, shown in (("far", FAR), ("created-far", FAR), ("imported", 10**15)):
+            page = client.get(f"/sessions/{sid}")
+            assert page.status_code == 200, page.text
+            assert f"{shown} ms" in page.text
+        assert client.get("/api/sessions").status_code == 200
+        events = client.get("/api/sessions/far/events").json()["events"]
+        assert events[0]["time"] == FAR
+        script = client.get("/static/inspector.js").text
+        assert 'ms + " ms"' in script  # the live rows render such a time as the page does
