@@ -123,6 +123,10 @@ JS = """
     body.dataset.head = String(ev.seq);
     status.textContent = "following: last event " + ev.seq;
   });
+  source.addEventListener("deleted", function () {
+    source.close();  // a session created again under this id is another one
+    status.textContent = "this session was deleted: no more events";
+  });
   source.onerror = function () { status.textContent = "following: reconnecting"; };
 })();
 """
