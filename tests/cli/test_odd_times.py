@@ -1,7 +1,7 @@
 """Times the store accepts that no calendar date holds (any safe integer of epoch ms: an
-event's ``time`` is the writer's clock), written by every path that takes them: seeds and
-appends, a header's ``createdAt``, an import's ``updatedAt``. Every reader renders them as
-their milliseconds; no listing fails on one row. Both backends."""
+event's ``time`` is the writer's clock), written by every path that takes them: seeds,
+appends and batches, a header's ``createdAt``, an import's ``updatedAt``. Every reader
+renders them as their milliseconds; no listing fails on one row. Both backends."""
 
 from __future__ import annotations
 
@@ -43,7 +43,9 @@ def odd_store(url: str, schema: str, tmp_path: Path) -> None:
         store.import_jsonl(path)
     # The store's clock is the writer's: an append takes its time from it.
     with open_store(url, schema=schema, clock=lambda: -FAR) as store:
-        store.open_session("far").append("todo/write", {"i": "appended"})
+        far = store.open_session("far")
+        far.append("todo/write", {"i": "appended"})
+        far.append_many([{"type": "todo/write", "data": {"i": "batched"}}])
 
 
 @pytest.fixture
