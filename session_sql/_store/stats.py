@@ -24,6 +24,8 @@ from sqlalchemy import (
     true,
 )
 
+from session_sql._store.backends import backend_for
+from session_sql._store.backends.base import COUNT_DIGITS
 from session_sql._store.schema import SchemaTables
 from session_sql.errors import CorruptSessionError, SessionNotFoundError
 
@@ -51,6 +53,9 @@ class ModelTokens(BaseModel):
     messages: int
     input_tokens: int
     output_tokens: int
+    skipped_token_counts: int = 0
+    """``usage.inputTokens`` / ``outputTokens`` values that are not an integer from 0 to
+    9,999,999,999 (``1.5``, ``"abc"``, ``-5``, ``true``): not summed, counted here."""
 
 
 class StoreStats(BaseModel):
@@ -208,11 +213,17 @@ def collect_stats(
     )
 
     own, own_condition = scope.events(e)
+    # ``usage`` is free-form JSON: only a sane integer count is summed (in 64 bits); any
+    # other value there (1.5, "abc", -5, a float) is skipped and counted as skipped.
+    backend = backend_for(conn)
+    input_count, input_present = backend.json_count(e.c.data, ("usage", "inputTokens"))
+    output_count, output_present = backend.json_count(e.c.data, ("usage", "outputTokens"))
     replies = (
         select(
             e.c.data[("message", "source", "model")].as_string().label("model"),
-            e.c.data[("usage", "inputTokens")].as_integer().label("input_tokens"),
-            e.c.data[("usage", "outputTokens")].as_integer().label("output_tokens"),
+            input_count.label("input_tokens"),
+            output_count.label("output_tokens"),
+            _skipped((input_count, input_present), (output_count, output_present)).label("skipped"),
         )
         .select_from(own)
         .where(own_condition, e.c.type == "assistant/message")
@@ -225,6 +236,7 @@ def collect_stats(
             func.count().label("messages"),
             func.sum(replies.c.input_tokens).label("input_tokens"),
             func.sum(replies.c.output_tokens).label("output_tokens"),
+            func.sum(replies.c.skipped).label("skipped"),
         )
         .group_by(replies.c.model)
         .order_by(replies.c.model)
@@ -258,9 +270,17 @@ def collect_stats(
             messages=int(row.messages),
             input_tokens=int(row.input_tokens or 0),
             output_tokens=int(row.output_tokens or 0),
+            skipped_token_counts=int(row.skipped or 0),
         )
         for row in conn.execute(tokens_query)
     ]
+    notes = ["events a fork inherited are counted once, in the session that wrote them"]
+    skipped = sum(m.skipped_token_counts for m in tokens)
+    if skipped:
+        notes.append(
+            f"{skipped} token counts in usage are not integers from 0 to "
+            f"{10**COUNT_DIGITS - 1:,} and were skipped (skipped_token_counts)"
+        )
     replacements: Counter[str] = Counter()
     shadowed = 0
     for row in _replacing_rows(conn, scope):
@@ -276,5 +296,15 @@ def collect_stats(
         replacements=dict(sorted(replacements.items())),
         shadowed_events=shadowed,
         session_id=session_id,
-        notes=["events a fork inherited are counted once, in the session that wrote them"],
+        notes=notes,
     )
+
+
+def _skipped(*pairs: tuple[ColumnElement[Any], ColumnElement[Any]]) -> ColumnElement[Any]:
+    """How many of a reply's token counts are there but not sane: ``(count, present)``
+    pairs from ``Backend.json_count``."""
+    count, present = pairs[0]
+    total: ColumnElement[Any] = case((and_(present, count.is_(None)), 1), else_=0)
+    for count, present in pairs[1:]:
+        total = total + case((and_(present, count.is_(None)), 1), else_=0)
+    return total

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # a type only: importing it would load the store
     from session_sql import StoreStats
 
-__all__ = ["headline", "tables"]
+__all__ = ["headline", "skipped_line", "tables"]
 
 
 def headline(stats: StoreStats) -> str:
@@ -45,3 +45,11 @@ def tables(stats: StoreStats) -> list[tuple[str, list[str], list[list[str]]]]:
             [[t, str(n)] for t, n in stats.replacements.items()],
         ),
     ]
+
+
+def skipped_line(stats: StoreStats) -> str | None:
+    """The line that says how many token counts were not summed (not sane integers)."""
+    skipped = sum(m.skipped_token_counts for m in stats.tokens)
+    if not skipped:
+        return None
+    return f"token counts skipped (not an integer from 0 to 9,999,999,999): {skipped}"

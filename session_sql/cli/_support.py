@@ -103,8 +103,15 @@ def warn(message: str) -> None:
 
 
 def format_time(ms: int) -> str:
-    """Epoch milliseconds as an ISO-8601 UTC timestamp with seconds."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """Epoch milliseconds as an ISO-8601 UTC timestamp with seconds.
+
+    The store keeps any safe integer as a time (an event's ``time`` is the writer's clock):
+    one outside the years 1 to 9999 is shown as its milliseconds, so a listing never fails
+    on one row."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

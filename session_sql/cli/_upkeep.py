@@ -23,7 +23,7 @@ from session_sql.cli._root import (
     complete_session_id,
     example,
 )
-from session_sql.cli._stats import headline, tables
+from session_sql.cli._stats import headline, skipped_line, tables
 from session_sql.cli._support import (
     PROG,
     CliError,
@@ -247,6 +247,8 @@ def stats(
         out.heading(title)
         out.table(headers, rows)
     out.line(f"events cited by replacements: {result.shadowed_events}")
+    if skipped := skipped_line(result):
+        out.line(skipped)
 
 
 class Dialect(StrEnum):

@@ -51,10 +51,18 @@ end of the page (and the whole log when it is no longer): what a page costs foll
 not the log."""
 
 
+MAX_PARAM = 2**62
+"""The largest value a numeric query parameter keeps: beyond every seq and count a store
+holds (the store clamps its own bounds to the same), and far enough below the 64-bit limit
+that a page's arithmetic (``from_seq`` + ``limit``) cannot pass it."""
+
+
 def int_param(
     params: Mapping[str, str], name: str, default: int | None, low: int = 0
 ) -> int | None:
-    """An integer query parameter (``default`` when absent); refused unless an int >= ``low``."""
+    """An integer query parameter (``default`` when absent); refused unless an int >= ``low``,
+    clamped to ``MAX_PARAM`` (a seq or count beyond it reads as past the end: an empty page,
+    never an overflow)."""
     raw = params.get(name)
     if raw is None or raw == "":
         return default
@@ -66,7 +74,7 @@ def int_param(
         ) from None
     if value < low:
         raise InvalidArgumentError(f"{name} must be >= {low}, got {value}", argument=name)
-    return value
+    return min(value, MAX_PARAM)
 
 
 @dataclass(frozen=True)
@@ -219,6 +227,8 @@ def session_view(
     None: all), the last surface nodes, and the whole-log outline."""
     info = store.session_info(session_id)
     head = info.head_seq
+    if from_seq is not None:
+        from_seq = max(0, min(from_seq, MAX_PARAM))  # past the end: an empty page
     if limit is None:
         start, stop = (from_seq or 0), None
     else:

@@ -385,11 +385,17 @@ async def _sse(
     yield f"event: ready\ndata: {json.dumps({'session_id': sid, 'after_seq': after})}\n\n"
     last = after
     while not stopping.is_set() and not await request.is_disconnected():
-        events = await in_thread(follow_from, last)
         try:
-            while (event := await in_thread(_next_event, events)) is not None:
-                last = event.seq
-                yield f"id: {event.seq}\nevent: event\ndata: {api.event_json(event)}\n\n"
-        finally:
-            await in_thread(getattr(events, "close", lambda: None))
+            events = await in_thread(follow_from, last)
+            try:
+                while (event := await in_thread(_next_event, events)) is not None:
+                    last = event.seq
+                    yield f"id: {event.seq}\nevent: event\ndata: {api.event_json(event)}\n\n"
+            finally:
+                await in_thread(getattr(events, "close", lambda: None))
+        except SessionNotFoundError:
+            # The session was deleted (perhaps created again under its id: another session,
+            # which this stream must not run on into): say so and end.
+            yield f"event: deleted\ndata: {json.dumps({'session_id': sid})}\n\n"
+            return
         yield ": keep-alive\n\n"

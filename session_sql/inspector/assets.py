@@ -80,7 +80,10 @@ JS = """
     row.appendChild(td);
     return td;
   }
-  function time(ms) { return new Date(ms).toISOString().slice(0, 19).replace("T", " "); }
+  function time(ms) {
+    var d = new Date(ms);  // beyond a Date's range: shown as its milliseconds, as the page does
+    return isNaN(d.getTime()) ? ms + " ms" : d.toISOString().slice(0, 19).replace("T", " ");
+  }
   function op(ev) {
     var o = ev.surfaceOp;
     if (o === undefined) { return ""; }
@@ -119,6 +122,10 @@ JS = """
     add(ev);
     body.dataset.head = String(ev.seq);
     status.textContent = "following: last event " + ev.seq;
+  });
+  source.addEventListener("deleted", function () {
+    source.close();  // a session created again under this id is another one
+    status.textContent = "this session was deleted: no more events";
   });
   source.onerror = function () { status.textContent = "following: reconnecting"; };
 })();

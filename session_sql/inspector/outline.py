@@ -58,6 +58,9 @@ class Outline:
 
     turns: list[Turn] = field(default_factory=list)
     replacements: list[Replacement] = field(default_factory=list)
+    skipped_tokens: int = 0
+    """Token counts in ``usage`` that are not an integer from 0 to ``MAX_TOKENS`` (``1.5``,
+    ``"abc"``, ``-5``): free-form JSON the chart does not draw, and says so."""
     turns_from: int = 0
     """The first seq the turns were read from (0: the whole log)."""
 
@@ -80,6 +83,17 @@ def _session_key(orm: OrmSession, models: Any, store: SessionStore, session_id: 
     if key is None:
         raise SessionNotFoundError.for_session(session_id)
     return int(key)
+
+
+MAX_TOKENS = 9_999_999_999
+"""The largest token count the chart draws (as ``stats`` sums, ``Backend.json_count``)."""
+
+
+def _tokens(value: Any) -> int | None:
+    """A token count as JSON gave it: an integer from 0 to ``MAX_TOKENS``, else ``None``."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
+        return value
+    return None
 
 
 def _int(value: Any) -> int:
@@ -143,8 +157,13 @@ def outline(
         elif type_ == "step/start":
             target.steps += 1
         elif type_ == "assistant/message" and isinstance(usage, Mapping):
-            target.input_tokens += _int(usage.get("inputTokens"))
-            target.output_tokens += _int(usage.get("outputTokens"))
+            given = (usage.get("inputTokens"), usage.get("outputTokens"))
+            counts = [_tokens(value) for value in given]
+            result.skipped_tokens += sum(
+                1 for v, c in zip(given, counts, strict=True) if v is not None and c is None
+            )
+            target.input_tokens += counts[0] or 0
+            target.output_tokens += counts[1] or 0
     return result
 
 

@@ -46,7 +46,12 @@ def esc(value: object) -> str:
 
 
 def when(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    """Epoch milliseconds as a UTC date and time; a time outside the years 1 to 9999 (the
+    store keeps any safe integer) as its milliseconds, so a page never fails on one row."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} ms"
 
 
 def session_href(session_id: str, **params: int) -> str:
@@ -289,11 +294,13 @@ def event_row(event: SessionEvent, view: SessionView, links: Links) -> str:
 # The session page
 
 
-def _chart(turns: Sequence[Turn], links: Links) -> str:
-    """Token usage per turn as inline SVG bars (input below, output on top)."""
+def _chart(turns: Sequence[Turn], links: Links, skipped: int = 0) -> str:
+    """Token usage per turn as inline SVG bars (input below, output on top); ``skipped``
+    counts that are not sane integers are left out, and said to be."""
     used = [t for t in turns if t.input_tokens or t.output_tokens]
+    left_out = f" ({skipped} token counts that are not integers left out)" if skipped else ""
     if not used:
-        return '<p class="empty">no token usage recorded</p>'
+        return f'<p class="empty">no token usage recorded{left_out}</p>'
     peak = max(t.input_tokens + t.output_tokens for t in used)
     width, height, bar = max(200, 8 * len(used)), 80, 8
     parts = []
@@ -315,7 +322,7 @@ def _chart(turns: Sequence[Turn], links: Links) -> str:
         f'<svg class="chart" role="img" aria-label="tokens per turn" viewBox="0 0 {width} '
         f'{height}" preserveAspectRatio="none">' + "".join(parts) + "</svg>"
         f'<p class="legend"><span class="key in"></span>input <span class="key out"></span>'
-        f"output tokens per turn (peak {peak})</p>"
+        f"output tokens per turn (peak {peak}){left_out}</p>"
     )
 
 
@@ -342,7 +349,7 @@ def _timeline(view: SessionView, links: Links) -> str:
         )
     return (
         f'<section id="timeline"><h2>Turns ({len(turns)}{windowed})</h2>'
-        f"{_chart(turns, links)}{earlier}"
+        f"{_chart(turns, links, view.outline.skipped_tokens)}{earlier}"
         f'<ol class="turns">{"".join(items)}</ol></section>'
     )
 

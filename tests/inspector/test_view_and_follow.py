@@ -201,3 +201,16 @@ def test_follow_streams_past_the_bound_are_refused_and_the_rest_served(scene):
     finally:
         appended.set()
         stop_serving(running)
+
+
+def test_a_follow_stream_ends_with_deleted_when_its_session_is_deleted(served, scene):
+    sid = scene.session_id
+    url = f"{served.url}/api/sessions/{sid}/follow"
+    with httpx.stream("GET", url, timeout=60.0) as response:
+        messages = sse(response.iter_lines())
+        assert next(messages)["event"] == "ready"
+        scene.store.delete_session(sid)
+        say(scene.store.create_session(sid), "a new session under the same id")
+        rest = list(messages)  # the stream ends
+    assert [m["event"] for m in rest] == ["deleted"]
+    assert json.loads(rest[0]["data"]) == {"session_id": sid}

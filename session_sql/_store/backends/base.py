@@ -45,6 +45,12 @@ def synchronous_mode(synchronous: str) -> str:
     return str(mode)
 
 
+COUNT_DIGITS: Final = 10
+"""The most digits of a count the analytics sum (``Backend.json_count``): 0 to 9,999,999,999,
+more than any token count of one reply; summed in 64 bits, nine hundred million such values
+fit."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineOptions:
     """The store's engine options, checked (``make_engine``); each backend uses its own."""
@@ -261,6 +267,16 @@ class Backend(ABC):
     @abstractmethod
     def text_bytes(self, column: ColumnElement[Any]) -> ColumnElement[int]:
         """The size in bytes of a JSON text column's value (its UTF-8 text as stored)."""
+
+    @abstractmethod
+    def json_count(
+        self, column: ColumnElement[Any], path: tuple[str, ...]
+    ) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+        """``(count, present)`` of the value at ``path`` in a JSON column: ``count`` is it
+        as a 64-bit integer when it is a JSON integer of at most ``COUNT_DIGITS`` digits (a
+        token count an analytics sum can hold), else NULL; ``present`` is true when the path
+        holds a value other than JSON null. Present without a count: a value the analytics
+        skip and count as skipped (``1.5``, ``"abc"``, ``-5``, ``3e9``, ``true``)."""
 
     @abstractmethod
     def reclaim_space(self, engine: Engine, pages: int) -> None:

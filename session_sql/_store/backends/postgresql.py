@@ -29,7 +29,9 @@ from sqlalchemy import (
     Select,
     Table,
     Text,
+    and_,
     bindparam,
+    case,
     cast,
     event,
     func,
@@ -48,7 +50,13 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePoo
 from sqlalchemy.util import await_
 
 from session_sql._store import pool_queue
-from session_sql._store.backends.base import AsyncListener, Backend, EngineOptions, Listener
+from session_sql._store.backends.base import (
+    COUNT_DIGITS,
+    AsyncListener,
+    Backend,
+    EngineOptions,
+    Listener,
+)
 from session_sql._store.backends.prepared import forgetting_rollback
 from session_sql._store.backends.refused import explain_refused_connection
 from session_sql._store.opening_failures import driver_cause
@@ -637,6 +645,15 @@ class PostgreSQLBackend(Backend):
 
     def text_bytes(self, column: ColumnElement[Any]) -> ColumnElement[int]:
         return func.octet_length(cast(column, Text))
+
+    def json_count(
+        self, column: ColumnElement[Any], path: tuple[str, ...]
+    ) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+        node = column[path]  # ``json`` keeps the number as written: 3e9 and 1.0 stay so
+        written = node.as_string()
+        kind = func.json_typeof(node)
+        sane = and_(kind == "number", written.regexp_match(f"^[0-9]{{1,{COUNT_DIGITS}}}$"))
+        return case((sane, cast(written, BigInteger))), and_(kind.is_not(None), kind != "null")
 
     def reclaim_space(self, engine: Engine, pages: int) -> None:
         """Nothing to do here: autovacuum marks the deleted rows' space reusable (for this

@@ -32,9 +32,12 @@ from sqlalchemy import (
     LargeBinary,
     Select,
     Table,
+    and_,
+    case,
     cast,
     event,
     func,
+    literal,
     make_url,
 )
 from sqlalchemy import create_engine as _sa_create_engine
@@ -44,6 +47,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 
 from session_sql._store import quick
 from session_sql._store.backends.base import (
+    COUNT_DIGITS,
     AsyncListener,
     Backend,
     EngineOptions,
@@ -399,6 +403,15 @@ class SQLiteBackend(Backend):
 
     def text_bytes(self, column: ColumnElement[Any]) -> ColumnElement[int]:
         return func.length(cast(column, LargeBinary))  # a BLOB's length is in bytes
+
+    def json_count(
+        self, column: ColumnElement[Any], path: tuple[str, ...]
+    ) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+        where = literal("$" + "".join(f'."{key}"' for key in path))
+        kind = func.json_type(column, where)
+        value = func.json_extract(column, where)
+        sane = and_(kind == "integer", value >= 0, value < 10**COUNT_DIGITS)
+        return case((sane, value)), and_(kind.is_not(None), kind != "null")
 
     def reclaim_space(self, engine: Engine, pages: int) -> None:
         """Incremental vacuum, ``pages`` per ``BEGIN IMMEDIATE`` transaction with a pause
