@@ -33,6 +33,7 @@ from session_sql import (
     SessionStore,
 )
 
+from .._titles import title_of
 from ._ids import (
     ID_PREFIX,
     MAX_ATTEMPTS,
@@ -160,7 +161,8 @@ class Threads:
             if not create:
                 return None
             try:
-                handle = yield call(self.store.create_session, base, labels=labels(thread_id))
+                named = {"labels": labels(thread_id), "title": title_of(thread_id)}
+                handle = yield call(self.store.create_session, base, **named)
             except SessionExistsError:
                 continue
             index = Index(handle)
@@ -215,7 +217,8 @@ class Threads:
         )
         try:
             create = self.store.create_session
-            handle = yield call(create, moved["to"], seed=seed, labels=moved.get("labels"))
+            named = {"labels": moved.get("labels"), "title": moved.get("title")}
+            handle = yield call(create, moved["to"], seed=seed, **named)
         except SessionExistsError:
             return  # somebody's: whoever resolves the thread next settles it
         successor = Index(handle)
@@ -286,7 +289,8 @@ class Threads:
         """Seal ``index``'s generation for ``op``, then finish the move (False: lost a race)."""
         base = base_of(index.handle.id)
         gen = generation(index.handle.id, base) or 0
-        moved = {"to": gen_id(base, gen + 1), "op": op, "labels": labels(thread_id)}
+        moved: dict[str, Any] = {"to": gen_id(base, gen + 1), "op": op}
+        moved |= {"labels": labels(thread_id), "title": title_of(thread_id)}
         try:
             seal = [{"type": MOVED_TYPE, "data": moved, "ignorable": True}]
             yield call(index.handle.append_many, seal)
@@ -417,4 +421,4 @@ class Threads:
                 session_id=child,
             )
         yield call(self.store.fork_session, index.handle.id, child_id=child)
-        yield call(self.store.update_session, child, labels=labels(target))
+        yield call(self.store.update_session, child, labels=labels(target), title=title_of(target))
