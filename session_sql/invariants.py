@@ -1,4 +1,14 @@
-"""Relational invariants of a session log (SPEC §7.6), as a checker and as a validator."""
+"""Relational invariants of a session log (SPEC §7.6), as a checker and as a validator.
+
+A framework's session (its user messages' ``source.kind`` is one of ``FRAMEWORK_SOURCES``) is
+checked for what its adapter guarantees, not for steps it does not write: the framework
+runs a turn and numbers its model calls, but says nothing when a step (nor, for LangGraph,
+a run that finishes) begins or ends. So in such a log a turn-scoped event names the open turn
+(or turn 0 outside any turn: a rewritten LangGraph thread), whatever its step; a
+``turn/start`` may close a turn left open; a ``tool/result`` answers a ``tool/call`` made
+earlier in the log (a resume answers the call its interrupted run made). Seq order, turn
+numbering, ``turn/end`` and every step event it does write are checked as in any log.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +35,19 @@ _TURN_SCOPED = frozenset(
 )
 _REQUEST = frozenset({"request/header", "request/context"})
 
+FRAMEWORK_SOURCES = frozenset({"adk", "langgraph", "openai-agents"})
+"""``source.kind`` of the user messages the framework adapters write (docs/integrations.md)."""
+
+
+def is_framework_log(events: Iterable[SessionEvent]) -> bool:
+    """Whether a log is a framework adapter's: a user message names a framework source."""
+    for event in events:
+        if event.type == "user/message":
+            kind = _get(_get(event.data, "source"), "kind")
+            if kind in FRAMEWORK_SOURCES:
+                return True
+    return False
+
 
 def _get(data: Any, key: str) -> Any:
     return data.get(key) if isinstance(data, dict) else None
@@ -33,9 +56,18 @@ def _get(data: Any, key: str) -> Any:
 class InvariantState:
     """The fold state of the invariant checker; ``step`` checks one event and advances."""
 
-    __slots__ = ("call_ids", "last_seq", "last_step", "last_turn", "open_step", "open_turn")
+    __slots__ = (
+        "call_ids",
+        "framework",
+        "last_seq",
+        "last_step",
+        "last_turn",
+        "open_step",
+        "open_turn",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, *, framework: bool = False) -> None:
+        self.framework = framework  # check what a framework adapter guarantees (see above)
         self.last_seq = -1
         self.last_turn = 0
         self.open_turn: int | None = None
@@ -60,14 +92,15 @@ class InvariantState:
         t, data = event.type, event.data
         if t == "turn/start":
             turn = _get(data, "turn")
-            if self.open_turn is not None:
+            if self.open_turn is not None and not self.framework:
                 bad("turn-nested", f"turn/start while turn {self.open_turn} is open")
             if turn != self.last_turn + 1:
                 bad("turn-number", f"turn/start {turn!r}, expected {self.last_turn + 1}")
             if type(turn) is int:
                 self.last_turn = turn
             self.open_turn, self.open_step, self.last_step = turn, None, 0
-            self.call_ids.clear()
+            if not self.framework:
+                self.call_ids.clear()
         elif t == "turn/end":
             if self.open_turn is None or _get(data, "turn") != self.open_turn:
                 bad("turn-not-open", f"turn/end {_get(data, 'turn')!r} names no open turn")
@@ -85,7 +118,8 @@ class InvariantState:
             if type(step) is int:
                 self.last_step = step
             self.open_step = step
-            self.call_ids.clear()
+            if not self.framework:
+                self.call_ids.clear()
         elif t == "step/end":
             if self.open_step is None or (
                 _get(data, "turn"),
@@ -95,7 +129,10 @@ class InvariantState:
             self.open_step = None
         elif t in _TURN_SCOPED and not (t == "tool/result" and event.surface_op != "append"):
             where = (_get(data, "turn"), _get(data, "step"))
-            if self.open_step is None or where != (self.open_turn, self.open_step):
+            if self.framework:
+                if where[0] != (0 if self.open_turn is None else self.open_turn):
+                    bad("outside-turn", f"{t} names turn {where[0]!r}, open is {self.open_turn}")
+            elif self.open_step is None or where != (self.open_turn, self.open_step):
                 bad(
                     "outside-step",
                     f"{t} names turn/step {where}, open is ({self.open_turn}, {self.open_step})",
@@ -120,11 +157,13 @@ def _as_event(raw: SessionEvent | dict[str, Any]) -> SessionEvent:
 
 
 def check_invariants(events: Iterable[SessionEvent | dict[str, Any]]) -> list[Violation]:
-    """Every invariant violation in ``events`` (an empty list means the log is sound)."""
-    state = InvariantState()
+    """Every invariant violation in ``events`` (an empty list means the log is sound); a
+    framework's log is checked for what its adapter guarantees (see the module)."""
+    log = [_as_event(raw) for raw in events]
+    state = InvariantState(framework=is_framework_log(log))
     found: list[Violation] = []
-    for raw in events:
-        found.extend(state.step(_as_event(raw)))
+    for event in log:
+        found.extend(state.step(event))
     return found
 
 

@@ -238,6 +238,7 @@ class AsyncSessionStore:
         header: Mapping[str, Any] | None = None,
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
+        title: str | None = None,
     ) -> tuple[AsyncStoredSession, list[list[SessionEvent]]]:
         """``create_session`` and ``append_together(writes)`` in one transaction: the new
         session and every batch commit, or nothing does (``SessionExistsError`` when the id
@@ -245,7 +246,12 @@ class AsyncSessionStore:
 
         def persist(prepared: list[Prepared]) -> StoredSession:
             return self._store._create(
-                session_id, header=header, user_id=user_id, labels=labels, prepared=prepared
+                session_id,
+                header=header,
+                user_id=user_id,
+                title=title,
+                labels=labels,
+                prepared=prepared,
             )
 
         created, done = await self._together(writes, persist, {})

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, false, func, not_, or_, select
 
 from session_sql._store.backends import read_tx, translate_errors
 from session_sql._store.context import StoreContext
+from session_sql._store.metadata import HIDDEN_LABEL
 from session_sql._store.stored import (
     INFO_COLUMNS,
     SessionInfo,
@@ -48,11 +49,14 @@ def list_sessions(
     user_id: str | None,
     labels: Mapping[str, str] | None,
     reverse: bool = False,
+    include_hidden: bool = True,
 ) -> list[SessionInfo]:
     """``SessionStore.list_sessions``: its arguments checked, then one read."""
     limit, descending = listing_page(limit, order, reverse)
     s = ctx.tables.sessions
     conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
+    if conditions is not None and not include_hidden:
+        conditions.append(_not_hidden(ctx))
     if conditions is None:
         return []
     key = s.c.updated_at if order == "updated" else s.c.created_at
@@ -82,10 +86,13 @@ def count_sessions(
     id_prefix: str | None,
     user_id: str | None,
     labels: Mapping[str, str] | None,
+    include_hidden: bool = True,
 ) -> int:
     """``SessionStore.count_sessions``: how many sessions ``list_sessions`` would list with
     the same filters and no limit (one count over the sessions table)."""
     conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
+    if conditions is not None and not include_hidden:
+        conditions.append(_not_hidden(ctx))
     if conditions is None:
         return 0
     query = select(func.count()).select_from(ctx.tables.sessions).where(*conditions)
@@ -123,6 +130,12 @@ def _filters(
     if wanted.created_before is not None:
         conditions.append(s.c.created_at < wanted.created_before)
     return conditions
+
+
+def _not_hidden(ctx: StoreContext) -> Any:
+    """The condition that leaves out the sessions labelled ``HIDDEN_LABEL=true``."""
+    hidden = ctx.backend.labels_match(ctx.tables.sessions.c.labels, {HIDDEN_LABEL: "true"})
+    return not_(func.coalesce(and_(*hidden), false()))
 
 
 def iter_sessions(ctx: StoreContext, parent: str | None, page_size: int) -> Iterator[SessionInfo]:

@@ -17,6 +17,7 @@ from session_sql.events import check_header, is_safe_int
 from session_sql.jsonvalue import FrozenDict, thaw
 
 __all__ = [
+    "HIDDEN_LABEL",
     "EXPORT_KEY",
     "MAX_LABELS",
     "MAX_TENANT_LENGTH",
@@ -38,6 +39,10 @@ MAX_USER_ID_LENGTH = 256
 MAX_TITLE_LENGTH = 1000
 MAX_LABEL_VALUE_LENGTH = 1000
 MAX_LABELS = 64
+HIDDEN_LABEL = "session_sql.hidden"
+"""A session labelled ``session_sql.hidden=true`` is left out of ``session-sql ls`` and the
+inspector's list unless asked (``list_sessions(include_hidden=False)`` is that listing): for
+a framework's bookkeeping sessions, such as the ADK service's app and user state."""
 _LABEL_NAME = re.compile(r"[A-Za-z0-9_.:/-]{1,128}\Z")
 
 

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
+from session_sql._store.metadata import HIDDEN_LABEL
 from session_sql._store.sqlite_errors import translate
 from session_sql._store.stored import (
     INFO_COLUMNS,
@@ -120,6 +121,7 @@ class StoreReads(Protocol):
         user_id: str | None = ...,
         labels: Mapping[str, str] | None = ...,
         reverse: bool = ...,
+        include_hidden: bool = ...,
     ) -> list[SessionInfo]: ...
 
     def count_sessions(
@@ -131,6 +133,7 @@ class StoreReads(Protocol):
         id_prefix: str | None = ...,
         user_id: str | None = ...,
         labels: Mapping[str, str] | None = ...,
+        include_hidden: bool = ...,
     ) -> int: ...
 
     def events(
@@ -241,10 +244,12 @@ class QuickReader:
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
         reverse: bool = False,
+        include_hidden: bool = True,
     ) -> list[SessionInfo]:
         limit, descending = listing_page(limit, order, reverse)
         where = _where(
-            listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+            listing_filters(parent, created_after, created_before, id_prefix, user_id, labels),
+            include_hidden,
         )
         if where is None:
             return []
@@ -275,9 +280,11 @@ class QuickReader:
         id_prefix: str | None = None,
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
+        include_hidden: bool = True,
     ) -> int:
         where = _where(
-            listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+            listing_filters(parent, created_after, created_before, id_prefix, user_id, labels),
+            include_hidden,
         )
         if where is None:
             return 0
@@ -342,7 +349,9 @@ class QuickReader:
         return [m for m in projected if m is not None]
 
 
-def _where(wanted: ListingFilters | None) -> tuple[str, list[Any]] | None:
+def _where(
+    wanted: ListingFilters | None, include_hidden: bool = True
+) -> tuple[str, list[Any]] | None:
     """``SELECT`` of the listed columns with the listing's checked filters, and its
     parameters (``listing._filters``, in SQLite's text); ``None`` when no session can match."""
     if wanted is None:
@@ -368,4 +377,7 @@ def _where(wanted: ListingFilters | None) -> tuple[str, list[Any]] | None:
     if wanted.created_before is not None:
         sql += " AND created_at < ?"
         params.append(wanted.created_before)
+    if not include_hidden:
+        sql += " AND NOT coalesce(CAST(json_extract(labels, ?) AS VARCHAR) = 'true', 0)"
+        params.append('$."' + HIDDEN_LABEL + '"')
     return sql, params

@@ -362,6 +362,7 @@ class SessionStore:
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
         reverse: bool = False,
+        include_hidden: bool = True,
     ) -> list[SessionInfo]:
         """The tenant's sessions newest-updated first (ties by id), paged by ``after`` (an info
         or an id).
@@ -373,6 +374,8 @@ class SessionStore:
         session as in git. ``user_id`` keeps that user's sessions; ``labels`` keeps the
         sessions carrying every given label with the given value. ``reverse=True`` lists in
         the opposite order (oldest-updated, or newest-created, first), paged the same way.
+        ``include_hidden=False`` leaves out the sessions labelled ``session_sql.hidden=true``
+        (``session_sql.metadata.HIDDEN_LABEL``), as ``session-sql ls`` does unless asked.
         """
         return listing.list_sessions(
             self._ctx,
@@ -386,6 +389,7 @@ class SessionStore:
             user_id=user_id,
             labels=labels,
             reverse=reverse,
+            include_hidden=include_hidden,
         )
 
     def count_sessions(
@@ -397,6 +401,7 @@ class SessionStore:
         id_prefix: str | None = None,
         user_id: str | None = None,
         labels: Mapping[str, str] | None = None,
+        include_hidden: bool = True,
     ) -> int:
         """How many of the tenant's sessions ``list_sessions`` lists with these filters and
         no limit: a page's "of N" (``session-sql ls`` prints it)."""
@@ -408,6 +413,7 @@ class SessionStore:
             id_prefix=id_prefix,
             user_id=user_id,
             labels=labels,
+            include_hidden=include_hidden,
         )
 
     def iter_sessions(

@@ -191,6 +191,14 @@ def ls(
             "--reverse", "-r", help="The opposite order: oldest-updated or newest-created first."
         ),
     ] = False,
+    hidden: Annotated[
+        bool,
+        typer.Option(
+            "--hidden",
+            help="Also list hidden sessions (labelled session_sql.hidden=true: a framework's "
+            "bookkeeping, such as the ADK service's app and user state).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """List sessions, most recently updated first, with their title, user and event count.
@@ -207,6 +215,7 @@ def ls(
         "labels": labels or None,
         "created_after": created_after,
         "created_before": created_before,
+        "include_hidden": hidden,
     }
     out = Out()
     with cli_reader(url, schema, tenant=tenant) as store:

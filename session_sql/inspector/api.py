@@ -88,6 +88,7 @@ class ListQuery:
     labels: tuple[tuple[str, str], ...] = ()
     id_prefix: str | None = None
     order: str = "updated"
+    hidden: bool = False  # also the sessions labelled session_sql.hidden=true (as ls --hidden)
 
     def params(self, **changes: Any) -> list[tuple[str, str]]:
         """This query as URL parameters (with ``changes``), defaults left out."""
@@ -101,6 +102,8 @@ class ListQuery:
             pairs.append(("order", values["order"]))
         if values["limit"] != LIST_PAGE:
             pairs.append(("limit", str(values["limit"])))
+        if values["hidden"]:
+            pairs.append(("hidden", "1"))
         return pairs
 
 
@@ -129,6 +132,7 @@ def list_query(params: Mapping[str, str], labels: Sequence[str]) -> ListQuery:
         labels=tuple(pairs.items()),
         id_prefix=params.get("id_prefix") or None,
         order=order,
+        hidden=params.get("hidden") in ("1", "true", "on"),
     )
 
 
@@ -144,6 +148,7 @@ def list_sessions_page(
         labels=dict(query.labels) or None,
         id_prefix=query.id_prefix,
         order="created" if query.order == "created" else "updated",
+        include_hidden=query.hidden,
     )
     infos = found[: query.limit]
     return infos, (infos[-1].id if len(found) > query.limit else None)

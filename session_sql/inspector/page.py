@@ -123,6 +123,8 @@ def sessions_page(infos: Sequence[SessionInfo], query: ListQuery, next_after: st
         )
         + "</select></label>"
         f'<label>per page <input name="limit" type="number" min="1" value="{query.limit}"></label>'
+        '<label title="sessions labelled session_sql.hidden=true">hidden <input name="hidden" '
+        f'type="checkbox" value="1"{" checked" if query.hidden else ""}></label>'
         '<button type="submit">filter</button></form>'
     )
     pager = '<p class="pager">'

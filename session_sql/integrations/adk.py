@@ -71,6 +71,8 @@ from session_sql.integrations._adk_mapping import (
     split_state,
     store_id,
 )
+from session_sql.integrations._titles import title_of
+from session_sql.metadata import HIDDEN_LABEL
 
 __all__ = ["SQLSessionService"]
 
@@ -248,7 +250,7 @@ class SQLSessionService(BaseSessionService):
         kind = "app-state" if user_id is None else "user-state"
         identity = {"kind": kind, "app": app_name} | ({} if user_id is None else {"user": user_id})
         try:
-            labels = {KIND: kind, APP: app_name}
+            labels = {KIND: kind, APP: app_name, HIDDEN_LABEL: "true"}  # out of `ls`
             handle = await self._create(key, adk_header(key, identity), user_id, labels)
         except SessionExistsError:  # another writer created it first
             handle = await store.open_session(key)
@@ -321,17 +323,16 @@ class SQLSessionService(BaseSessionService):
         of this id created first propagates (``SessionExistsError``), with nothing written.
         """
         store = await self._ready()
+        named: dict[str, Any] = {"user_id": user_id, "labels": labels}
+        named["title"] = title_of(labels[SESSION])  # ADK's session id
         if not (app or user):
-            created = store._create_together(
-                key, writes=[], header=header, user_id=user_id, labels=labels
-            )
-            return (await created)[0]
+            return (await store._create_together(key, writes=[], header=header, **named))[0]
         async with self._state_lock:
             for attempt in range(STATE_RETRIES):
                 writes = await self._state_writes(app_name, user_id, app, user, cause)
                 try:
                     handle, _ = await store._create_together(
-                        key, writes=writes, header=header, user_id=user_id, labels=labels
+                        key, writes=writes, header=header, **named
                     )
                 except ConcurrencyError:
                     if attempt == STATE_RETRIES - 1:

@@ -74,6 +74,7 @@ from session_sql.integrations._openai_agents_mapping import (
     kind_of,
     position_after,
 )
+from session_sql.integrations._titles import title_of
 
 __all__ = ["ITEM_TYPE", "SOURCE_KIND", "SessionSQLSession"]
 
@@ -126,6 +127,7 @@ class SessionSQLSession:
         self._owned = False
         self._checked = False
         self._handle: AsyncStoredSession | None = None
+        self._title: str | None = None  # a new session's title: its first user message
         # Where the log stands turn-wise (valid while the handle's seq is its seq), what the
         # batch being written leads to, and the last run's usage already recorded.
         self._at: Position | None = None
@@ -204,6 +206,7 @@ class SessionSQLSession:
         if not listed:
             return
         usage, seen = self._usage_of(wrapper, listed)
+        self._title = _first_user_text(listed)
 
         def build(handle: AsyncStoredSession) -> Batch | None:
             at = self._at if self._at is not None else Position(handle.seq)
@@ -346,7 +349,7 @@ class SessionSQLSession:
             if not create:
                 return None
             try:
-                self._handle = await store.create_session(self.session_id)
+                self._handle = await store.create_session(self.session_id, title=self._title)
             except SessionExistsError:  # another writer created it first
                 self._handle = await store.open_session(self.session_id, read_log=False)
         return self._handle
@@ -425,6 +428,19 @@ def _limit(limit: Any) -> int | None:
     if limit < 0:
         raise InvalidArgumentError(f"limit must be >= 0, got {limit}", argument="limit")
     return limit
+
+
+def _first_user_text(items: list[Any]) -> str | None:
+    """The text of the first user message among ``items``, as a title (None: none)."""
+    for item in items:
+        if not isinstance(item, dict) or item.get("role") != "user":
+            continue
+        content = item.get("content")
+        if isinstance(content, list):
+            texts = [p.get("text") for p in content if isinstance(p, dict)]
+            content = " ".join(t for t in texts if isinstance(t, str))
+        return title_of(content)
+    return None
 
 
 def _listed(items: Sequence[Any]) -> list[Any]:

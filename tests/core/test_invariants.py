@@ -329,3 +329,69 @@ def test_a_batch_vetoed_by_a_later_validator_does_not_advance_the_state() -> Non
     session.append_many(batch)  # turn 1 again: the vetoed batch left no trace
     begin_turn(session, 2)
     assert check_invariants(session.events) == []
+
+
+# -- a framework adapter's log: turns without step events ------------------------------------
+
+
+def _fw_user(seq: int, kind: str = "langgraph") -> dict[str, Any]:
+    message = {"id": f"u{seq}", "role": "user", "content": [], "source": {"kind": kind}}
+    return {"type": "user/message", "seq": seq, "time": 0, "data": message, "surfaceOp": "append"}
+
+
+def _fw(seq: int, kind: str, turn: int, step: int, **data: Any) -> dict[str, Any]:
+    return {"type": kind, "seq": seq, "time": 0, "data": {"turn": turn, "step": step, **data}}
+
+
+def _fw_turn(seq: int, kind: str, turn: int) -> dict[str, Any]:
+    return {"type": kind, "seq": seq, "time": 0, "data": {"turn": turn}}
+
+
+def _fw_result(seq: int, turn: int, step: int, call_id: str) -> dict[str, Any]:
+    message = {"id": f"r{seq}", "role": "user", "content": [], "source": {"callId": call_id}}
+    event = _fw(seq, "tool/result", turn, step, message=message)
+    return {**event, "surfaceOp": "append"}
+
+
+def _framework_log(kind: str) -> list[dict[str, Any]]:
+    """A LangGraph-like log: messages numbered by turn and step, no step events, a run left
+    open, a resume answering its interrupted run's call in a new turn, a rewritten prefix."""
+    return [
+        _fw(0, "assistant/message", 0, 0, message={"id": "old"}),  # kept by a rewrite
+        _fw_turn(1, "turn/start", 1),
+        _fw_user(2, kind),
+        _fw(3, "assistant/message", 1, 1, message={"id": "a1"}),
+        _fw(4, "tool/call", 1, 1, callId="c1"),
+        _fw_turn(5, "turn/start", 2),  # turn 1 never ended: a run that finished
+        _fw_result(6, 2, 0, "c1"),
+        _fw(7, "assistant/message", 2, 1, message={"id": "a2"}),
+        _fw_turn(8, "turn/end", 2),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["langgraph", "adk", "openai-agents"])
+def test_a_framework_log_is_checked_for_what_its_adapter_guarantees(kind: str) -> None:
+    assert codes(_framework_log(kind)) == []
+
+
+def test_the_same_log_from_no_framework_breaks_the_step_invariants() -> None:
+    found = codes(_framework_log("user"))
+    assert (5, "turn-nested") in found and (3, "outside-step") in found
+    assert (6, "result-without-call") in found
+
+
+def test_a_framework_log_still_has_its_turns_checked() -> None:
+    log = [
+        _fw_turn(0, "turn/start", 1),
+        _fw_user(1),
+        _fw(2, "assistant/message", 2, 1, message={"id": "a"}),  # not the open turn
+        _fw_turn(3, "turn/start", 3),  # skips turn 2
+        _fw_result(4, 3, 1, "never-called"),
+        _fw_turn(5, "turn/end", 1),  # not the open turn
+    ]
+    assert codes(log) == [
+        (2, "outside-turn"),
+        (3, "turn-number"),
+        (4, "result-without-call"),
+        (5, "turn-not-open"),
+    ]

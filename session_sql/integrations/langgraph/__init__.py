@@ -19,7 +19,8 @@ checkpoint namespace of the thread lives in it); its log holds:
   finishes says so to no checkpointer, so its turn stays open until the next one starts.
   The run's messages carry its turn number, so the ``turns`` view has a row per run;
 * ``langgraph/moved``: the last event of a thread rewritten by ``prune`` or
-  ``delete_for_runs`` (see below).
+  ``delete_for_runs`` (see below), then ``langgraph/settled`` once the move settled;
+* ``langgraph/moving``: the end of a new generation's seed, pending until ``langgraph/settled``.
 
 A value is stored as ``{"json": value}`` when it is JSON (so SQL reads it) and as
 ``{"serde": type, "b64": bytes}`` through the saver's ``serde`` otherwise. The integration's
@@ -29,10 +30,15 @@ types are written ``ignorable``: every store reads them, with or without this mo
 ``prune(strategy="keep_latest")`` and ``delete_for_runs`` rewrite a thread into a new
 *generation* (``<id>~<n>``): the old session is sealed by a ``langgraph/moved`` event that
 names the new one and the operation (appended only if nobody appended meanwhile), the new
-session is created with the kept checkpoints in one transaction, then the old one is deleted.
-Whoever finds a sealed session without its successor (a crash between the steps) finishes
-the move, which is deterministic; so readers see the thread before or after the operation,
-never in between, and the removed rows leave the database. ``copy_thread`` is a fork.
+session is created with the kept checkpoints in one transaction, *pending*; both are marked
+settled in one transaction (which needs the old one still there), then the old one is
+deleted. Whoever finds a sealed session without its successor, or a pending one (a crash
+between the steps), finishes the move, which is deterministic; so readers see the thread
+before or after the operation, never in between, and the removed rows leave the database.
+``delete_thread`` deletes generations until none is left: a move whose old session it
+deleted cannot settle, and its pending session is deleted, so deleting wins. A thread id no
+label can hold is kept in labels in base64 pieces (``_ids.labels``). ``copy_thread`` is a
+fork.
 
 The package: ``_codec`` (values), ``_ids`` (names), ``_index`` (a thread's log, folded),
 ``_surface`` (the messages on the surface), ``_read`` and ``_write`` (what a call answers and

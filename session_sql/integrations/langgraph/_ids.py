@@ -3,8 +3,11 @@ generations, its label, and the configs LangGraph passes in and gets back."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import random
+from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -15,8 +18,15 @@ from session_sql import InvalidArgumentError
 CHECKPOINT_TYPE = "langgraph/checkpoint"
 WRITES_TYPE = "langgraph/writes"
 MOVED_TYPE = "langgraph/moved"
+MOVING_TYPE = "langgraph/moving"
+SETTLED_TYPE = "langgraph/settled"
 ID_PREFIX = "langgraph:"
 THREAD_LABEL = "langgraph_thread"
+# A thread id no label value can hold (over 1,000 characters, or not printable) is kept as
+# its UTF-8 bytes in base64, in pieces of 1,000 characters: ``langgraph_thread.b64.00``, ...
+ENCODED_LABEL = THREAD_LABEL + ".b64."
+PIECE = 1000
+MAX_PIECES = 64  # the store's limit of labels on a session
 SOURCE_KIND = "langgraph"
 MAX_ATTEMPTS = 100
 
@@ -66,11 +76,35 @@ def base_of(session_id: str) -> str:
 
 
 def labels(thread_id: str) -> dict[str, str]:
-    """The thread's session labels: its id, when a label can hold it."""
+    """The thread's session labels: its id, as is when a label value can hold it, else
+    encoded (so that ``list(None)`` and ``delete_for_runs`` find every thread)."""
     tid = str(thread_id)
-    if len(tid) <= 1000 and tid.isprintable():
+    if len(tid) <= PIECE and tid.isprintable():
         return {THREAD_LABEL: tid}
-    return {}
+    encoded = base64.b64encode(tid.encode("utf-8", "surrogatepass")).decode("ascii")
+    pieces = [encoded[i : i + PIECE] for i in range(0, len(encoded), PIECE)]
+    if len(pieces) > MAX_PIECES:
+        raise InvalidArgumentError(
+            f"a LangGraph thread id must be at most {MAX_PIECES * PIECE * 3 // 4} bytes in "
+            f"UTF-8, not {len(tid.encode('utf-8', 'surrogatepass'))}",
+            argument="config",
+        )
+    return {f"{ENCODED_LABEL}{i:02d}": piece for i, piece in enumerate(pieces)}
+
+
+def thread_from_labels(found: Mapping[str, str]) -> str | None:
+    """The thread id ``labels`` wrote (None: the session names no thread)."""
+    plain = found.get(THREAD_LABEL)
+    if plain is not None:
+        return plain
+    names = sorted(name for name in found if name.startswith(ENCODED_LABEL))
+    if not names:
+        return None
+    try:
+        data = base64.b64decode("".join(found[name] for name in names), validate=True)
+        return data.decode("utf-8", "surrogatepass")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
 
 
 def config(thread_id: str, ns: str, cp_id: str | None) -> RunnableConfig:

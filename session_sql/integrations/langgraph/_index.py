@@ -12,7 +12,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT
 from session_sql import Replace, SessionEvent, thaw
 
 from ._codec import raw
-from ._ids import CHECKPOINT_TYPE, MOVED_TYPE, WRITES_TYPE, starts_run
+from ._ids import CHECKPOINT_TYPE, MOVED_TYPE, MOVING_TYPE, SETTLED_TYPE, WRITES_TYPE, starts_run
 
 
 @dataclass
@@ -57,6 +57,10 @@ class Index:
     # what this integration put on the surface: (message id, seq, event data)
     surfaced: list[tuple[str, int, Any]] = field(default_factory=list)
     moved: Any = None
+    # A generation a move created names the one it replaces until the move settles (see
+    # ``_ops.Threads._settle``); ``settled``: the last move into, then out of, this one did.
+    pending_from: str | None = None
+    settled: bool = False
     # The saver's private decoded copy of each channel's latest list: (ns, channel) ->
     # (version, seq, value); and what a put in progress would make of them.
     decoded: dict[tuple[str, str], tuple[Any, int, Any]] = field(default_factory=dict)
@@ -170,7 +174,11 @@ class Index:
                     continue
                 stored[inner] = (data["task"], w["channel"], w["value"], data["path"])
         elif kind == MOVED_TYPE:
-            self.moved = data
+            self.moved, self.settled = data, False
+        elif kind == MOVING_TYPE:
+            self.pending_from = data["from"]
+        elif kind == SETTLED_TYPE:
+            self.pending_from, self.settled = None, True
         elif kind == "turn/start":
             turn = data.get("turn") if isinstance(data, Mapping) else None
             self.turn = turn if type(turn) is int else self.turn + 1

@@ -10,6 +10,7 @@ functions of ``_write``; what to answer by those of ``_read``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,17 +33,20 @@ from session_sql import (
     SessionStore,
 )
 
+from .._titles import title_of
 from ._ids import (
     ID_PREFIX,
     MAX_ATTEMPTS,
     MOVED_TYPE,
-    THREAD_LABEL,
+    MOVING_TYPE,
+    SETTLED_TYPE,
     Batch,
     base_id,
     base_of,
     gen_id,
     generation,
     labels,
+    thread_from_labels,
     thread_of,
 )
 from ._ids import config as make_config
@@ -85,7 +89,8 @@ def run_sync(op: Op[T]) -> T:
 
 
 async def run_async(op: Op[T]) -> T:
-    """Run ``op``, awaiting each call it yields (an async store's)."""
+    """Run ``op``, awaiting each call it yields that returns an awaitable (an async store's;
+    a handle's ``Index.fold`` is plain, and reads the log through the loop only if needed)."""
     result: Any = None
     error: BaseException | None = None
     while True:
@@ -94,7 +99,9 @@ async def run_async(op: Op[T]) -> T:
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         try:
-            result, error = await step.fn(*step.args, **step.kwargs), None
+            result, error = step.fn(*step.args, **step.kwargs), None
+            if inspect.isawaitable(result):
+                result = await result
         except Exception as exc:
             result, error = None, exc
 
@@ -136,58 +143,124 @@ class Threads:
         base = base_id(thread_id)
         for _ in range(MAX_ATTEMPTS):
             gens = yield from self._generations(base)
-            for gen in sorted(gens)[:-1]:  # a finished move's leftover
-                with contextlib.suppress(SessionNotFoundError):
-                    yield from self._drop_if_sealed(gen_id(base, gen))
             if gens:
                 try:
                     handle = yield call(self.store.open_session, gen_id(base, max(gens)))
+                    index = Index(handle)
+                    # the log past the surface is read here, where a deletion is a miss
+                    yield call(index.fold)
                 except SessionNotFoundError:
                     continue
-            elif create:
-                try:
-                    handle = yield call(self.store.create_session, base, labels=labels(thread_id))
-                except SessionExistsError:
+                if index.pending_from is not None:  # a move in progress: settle it first
+                    yield from self._settle(index, None)
                     continue
-            else:
+                for gen in sorted(gens)[:-1]:  # a settled move's leftover
+                    with contextlib.suppress(SessionNotFoundError):
+                        yield from self._drop_if_sealed(gen_id(base, gen))
+                return index
+            if not create:
                 return None
+            try:
+                named = {"labels": labels(thread_id), "title": title_of(thread_id)}
+                handle = yield call(self.store.create_session, base, **named)
+            except SessionExistsError:
+                continue
             index = Index(handle)
             index.fold()
             return index
         raise ConcurrencyError(f"thread {thread_id!r}: could not open its session")
 
     def _generations(self, base: str) -> Op[dict[int, str]]:
-        """The thread's sessions by generation: normally one; two while a move finishes.
+        """The thread's sessions by generation: normally one; two while a move settles.
 
-        Later generations are listed by the prefix ``<base>~`` (no other thread's id starts
-        with it: a thread id with ``~`` gets a digest id), the first is looked up by id.
+        The first is looked up by id, then later ones are listed by the prefix ``<base>~``
+        (no other thread's id starts with it: a thread id with ``~`` gets a digest id). In
+        that order, since a move creates its generation before it deletes the one it
+        replaces: a thread found empty had none left at the first look, and a move can no
+        longer settle (``delete_thread`` relies on it).
         """
+        gens = {}
+        with contextlib.suppress(SessionNotFoundError):
+            yield call(self.store.head_seq, base)
+            gens[0] = base
         lister = self.store.list_sessions
         infos = yield call(lister, id_prefix=base + "~", limit=1000, order="created")
-        gens = {}
         for info in infos:
             gen = generation(info.id, base)
             if gen is not None:
                 gens[gen] = info.id
-        with contextlib.suppress(SessionNotFoundError):
-            yield call(self.store.head_seq, base)
-            gens[0] = base
         return gens
 
     def _drop_if_sealed(self, session_id: str) -> Op[None]:
         handle = yield call(self.store.open_session, session_id)
-        if any(e.type == MOVED_TYPE for e in handle.events[-1:]):
+        if any(e.type in (MOVED_TYPE, SETTLED_TYPE) for e in handle.events[-1:]):
             yield call(self.store.delete_session, session_id)
 
     def _finish_move(self, index: Index) -> Op[None]:
-        """Create the successor a sealed generation names (if nobody has), drop the old."""
+        """Create the successor a sealed generation names (if nobody has) and settle it.
+
+        The successor is created *pending* (its seed ends with ``langgraph/moving``): it
+        becomes the thread only when ``_settle`` marks both generations in one transaction,
+        which needs the sealed one still there. So a move whose old generation a
+        ``delete_thread`` removed meanwhile can create nothing that stays.
+        """
+        if index.settled:  # the successor holds the thread: this one is a leftover
+            with contextlib.suppress(SessionNotFoundError):
+                yield call(self.store.delete_session, index.handle.id)
+            return
         moved = index.moved
         seed = rewritten(self.serde, index, moved["op"], index.now())
-        with contextlib.suppress(SessionExistsError):
+        mark = {"from": index.handle.id}
+        seed.append(
+            {"type": MOVING_TYPE, "seq": len(seed), "time": index.now(), "data": mark}
+            | {"ignorable": True}
+        )
+        try:
             create = self.store.create_session
-            yield call(create, moved["to"], seed=seed, labels=moved.get("labels"))
-        with contextlib.suppress(SessionNotFoundError):
-            yield call(self.store.delete_session, index.handle.id)
+            named = {"labels": moved.get("labels"), "title": moved.get("title")}
+            handle = yield call(create, moved["to"], seed=seed, **named)
+        except SessionExistsError:
+            return  # somebody's: whoever resolves the thread next settles it
+        successor = Index(handle)
+        yield call(successor.fold)
+        yield from self._settle(successor, index)
+
+    def _settle(self, successor: Index, old: Index | None) -> Op[None]:
+        """Settle the pending ``successor``: mark it and the generation it replaces (still
+        sealed for it) in one transaction, then drop that one; or, when that one is gone or
+        not sealed for it (a ``delete_thread`` won), drop the successor."""
+        old_id = successor.pending_from
+        assert old_id is not None
+        if old is None:
+            try:
+                handle = yield call(self.store.open_session, old_id)
+                old = Index(handle)
+                yield call(old.fold)
+            except SessionNotFoundError:
+                old = None
+        sealed = old is not None and old.moved is not None and not old.settled
+        if sealed and old is not None and old.moved.get("to") == successor.handle.id:
+            mark = [{"type": SETTLED_TYPE, "data": {"from": old_id}, "ignorable": True}]
+            together = [(old.handle, mark), (successor.handle, mark)]
+            try:
+                yield call(self.store.append_together, together)
+            except (ConcurrencyError, SessionNotFoundError):
+                pass  # somebody settled it, or the old one is gone: see below
+            else:
+                with contextlib.suppress(SessionNotFoundError):
+                    yield call(self.store.delete_session, old_id)
+                return
+        # Not settled by us. Only a settle appends past a seal, and it comes before the old
+        # generation's deletion: so a successor still pending after the old one was seen
+        # gone, unsealed or moved on is stale (a deletion won), and nothing can settle it.
+        try:
+            yield call(successor.handle.refresh)
+            yield call(successor.fold)
+        except SessionNotFoundError:
+            return
+        if successor.pending_from is not None:
+            with contextlib.suppress(SessionNotFoundError):
+                yield call(self.store.delete_session, successor.handle.id)
 
     def _append(self, thread_id: str, build: Callable[[Index], Batch]) -> Op[None]:
         """Append what ``build`` plans from the thread's index, replanning on a lost race."""
@@ -216,7 +289,8 @@ class Threads:
         """Seal ``index``'s generation for ``op``, then finish the move (False: lost a race)."""
         base = base_of(index.handle.id)
         gen = generation(index.handle.id, base) or 0
-        moved = {"to": gen_id(base, gen + 1), "op": op, "labels": labels(thread_id)}
+        moved: dict[str, Any] = {"to": gen_id(base, gen + 1), "op": op}
+        moved |= {"labels": labels(thread_id), "title": title_of(thread_id)}
         try:
             seal = [{"type": MOVED_TYPE, "data": moved, "ignorable": True}]
             yield call(index.handle.append_many, seal)
@@ -243,7 +317,7 @@ class Threads:
             lister = self.store.list_sessions
             page = yield call(lister, id_prefix=ID_PREFIX, limit=500, order="created", after=after)
             for info in page:
-                thread_id = info.labels.get(THREAD_LABEL)
+                thread_id = thread_from_labels(info.labels)
                 if thread_id is not None and thread_id not in threads:
                     threads.append(thread_id)
             if len(page) < 500:
@@ -304,10 +378,18 @@ class Threads:
         )
 
     def _delete_thread_op(self, thread_id: str) -> Op[None]:
+        """Delete every generation, until a look finds none: a move that settles needs the
+        generation it replaces, so once none is left nothing can come back."""
         self._threads.pop(thread_id, None)
-        for session_id in (yield from self._generations(base_id(thread_id))).values():
-            with contextlib.suppress(SessionNotFoundError):
-                yield call(self.store.delete_session, session_id)
+        base = base_id(thread_id)
+        for _ in range(MAX_ATTEMPTS):
+            gens = yield from self._generations(base)
+            if not gens:
+                return
+            for session_id in gens.values():
+                with contextlib.suppress(SessionNotFoundError):
+                    yield call(self.store.delete_session, session_id)
+        raise ConcurrencyError(f"thread {thread_id!r}: {MAX_ATTEMPTS} deletions lost a race")
 
     def _delete_for_runs_op(self, run_ids: Sequence[str]) -> Op[None]:
         runs = sorted({str(r) for r in run_ids})
@@ -339,4 +421,4 @@ class Threads:
                 session_id=child,
             )
         yield call(self.store.fork_session, index.handle.id, child_id=child)
-        yield call(self.store.update_session, child, labels=labels(target))
+        yield call(self.store.update_session, child, labels=labels(target), title=title_of(target))
