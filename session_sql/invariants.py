@@ -35,7 +35,9 @@ _TURN_SCOPED = frozenset(
 )
 _REQUEST = frozenset({"request/header", "request/context"})
 
-FRAMEWORK_SOURCES = frozenset({"adk", "langgraph", "openai-agents"})
+FRAMEWORK_SOURCES = frozenset(
+    {"adk", "claude-agent-sdk", "langgraph", "openai-agents", "pydantic-ai"}
+)
 """``source.kind`` of the user messages the framework adapters write (docs/integrations.md)."""
 
 

@@ -4,35 +4,51 @@ that are still checked in full."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
-from session_sql import open_store
+from session_sql import open_async_store, open_store
 from session_sql.cli import app
 from session_sql.inspector.app import create_app
 from session_sql.integrations.adk import store_id
+from session_sql.integrations.claude_agent_sdk import SessionSQLSessionStore
 from session_sql.integrations.langgraph import SessionSQLSaver
+from session_sql.integrations.pydantic_ai import SessionSQLStepStore
 from session_sql.metadata import HIDDEN_LABEL
 
 from ..conftest import Backend
-from . import test_adk_reads, test_openai_agents_reads
+from . import pai_agent, test_adk_reads, test_openai_agents_reads
+from .claude_transcript import SESSION_ID, SUBPATH, main_entries, subagent_entries
 from .lg_graph import run_sync
 
 ADK_KEY = store_id("session", "app", "u", "s")
+CLAUDE_KEY = {"project_key": "-home-dev-proj", "session_id": SESSION_ID}
 
 
 def _mixed_store(backend: Backend) -> None:
     """Two ADK turns, two OpenAI Agents turns, a LangGraph script (interrupt, resume, fork) on
-    thread ``t1``, and the same script on ``t2``, then pruned (a rewritten thread)."""
+    thread ``t1``, and the same script on ``t2``, then pruned (a rewritten thread); a Claude
+    Agent SDK transcript with a subagent's, and a pydantic-ai agent's run."""
     test_adk_reads.write_two_turns(backend)
     test_openai_agents_reads.write_two_turns(backend)
     with open_store(backend.url, schema=backend.schema) as store:
         run_sync(lambda: SessionSQLSaver(store), "t1")
         run_sync(lambda: SessionSQLSaver(store), "t2")
         SessionSQLSaver(store).prune(["t2"])
+
+    async def claude_and_pydantic_ai() -> None:
+        async with open_async_store(backend.url, schema=backend.schema) as store:
+            claude = SessionSQLSessionStore(store)
+            await claude.append(CLAUDE_KEY, main_entries())
+            await claude.append({**CLAUDE_KEY, "subpath": SUBPATH}, subagent_entries())
+            steps = SessionSQLStepStore(store)
+            await pai_agent.agent(steps, pai_agent.Script(), run_id="run-1").run("weather?")
+
+    asyncio.run(claude_and_pydantic_ai())
 
 
 def _verify(backend: Backend) -> Any:
