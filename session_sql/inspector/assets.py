@@ -59,8 +59,27 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0; font-size: 
 .chart .out, .key.out { fill: var(--out); background: var(--out); }
 .key { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 8px; }
 .legend, .more, .empty, .live { color: var(--dim); font-size: 12px; }
-.turns { columns: 3 280px; font-size: 13px; margin: 4px 0; padding-left: 20px; }
-.turn.interrupted, .turn.error, .turn.aborted { color: #b91c1c; }
+.turn-list { max-height: 15em; overflow: auto; display: flex; flex-direction: column-reverse;
+  border: 1px solid var(--line); margin: 4px 0; }
+.turns { font-size: 13px; }
+.turns td, .turns th { white-space: nowrap; padding: 1px 8px; }
+.turns td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.turn.interrupted td, .turn.error td, .turn.aborted td { color: #b91c1c; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 8px;
+  border: 1px solid #9ca3af; vertical-align: baseline; }
+.swatch.shadowed { background: var(--shadow); }
+.swatch.replacement { background: var(--replace); }
+.swatch.removal { background: var(--remove); }
+.swatch.role-user { background: #60a5fa; }
+.swatch.role-assistant { background: #34d399; }
+.ordinal { font-weight: 600; color: var(--fg); }
+.find { padding: 0 16px; }
+.search { display: flex; gap: 8px; align-items: center; margin: 4px 0; }
+.search label { color: var(--dim); font-size: 12px; }
+.search input { width: 24em; max-width: 60vw; }
+.hits { font-size: 13px; max-height: 20em; overflow: auto; margin: 4px 0; }
+.snippet { white-space: pre-wrap; overflow-wrap: anywhere; color: var(--dim); }
+mark { background: #fde047; color: var(--fg); }
 @media (max-width: 900px) { .split { grid-template-columns: 1fr; } }
 """
 
