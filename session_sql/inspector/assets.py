@@ -60,10 +60,11 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0; font-size: 
 .key { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 8px; }
 .legend, .more, .empty, .live { color: var(--dim); font-size: 12px; }
 .turn-list { max-height: 15em; overflow: auto; display: flex; flex-direction: column-reverse;
-  border: 1px solid var(--line); margin: 4px 0; }
-.turns { font-size: 13px; }
-.turns td, .turns th { white-space: nowrap; padding: 1px 8px; }
-.turns td.num { text-align: right; font-variant-numeric: tabular-nums; }
+  width: max-content; max-width: 100%; align-items: flex-start; border: 1px solid var(--line);
+  margin: 4px 0; }
+.turns { font-size: 13px; width: auto; }
+.turns td, .turns th { white-space: nowrap; padding: 1px 12px; }
+.turns .num { text-align: right; font-variant-numeric: tabular-nums; }
 .turn.interrupted td, .turn.error td, .turn.aborted td { color: #b91c1c; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 8px;
   border: 1px solid #9ca3af; vertical-align: baseline; }

@@ -414,7 +414,8 @@ def _search_results(view: SessionView, links: Links, search: SearchPage) -> str:
             f"{esc(m.after)}</div></li>"
         )
     count = len(search.matches)
-    heading = f"{count:,} message{'' if count == 1 else 's'} hold “{esc(search.query)}”"
+    holds = "1 message holds" if count == 1 else f"{count:,} messages hold"
+    heading = f"{holds} “{esc(search.query)}”"
     more = ""
     if search.next_after_seq is not None:
         heading += f" (up to seq {search.next_after_seq})"

@@ -2,9 +2,9 @@
 session page's search box (docs/inspector.md, "Search").
 
 The database narrows the rows: the session's message events (``user/message``,
-``assistant/message``, ``tool/result``, shadowed ones included) whose stored JSON holds the
-longest ASCII letter-and-digit run of the query, ignoring case (those characters are never
-escaped in JSON, so no match is lost). Each candidate's readable text (what the page shows)
+``assistant/message``, ``tool/result``, shadowed ones included) whose stored JSON holds each
+ASCII letter-and-digit run of the query, ignoring case (those characters are never escaped
+in JSON, so no match is lost). Each candidate's readable text (what the page shows)
 is then matched in Python, ignoring case, so a key name or a JSON escape never matches. One
 request reads at most ``SCAN_ROWS`` candidates and returns at most ``MAX_SEARCH`` matches;
 ``next_after_seq`` continues after them. Scoped to the store's tenant like every read.
@@ -47,6 +47,8 @@ SCAN_ROWS = 5000
 CONTEXT = 80
 """Characters of text kept before a match (and twice as many after it) in a snippet."""
 MAX_SEQ = 2**62
+MAX_WORDS = 8
+"""The most words of a query the database narrows by (the rest are matched in Python)."""
 _WORDS = re.compile(r"[a-z0-9]+")
 
 
@@ -142,9 +144,8 @@ def search_messages(
             ev.type.in_(MESSAGE_TYPES),
             ev.seq > min(after_seq, MAX_SEQ),
         ]
-        if words:
-            longest = max(words, key=len)
-            where.append(func.lower(cast(ev.data, Text)).contains(longest, autoescape=True))
+        text = func.lower(cast(ev.data, Text))
+        where += [text.contains(word, autoescape=True) for word in sorted(set(words))[:MAX_WORDS]]
         rows = orm.execute(
             select(ev.seq, ev.type, ev.time, ev.data)
             .where(*where)

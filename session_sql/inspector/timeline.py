@@ -106,8 +106,9 @@ def timeline(view: SessionView, links: Links) -> str:
     note = f'<p class="more">{esc("; ".join(notes))}</p>' if notes else ""
     near = " near this page" if view.outline.turns_from > 0 else ""
     table = (
-        '<div class="turn-list"><table class="turns"><thead><tr><th>turn</th><th>seqs</th>'
-        "<th>steps</th><th>ended</th><th>input tokens</th><th>output tokens</th></tr>"
+        '<div class="turn-list"><table class="turns"><thead><tr><th class="num">turn</th>'
+        '<th class="num">seqs</th><th class="num">steps</th><th>ended</th>'
+        '<th class="num">input tokens</th><th class="num">output tokens</th></tr>'
         f"</thead><tbody>{''.join(_row(t, links) for t in listed)}</tbody></table></div>"
     )
     return (

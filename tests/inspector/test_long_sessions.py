@@ -185,6 +185,19 @@ def test_search_pages_on_and_is_bounded(client, scene, monkeypatch):
     assert big.status_code == 200
 
 
+def test_search_narrows_by_every_word_of_the_query(client, scene, monkeypatch):
+    from session_sql.inspector import search as search_module
+
+    session = scene.store.create_session("words")
+    for word in ("zero", "one", "two", "three", "four"):
+        say(session, f"common {word}")
+    monkeypatch.setattr(search_module, "SCAN_ROWS", 2)  # (every message says "common")
+    body = search(client, "words", q="four COMMON").json()
+    assert body["matches"] == []  # (the words must be next to each other, in that order)
+    body = search(client, "words", q="COMMON four").json()
+    assert [m["snippet"] for m in body["matches"]] == ["common four"]
+
+
 @pytest.mark.parametrize(
     ("params", "word"),
     [
