@@ -48,10 +48,11 @@ SURFACE_PAGE = 300
 for up to ``MAX_SURFACE``)."""
 MAX_SURFACE = 5000
 MAX_CHILDREN = 100
-TURN_SPAN = 10_000
+TURN_SPAN = 4000
 """The timeline and the token chart draw the turns that start in this many events before the
 end of the page (and the whole log when it is no longer): what a page costs follows the page,
-not the log."""
+not the log. (About 800 turns of a plain chat, 300 of tool calls: more than the chart's 300
+bars and the list's 200 rows show one by one; reading the turns is most of a page's cost.)"""
 
 
 def int_param(

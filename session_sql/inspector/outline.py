@@ -228,14 +228,19 @@ def surface_page(
             offset = max(0, length - limit)
         else:
             offset = min(first - 1, length)  # (past the end: an empty page, no huge OFFSET)
-        query = (
-            select(node.pos, ev.seq, ev.type, ev.data)
-            .join(ev, and_(ev.session_key == node.session_key, ev.seq == node.event_seq))
+        # The page's positions first, along the surface's key alone; then their events.
+        positions = (
+            select(node.pos, node.event_seq)
             .where(node.session_key == key)
             .order_by(node.pos)
             .offset(offset)
         )
-        rows = orm.execute(query if limit is None else query.limit(limit)).all()
+        page = (positions if limit is None else positions.limit(limit)).subquery()
+        rows = orm.execute(
+            select(page.c.pos, ev.seq, ev.type, ev.data)
+            .join(ev, and_(ev.session_key == key, ev.seq == page.c.event_seq))
+            .order_by(page.c.pos)
+        ).all()
         shown = [node.session_key == key, node.event_seq >= start]
         if stop is not None:
             shown.append(node.event_seq < stop)
