@@ -114,14 +114,16 @@ def measure(store: SessionStore, session_id: str, runs: int, chromium: str, driv
             paints.append(paint)
             served.append(response)
             loads.append(load)
-        size = browser.execute_script("return document.documentElement.outerHTML.length")
+        size = browser.execute_script(
+            "return performance.getEntriesByType('navigation')[0].decodedBodySize"
+        )
         browser.get("about:blank")
     finally:
         browser.quit()
         app.stopping.set()
         server.should_exit = True
         thread.join(timeout=30)
-    print(f"session page: about {size:,} characters of HTML")
+    print(f"session page: {size:,} bytes of HTML")
     print(f"  served (response end): median {statistics.median(served):.0f} ms")
     print(f"  first contentful paint: median {statistics.median(paints):.0f} ms")
     print(f"  load event: median {statistics.median(loads):.0f} ms  ({runs} loads)")

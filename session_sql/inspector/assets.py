@@ -39,7 +39,8 @@ td.op { white-space: nowrap; color: var(--dim); }
 #surface, #log { min-width: 0; }
 #surface { position: sticky; top: 0; align-self: start; max-height: 100vh; overflow-y: auto; }
 .nodes { list-style: none; padding: 0; margin: 0; }
-.node { border-left: 3px solid var(--line); padding: 4px 8px; margin-bottom: 6px; }
+.node { border-left: 3px solid var(--line); padding: 4px 8px; margin-bottom: 6px;
+  content-visibility: auto; contain-intrinsic-size: auto 3em; }
 .node.role-user { border-color: #60a5fa; }
 .node.role-assistant { border-color: #34d399; }
 .where { display: block; color: var(--dim); font-size: 12px; }
