@@ -150,7 +150,8 @@ def main() -> None:
             started = time.perf_counter()
             session_id = build(store, args.turns)
             took = time.perf_counter() - started
-            print(f"built {args.turns:,} turns ({store.head_seq(session_id) + 1:,} events) in {took:.1f} s")
+            events = store.head_seq(session_id) + 1
+            print(f"built {args.turns:,} turns ({events:,} events) in {took:.1f} s")
             measure(store, session_id, args.runs, args.chromium, args.chromedriver)
         finally:
             store.close()

@@ -75,10 +75,11 @@ def serve(
     """Browse sessions in a read-only web inspector, with a JSON and Server-Sent Events API.
 
     Pages: the sessions (filters and paging as 'ls') and one session (the surface beside the
-    log, what each replacement shadows, tool calls and results, turns and token usage,
-    forks, new events live). The API: /api/sessions, /api/sessions/ID and its /events,
-    /messages, /surface and /follow (see docs/inspector.md). Only GET requests are
-    served; the store is never written. Ctrl-C stops it.
+    log, each paged, what each replacement shadows, tool calls and results, turns and token
+    usage, forks, a search over the messages, new events live). The API: /api/sessions,
+    /api/sessions/ID and its /events, /messages, /surface, /search and /follow (see
+    docs/inspector.md). Only GET requests are served; the store is never written. Ctrl-C
+    stops it.
     """
     if not is_loopback(host) and not token:
         raise CliError(
