@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from session_sql import InvalidArgumentError, SessionNotFoundError, StoreError
 from session_sql.inspector import api
 from session_sql.inspector.assets import CSS, JS
+from session_sql.inspector.outline import surface_page
 from session_sql.inspector.page import esc, session_page, sessions_page
 from session_sql.inspector.search import search_messages, search_query
 from session_sql.jsoncodec import dumps_compact
@@ -290,7 +291,23 @@ def create_app(
 
     async def surface_json(request: Request) -> Response:
         sid = request.path_params["session_id"]
-        last = api.int_param(_query(request), "last", None)
+        params = _query(request)
+        last = api.int_param(params, "last", None)
+        first = api.int_param(params, "from", None, low=1)
+        if first is not None:  # a page by place on the surface, as the session page's
+            limit = api.int_param(params, "limit", api.SURFACE_PAGE, low=1)
+            assert limit is not None
+            page = await run_in_threadpool(
+                lambda: surface_page(store, sid, first=first, limit=min(limit, api.MAX_SURFACE))
+            )
+            shaped = [{"ordinal": page.first + i, **n._asdict()} for i, n in enumerate(page.nodes)]
+            following = page.first + len(page.nodes)
+            body = {
+                "nodes": shaped,
+                "length": page.length,
+                "next_from": following if following <= page.length else None,
+            }
+            return Response(dumps_compact(body), media_type="application/json")
         nodes = await run_in_threadpool(lambda: store.surface_messages(sid, last=last))
         shaped = [n._asdict() for n in nodes]
         return Response(f'{{"nodes":{dumps_compact(shaped)}}}', media_type="application/json")

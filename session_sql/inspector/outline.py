@@ -206,10 +206,10 @@ def surface_page(
     *,
     first: int | None,
     limit: int | None,
-    seqs: tuple[int, int | None] = (0, None),
+    seqs: tuple[int, int | None] = (0, 0),
 ) -> SurfacePage:
     """``limit`` surface nodes (None: all) from the ``first``-th (1-based; None: the last
-    page), and which events of seqs ``[start, stop)`` are on the surface.
+    page), and which events of seqs ``[start, stop)`` are on the surface (none by default).
 
     Read by offset along the surface's key, so any page costs about the same; positions
     (``pos``) have gaps where replacements took nodes off, ordinals do not.

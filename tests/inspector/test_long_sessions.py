@@ -113,6 +113,22 @@ def test_the_log_and_the_surface_keep_each_others_page(client, scene):
     }
 
 
+def test_the_surface_api_pages_by_place_too(client, scene):
+    session = scene.store.create_session("api-paged")
+    for i in range(12):
+        say(session, f"line {i}")
+    url = "/api/sessions/api-paged/surface"
+    body = client.get(url, params={"from": "3", "limit": "5"}).json()
+    assert [n["ordinal"] for n in body["nodes"]] == [3, 4, 5, 6, 7]
+    assert [n["seq"] for n in body["nodes"]] == list(scene.store.surface("api-paged")[2:7])
+    assert [n["message"] for n in body["nodes"]] == scene.store.messages("api-paged")[2:7]
+    assert (body["length"], body["next_from"]) == (12, 8)
+    tail = client.get(url, params={"from": "11", "limit": "5"}).json()
+    assert [n["ordinal"] for n in tail["nodes"]] == [11, 12] and tail["next_from"] is None
+    assert client.get(url, params={"from": "0"}).status_code == 400
+    assert len(client.get(url).json()["nodes"]) == 12  # (without from: as before)
+
+
 def test_bad_surface_parameters_are_refused(client, scene):
     for params in ({"surface_from": "0"}, {"surface_limit": "0"}, {"surface_from": "x"}):
         response = client.get(f"/sessions/{scene.session_id}", params=params)
