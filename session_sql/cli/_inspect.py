@@ -88,10 +88,11 @@ def serve(
     """Browse sessions in a read-only web inspector, with a JSON and Server-Sent Events API.
 
     Pages: the sessions (filters and paging as 'ls') and one session (the surface beside the
-    log, what each replacement shadows, tool calls and results, turns and token usage,
-    forks, new events live). The API: /api/sessions, /api/sessions/ID and its /events,
-    /messages, /surface and /follow (see docs/inspector.md). Only GET requests are
-    served; the store is never written. Ctrl-C stops it.
+    log, each paged, what each replacement shadows, tool calls and results, turns and token
+    usage, forks, a search over the messages, new events live). The API: /api/sessions,
+    /api/sessions/ID and its /events, /messages, /surface, /search and /follow (see
+    docs/inspector.md). Only GET requests are served; the store is never written. Ctrl-C
+    stops it.
     """
     if not is_loopback(host) and not token:
         raise CliError(
@@ -160,21 +161,27 @@ def view(
     tenant: TenantOption = "",
     last: Annotated[
         int,
-        typer.Option("--last", min=1, metavar="N", help="The last N events of the log."),
-    ] = 5000,
+        typer.Option(
+            "--last",
+            min=1,
+            metavar="N",
+            help="The last N events of the log, and the last N surface nodes.",
+        ),
+    ] = 1000,
 ) -> None:
     """Write one session as a self-contained HTML page, to attach to a bug report.
 
     The page of 'serve' in one file: no script, no style sheet or image from elsewhere, no
-    network (its Content-Security-Policy allows nothing else). It holds the last 5000 events
-    of the log (the whole log when it is shorter; --last for more or fewer) beside the whole
-    surface.
+    network (its Content-Security-Policy allows nothing else). It holds the last 1000 events
+    of the log and the last 1000 surface nodes (all of them when there are fewer; --last for
+    more or fewer), so the file of a long session stays a few MB.
     """
     from session_sql.inspector import render_file
 
     with cli_store(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session_id)
         head = store.head_seq(session_id)
+        nodes = len(store.surface(session_id))
         page = render_file(store, session_id, last=last)
     try:
         output.write_text(page, encoding="utf-8")
@@ -182,4 +189,6 @@ def view(
         raise CliError(f"cannot write {output}: {exc.strerror or exc}") from exc
     Out().line(f"{session_id}: wrote {output} ({len(page.encode()):,} bytes)")
     if head + 1 > last:
-        Out().line(f"(the last {last} of {head + 1:,} events: --last N for more)")
+        Out().line(f"(the last {last:,} of {head + 1:,} events: --last N for more)")
+    if nodes > last:
+        Out().line(f"(the last {last:,} of {nodes:,} surface nodes: --last N for more)")

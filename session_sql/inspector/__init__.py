@@ -2,8 +2,9 @@
 
 An extra (``session-sql[serve]``): Starlette and uvicorn are needed by ``app`` and by
 ``serve`` only; ``view`` (``render_file``) needs neither. ``outline`` reads the whole-log facts
-of a session page, ``api`` the data and JSON shapes, ``page`` the HTML, ``assets`` the style
-sheet and script. See docs/inspector.md.
+of a session page and its pages of surface, ``api`` the data and JSON shapes, ``search`` the
+text search over a session's messages, ``page`` and ``timeline`` the HTML, ``assets`` the
+style sheet and script. See docs/inspector.md.
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ from session_sql.inspector.page import session_page
 if TYPE_CHECKING:
     from session_sql import SessionStore
 
-__all__ = ["render_file"]
+__all__ = ["VIEW_LAST", "render_file"]
+
+VIEW_LAST = 1000
+"""What ``render_file`` (and ``session-sql view``) holds by default: the last 1000 events of
+the log and the last 1000 surface nodes, a page of a few MB at most whatever the session's
+length (each event's data and each node's text is cut at 8000 characters)."""
 
 
-def render_file(store: SessionStore, session_id: str, *, last: int | None = None) -> str:
-    """One session as a self-contained HTML page (no script, no network): the whole log, or
-    its ``last`` events."""
+def render_file(store: SessionStore, session_id: str, *, last: int | None = VIEW_LAST) -> str:
+    """One session as a self-contained HTML page (no script, no network): its last ``last``
+    events and its last ``last`` surface nodes (None: the whole log and surface)."""
     head = store.head_seq(session_id)
-    start = None if last is None else max(0, head - last + 1)
-    view = session_view(store, session_id, from_seq=start or 0, limit=None, surface_last=None)
+    start = 0 if last is None else max(0, head - last + 1)
+    view = session_view(store, session_id, from_seq=start, limit=None, surface_limit=last)
     return session_page(view, standalone=True)

@@ -18,12 +18,13 @@ from session_sql import (
     SessionStore,
     SurfaceMessage,
 )
-from session_sql.inspector.outline import Outline, call_partners, outline
+from session_sql.inspector.outline import Outline, call_partners, outline, surface_page
 from session_sql.jsoncodec import dumps_compact
 
 __all__ = [
     "EVENT_PAGE",
     "LIST_PAGE",
+    "MAX_SURFACE",
     "SURFACE_PAGE",
     "ListQuery",
     "SessionView",
@@ -43,12 +44,15 @@ EVENT_PAGE = 200
 """Events per page of a session's log (``limit`` may ask for up to ``MAX_EVENTS``)."""
 MAX_EVENTS = 5000
 SURFACE_PAGE = 300
-"""Surface nodes shown beside the log: the last ones (the model reads the whole surface)."""
+"""Surface nodes per page beside the log (the last ones by default; ``surface_limit`` may ask
+for up to ``MAX_SURFACE``)."""
+MAX_SURFACE = 5000
 MAX_CHILDREN = 100
-TURN_SPAN = 10_000
+TURN_SPAN = 4000
 """The timeline and the token chart draw the turns that start in this many events before the
 end of the page (and the whole log when it is no longer): what a page costs follows the page,
-not the log."""
+not the log. (About 800 turns of a plain chat, 300 of tool calls: more than the chart's 300
+bars and the list's 200 rows show one by one; reading the turns is most of a page's cost.)"""
 
 
 MAX_PARAM = 2**62
@@ -190,10 +194,18 @@ class SessionView:
     outline: Outline
     shadowed_by: dict[int, list[int]]
     pairs: dict[str, dict[str, int]]
+    surface_first: int = 1
+    """The ordinal (1..``surface_length``) of the first node of ``surface``."""
+    surface_page_size: int = SURFACE_PAGE
 
     @property
     def head_seq(self) -> int:
         return self.info.head_seq
+
+    @property
+    def surface_at_tail(self) -> bool:
+        """Whether the surface page ends at the surface's last node."""
+        return self.surface_first + len(self.surface) > self.surface_length
 
     @property
     def at_tail(self) -> bool:
@@ -226,10 +238,13 @@ def session_view(
     *,
     from_seq: int | None = None,
     limit: int | None = EVENT_PAGE,
-    surface_last: int | None = SURFACE_PAGE,
+    surface_from: int | None = None,
+    surface_limit: int | None = SURFACE_PAGE,
 ) -> SessionView:
     """One session page: a page of its log (default: the last ``limit`` events; ``limit``
-    None: all), the last surface nodes, and the whole-log outline."""
+    None: all), a page of its surface (``surface_limit`` nodes from the ``surface_from``-th,
+    1-based; default: the last ones; ``surface_limit`` None: all), and the outline around
+    the log's page."""
     info = store.session_info(session_id)
     head = info.head_seq
     if from_seq is not None:
@@ -241,23 +256,26 @@ def session_view(
         start = max(0, head - limit + 1) if from_seq is None else from_seq
         stop = start + limit
     events = list(store.events(session_id, from_seq=start, to_seq=stop))
-    seqs = store.surface(session_id)
-    surface = store.surface_messages(session_id, last=surface_last)
+    surface = surface_page(
+        store, session_id, first=surface_from, limit=surface_limit, seqs=(start, stop)
+    )
     page_end = start + len(events)
-    turns_from = 0 if limit is None else max(0, page_end - TURN_SPAN)
+    turns_from = max(0, page_end - TURN_SPAN)
     shape = outline(store, session_id, turns_from=turns_from, turns_to=page_end)
     page_seqs = [e.seq for e in events]
     ids = sorted({c for c in (call_id(e) for e in events) if c is not None})
     return SessionView(
         info=info,
         children=store.list_sessions(parent=session_id, limit=MAX_CHILDREN),
-        surface=surface,
-        surface_length=len(seqs),
-        on_surface=frozenset(seqs),
+        surface=surface.nodes,
+        surface_length=surface.length,
+        on_surface=surface.on_surface,
         events=events,
         from_seq=start,
         page_size=limit if limit is not None else max(1, len(events)),
         outline=shape,
         shadowed_by=shape.shadowed_by(page_seqs),
         pairs=call_partners(store, session_id, ids),
+        surface_first=surface.first,
+        surface_page_size=surface_limit if surface_limit is not None else max(1, surface.length),
     )

@@ -44,7 +44,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from session_sql import InvalidArgumentError, SessionNotFoundError, StoreError
 from session_sql.inspector import api
 from session_sql.inspector.assets import CSS, JS
+from session_sql.inspector.outline import surface_page
 from session_sql.inspector.page import esc, session_page, sessions_page
+from session_sql.inspector.search import search_messages, search_query
 from session_sql.jsoncodec import dumps_compact
 
 if TYPE_CHECKING:
@@ -221,10 +223,27 @@ def create_app(
         params = _query(request)
         from_seq = api.int_param(params, "from_seq", None)
         limit = api.int_param(params, "limit", api.EVENT_PAGE, low=1)
+        surface_from = api.int_param(params, "surface_from", None, low=1)
+        surface_limit = api.int_param(params, "surface_limit", api.SURFACE_PAGE, low=1)
+        assert surface_limit is not None
+        surface_limit = min(surface_limit, api.MAX_SURFACE)
+        searching = search_query(params) if params.get("q", "").strip() else None
         sid = request.path_params["session_id"]
 
         def render() -> str:
-            return session_page(api.session_view(store, sid, from_seq=from_seq, limit=limit))
+            view = api.session_view(
+                store,
+                sid,
+                from_seq=from_seq,
+                limit=limit,
+                surface_from=surface_from,
+                surface_limit=surface_limit,
+            )
+            found = None
+            if searching is not None:
+                query, after, most = searching
+                found = search_messages(store, sid, query, after_seq=after, limit=most)
+            return session_page(view, search=found)
 
         return HTMLResponse(await run_in_threadpool(render))
 
@@ -273,10 +292,41 @@ def create_app(
 
     async def surface_json(request: Request) -> Response:
         sid = request.path_params["session_id"]
-        last = api.int_param(_query(request), "last", None)
+        params = _query(request)
+        last = api.int_param(params, "last", None)
+        first = api.int_param(params, "from", None, low=1)
+        if first is not None:  # a page by place on the surface, as the session page's
+            limit = api.int_param(params, "limit", api.SURFACE_PAGE, low=1)
+            assert limit is not None
+            page = await run_in_threadpool(
+                lambda: surface_page(store, sid, first=first, limit=min(limit, api.MAX_SURFACE))
+            )
+            shaped = [{"ordinal": page.first + i, **n._asdict()} for i, n in enumerate(page.nodes)]
+            following = page.first + len(page.nodes)
+            body = {
+                "nodes": shaped,
+                "length": page.length,
+                "next_from": following if following <= page.length else None,
+            }
+            return Response(dumps_compact(body), media_type="application/json")
         nodes = await run_in_threadpool(lambda: store.surface_messages(sid, last=last))
         shaped = [n._asdict() for n in nodes]
         return Response(f'{{"nodes":{dumps_compact(shaped)}}}', media_type="application/json")
+
+    async def search_json(request: Request) -> Response:
+        sid = request.path_params["session_id"]
+        query, after, most = search_query(_query(request))
+        found = await run_in_threadpool(
+            lambda: search_messages(store, sid, query, after_seq=after, limit=most)
+        )
+        return _json(
+            {
+                "session_id": sid,
+                "q": query,
+                "matches": [m.to_json() for m in found.matches],
+                "next_after_seq": found.next_after_seq,
+            }
+        )
 
     async def follow(request: Request) -> Response:
         sid = request.path_params["session_id"]
@@ -309,6 +359,7 @@ def create_app(
         get("/api/sessions/{session_id:path}/events", events_json),
         get("/api/sessions/{session_id:path}/messages", messages_json),
         get("/api/sessions/{session_id:path}/surface", surface_json),
+        get("/api/sessions/{session_id:path}/search", search_json),
         get("/api/sessions/{session_id:path}/follow", follow),
         get("/api/sessions/{session_id:path}", session_json),
     ]

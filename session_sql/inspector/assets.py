@@ -39,7 +39,8 @@ td.op { white-space: nowrap; color: var(--dim); }
 #surface, #log { min-width: 0; }
 #surface { position: sticky; top: 0; align-self: start; max-height: 100vh; overflow-y: auto; }
 .nodes { list-style: none; padding: 0; margin: 0; }
-.node { border-left: 3px solid var(--line); padding: 4px 8px; margin-bottom: 6px; }
+.node { border-left: 3px solid var(--line); padding: 4px 8px; margin-bottom: 6px;
+  content-visibility: auto; contain-intrinsic-size: auto 3em; }
 .node.role-user { border-color: #60a5fa; }
 .node.role-assistant { border-color: #34d399; }
 .where { display: block; color: var(--dim); font-size: 12px; }
@@ -59,8 +60,28 @@ pre { white-space: pre-wrap; overflow-wrap: anywhere; margin: 2px 0; font-size: 
 .chart .out, .key.out { fill: var(--out); background: var(--out); }
 .key { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 8px; }
 .legend, .more, .empty, .live { color: var(--dim); font-size: 12px; }
-.turns { columns: 3 280px; font-size: 13px; margin: 4px 0; padding-left: 20px; }
-.turn.interrupted, .turn.error, .turn.aborted { color: #b91c1c; }
+.turn-list { max-height: 15em; overflow: auto; display: flex; flex-direction: column-reverse;
+  width: max-content; max-width: 100%; align-items: flex-start; border: 1px solid var(--line);
+  margin: 4px 0; }
+.turns { font-size: 13px; width: auto; }
+.turns td, .turns th { white-space: nowrap; padding: 1px 12px; }
+.turns .num { text-align: right; font-variant-numeric: tabular-nums; }
+.turn.interrupted td, .turn.error td, .turn.aborted td { color: #b91c1c; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 8px;
+  border: 1px solid #9ca3af; vertical-align: baseline; }
+.swatch.shadowed { background: var(--shadow); }
+.swatch.replacement { background: var(--replace); }
+.swatch.removal { background: var(--remove); }
+.swatch.role-user { background: #60a5fa; }
+.swatch.role-assistant { background: #34d399; }
+.ordinal { font-weight: 600; color: var(--fg); }
+.find { padding: 0 16px; }
+.search { display: flex; gap: 8px; align-items: center; margin: 4px 0; }
+.search label { color: var(--dim); font-size: 12px; }
+.search input { width: 24em; max-width: 60vw; }
+.hits { font-size: 13px; max-height: 20em; overflow: auto; margin: 4px 0; }
+.snippet { white-space: pre-wrap; overflow-wrap: anywhere; color: var(--dim); }
+mark { background: #fde047; color: var(--fg); }
 @media (max-width: 900px) { .split { grid-template-columns: 1fr; } }
 """
 

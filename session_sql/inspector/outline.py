@@ -16,13 +16,23 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session as OrmSession
 
-from session_sql import SessionNotFoundError, SessionStore
+from session_sql import InvalidEventError, SessionNotFoundError, SessionStore, SurfaceMessage
+from session_sql.messages import project_data
 from session_sql.orm import orm_models
 
-__all__ = ["Outline", "Replacement", "Turn", "call_partners", "outline"]
+__all__ = [
+    "Outline",
+    "Replacement",
+    "SurfacePage",
+    "Turn",
+    "call_partners",
+    "outline",
+    "session_key",
+    "surface_page",
+]
 
 BOUNDARY_TYPES = ("turn/start", "turn/end", "step/start", "assistant/message")
 APPEND_OP = '"append"'
@@ -94,6 +104,10 @@ def _tokens(value: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKENS:
         return value
     return None
+
+
+session_key = _session_key
+"""The session's internal key in the tenant (``SessionNotFoundError`` when it has none)."""
 
 
 def _int(value: Any) -> int:
@@ -191,3 +205,72 @@ def call_partners(
                 kind = "call" if type_ == "tool/call" else "result"
                 found.setdefault(str(call_id), {}).setdefault(kind, int(seq))
     return found
+
+
+@dataclass
+class SurfacePage:
+    """A page of the surface, and which events of a page of the log are on the surface."""
+
+    length: int
+    """How many nodes the whole surface has."""
+    first: int
+    """The ordinal (1-based) of the first node of ``nodes``."""
+    nodes: list[SurfaceMessage]
+    on_surface: frozenset[int]
+
+
+def surface_page(
+    store: SessionStore,
+    session_id: str,
+    *,
+    first: int | None,
+    limit: int | None,
+    seqs: tuple[int, int | None] = (0, 0),
+) -> SurfacePage:
+    """``limit`` surface nodes (None: all) from the ``first``-th (1-based; None: the last
+    page), and which events of seqs ``[start, stop)`` are on the surface (none by default).
+
+    Read by offset along the surface's key, so any page costs about the same; positions
+    (``pos``) have gaps where replacements took nodes off, ordinals do not.
+    """
+    models = orm_models(store.schema)
+    node: Any = models.SurfaceNode
+    ev: Any = models.Event
+    items = store.catalog.item_types
+    start, stop = seqs
+    with OrmSession(store.engine) as orm:
+        key = _session_key(orm, models, store, session_id)
+        length = orm.execute(select(func.count()).where(node.session_key == key)).scalar_one()
+        if limit is None:
+            offset = 0
+        elif first is None:
+            offset = max(0, length - limit)
+        else:
+            offset = min(first - 1, length)  # (past the end: an empty page, no huge OFFSET)
+        # The page's positions first, along the surface's key alone; then their events.
+        positions = (
+            select(node.pos, node.event_seq)
+            .where(node.session_key == key)
+            .order_by(node.pos)
+            .offset(offset)
+        )
+        page = (positions if limit is None else positions.limit(limit)).subquery()
+        rows = orm.execute(
+            select(page.c.pos, ev.seq, ev.type, ev.data)
+            .join(ev, and_(ev.session_key == key, ev.seq == page.c.event_seq))
+            .order_by(page.c.pos)
+        ).all()
+        shown = [node.session_key == key, node.event_seq >= start]
+        if stop is not None:
+            shown.append(node.event_seq < stop)
+        on_surface = frozenset(
+            int(s) for s in orm.execute(select(node.event_seq).where(*shown)).scalars()
+        )
+    nodes = []
+    for pos, seq, type_, data in rows:
+        try:
+            message = project_data(type_, data, int(seq), checked=False, items=items)
+        except (InvalidEventError, KeyError, TypeError):
+            message = None  # (malformed: shown as no message; ``verify`` names it)
+        nodes.append(SurfaceMessage(int(pos), int(seq), str(type_), message))
+    return SurfacePage(int(length), offset + 1, nodes, on_surface)

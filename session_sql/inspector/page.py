@@ -16,19 +16,27 @@ import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 from urllib.parse import quote, urlencode
 
 from session_sql import Replace, SessionEvent, SessionInfo
-from session_sql.inspector.api import ListQuery, SessionView, call_id
+from session_sql.inspector.api import (
+    EVENT_PAGE,
+    SURFACE_PAGE,
+    ListQuery,
+    SessionView,
+    call_id,
+)
 from session_sql.inspector.assets import CSS
-from session_sql.inspector.outline import Turn
+from session_sql.inspector.timeline import timeline
+
+if TYPE_CHECKING:
+    from session_sql.inspector.search import SearchPage
 
 __all__ = ["FILE_CSP", "esc", "session_page", "sessions_page"]
 
 SUMMARY_CHARS = 240
 DATA_CHARS = 8000
-MAX_TURNS_LISTED = 200
 MAX_RUNS = 12
 SURFACE_TYPES = frozenset({"user/message", "assistant/message", "tool/result", "surface/removed"})
 
@@ -54,7 +62,7 @@ def when(ms: int) -> str:
         return f"{ms} ms"
 
 
-def session_href(session_id: str, **params: int) -> str:
+def session_href(session_id: str, **params: int | str) -> str:
     query = ("?" + urlencode(params)) if params else ""
     return f"/sessions/{quote(session_id, safe='')}{query}"
 
@@ -296,103 +304,148 @@ def event_row(event: SessionEvent, view: SessionView, links: Links) -> str:
 # The session page
 
 
-def _chart(turns: Sequence[Turn], links: Links, skipped: int = 0) -> str:
-    """Token usage per turn as inline SVG bars (input below, output on top); ``skipped``
-    counts that are not sane integers are left out, and said to be."""
-    used = [t for t in turns if t.input_tokens or t.output_tokens]
-    left_out = f" ({skipped} token counts that are not integers left out)" if skipped else ""
-    if not used:
-        return f'<p class="empty">no token usage recorded{left_out}</p>'
-    peak = max(t.input_tokens + t.output_tokens for t in used)
-    width, height, bar = max(200, 8 * len(used)), 80, 8
-    parts = []
-    for i, t in enumerate(used):
-        h_in = t.input_tokens * height / peak
-        h_out = t.output_tokens * height / peak
-        x = i * bar
-        tip = f"turn {t.turn}: {t.input_tokens} input, {t.output_tokens} output tokens"
-        href = links.href(t.start_seq)
-        bars = (
-            f"<title>{esc(tip)}</title>"
-            f'<rect class="in" x="{x}" y="{height - h_in:.1f}" width="{bar - 2}" '
-            f'height="{h_in:.1f}"/>'
-            f'<rect class="out" x="{x}" y="{height - h_in - h_out:.1f}" width="{bar - 2}" '
-            f'height="{h_out:.1f}"/>'
-        )
-        parts.append(f'<a href="{esc(href)}">{bars}</a>' if href else f"<g>{bars}</g>")
+def _log_state(view: SessionView) -> dict[str, int | str]:
+    """The log's page as URL parameters (none for the latest page of the default size)."""
+    if not view.at_tail:
+        return {"from_seq": view.from_seq, "limit": view.page_size}
+    return {} if view.page_size == EVENT_PAGE else {"limit": view.page_size}
+
+
+def _surface_state(view: SessionView) -> dict[str, int | str]:
+    """The surface's page as URL parameters (none for the last page of the default size)."""
+    if not view.surface_at_tail:
+        return {"surface_from": view.surface_first, "surface_limit": view.surface_page_size}
     return (
-        f'<svg class="chart" role="img" aria-label="tokens per turn" viewBox="0 0 {width} '
-        f'{height}" preserveAspectRatio="none">' + "".join(parts) + "</svg>"
-        f'<p class="legend"><span class="key in"></span>input <span class="key out"></span>'
-        f"output tokens per turn (peak {peak}){left_out}</p>"
+        {} if view.surface_page_size == SURFACE_PAGE else {"surface_limit": view.surface_page_size}
     )
 
 
-def _timeline(view: SessionView, links: Links) -> str:
-    turns = view.outline.turns
-    if not turns:
-        return '<section id="timeline"><h2>Turns</h2><p class="empty">no turns</p></section>'
-    items = []
-    for t in turns[-MAX_TURNS_LISTED:]:
-        end = links.seq(t.end_seq) if t.end_seq is not None else "open"
-        tokens = f"{t.input_tokens}+{t.output_tokens} tokens" if t.input_tokens else ""
-        items.append(
-            f'<li class="turn {esc(t.reason or "open")}">{links.seq(t.start_seq, f"turn {t.turn}")}'
-            f" · seq {links.seq(t.start_seq)}–{end} · {t.steps} step{'s' if t.steps != 1 else ''}"
-            f" · {esc(t.reason or 'not ended')}" + (f" · {tokens}" if tokens else "") + "</li>"
-        )
-    windowed = " near this page" if view.outline.turns_from > 0 else ""
-    more = len(turns) - MAX_TURNS_LISTED
-    earlier = f'<p class="more">{more} earlier turns not listed</p>' if more > 0 else ""
-    if view.outline.turns_from > 0:
-        earlier += (
-            f'<p class="more">the turns that start from seq {view.outline.turns_from} on, '
-            "to the end of this page (earlier pages show earlier turns)</p>"
-        )
-    return (
-        f'<section id="timeline"><h2>Turns ({len(turns)}{windowed})</h2>'
-        f"{_chart(turns, links, view.outline.skipped_tokens)}{earlier}"
-        f'<ol class="turns">{"".join(items)}</ol></section>'
-    )
+def _href(
+    view: SessionView,
+    *,
+    log: Mapping[str, int | str] | None = None,
+    surface: Mapping[str, int | str] | None = None,
+) -> str:
+    """A link to this session page with the log or the surface paged on, the other kept."""
+    params = {
+        **(_log_state(view) if log is None else log),
+        **(_surface_state(view) if surface is None else surface),
+    }
+    return session_href(view.info.id, **params)
 
 
-def _surface(view: SessionView, links: Links) -> str:
+def _pager_links(pairs: Sequence[tuple[str, str, str]]) -> str:
+    links = [
+        f'<a{f" rel={rel}" if rel else ""} href="{esc(href)}">{label}</a>'
+        for label, rel, href in pairs
+    ]
+    return f'<p class="pager">{" ".join(links)}</p>' if links else ""
+
+
+def _surface_pager(view: SessionView, standalone: bool) -> str:
+    if standalone:
+        return ""
+    size, first = view.surface_page_size, view.surface_first
+    pairs = []
+    if first > 1:
+        pairs.append(("first", "", _href(view, surface={"surface_from": 1, "surface_limit": size})))
+        earlier = {"surface_from": max(1, first - size), "surface_limit": size}
+        pairs.append(("earlier", "prev", _href(view, surface=earlier)))
+    if not view.surface_at_tail:
+        later = {"surface_from": first + len(view.surface), "surface_limit": size}
+        pairs.append(("later", "next", _href(view, surface=later)))
+        latest: dict[str, int | str] = {} if size == SURFACE_PAGE else {"surface_limit": size}
+        pairs.append(("latest", "", _href(view, surface=latest)))
+    return _pager_links([(label, rel, href + "#surface") for label, rel, href in pairs])
+
+
+SURFACE_LEGEND = (
+    '<p class="legend"><span class="swatch role-user"></span>user messages and tool results '
+    '<span class="swatch role-assistant"></span>assistant messages. #n is the node\'s place '
+    "on the surface (1 is what the model reads first); seq is the event it comes from.</p>"
+)
+LOG_LEGEND = (
+    '<p class="legend colours"><span class="swatch shadowed"></span>shadowed: was on the '
+    "surface, taken off since by a later replacement or removal "
+    '<span class="swatch replacement"></span>replacement: a summary or a pruned tool result, '
+    "put on the surface in place of earlier nodes "
+    '<span class="swatch removal"></span>removal: took nodes off the surface</p>'
+)
+
+
+def _surface(view: SessionView, links: Links, standalone: bool) -> str:
     nodes = []
-    for node in view.surface:
+    for ordinal, node in enumerate(view.surface, start=view.surface_first):
         role = node.message.get("role", "") if isinstance(node.message, Mapping) else ""
         text = message_text(node.message) if node.message is not None else "(usage only)"
+        if len(text) > DATA_CHARS:
+            text = text[:DATA_CHARS] + "… (truncated: the API gives the whole message)"
         nodes.append(
-            f'<li class="node role-{esc(role)}" id="s{node.pos}">'
-            f'<span class="where">#{node.pos} · seq {links.seq(node.seq, cls="node-seq")} · '
-            f'{esc(node.type)}</span><div class="text">{esc(text)}</div></li>'
+            f'<li class="node role-{esc(role)}" id="s{ordinal}">'
+            f'<span class="where"><b class="ordinal">#{ordinal}</b> · seq '
+            f"{links.seq(node.seq, cls='node-seq')} · {esc(node.type)}</span>"
+            f'<div class="text">{esc(text)}</div></li>'
         )
-    hidden = view.surface_length - len(view.surface)
-    note = f'<p class="more">{hidden} earlier nodes not shown</p>' if hidden > 0 else ""
+    length, first = view.surface_length, view.surface_first
+    note = ""
+    if view.surface and len(view.surface) < length:
+        note = f"nodes #{first}–#{first + len(view.surface) - 1} of {length:,}"
+        if standalone and first > 1:
+            note += f"; the {first - 1:,} before are not in this file (--last N for more)"
+        note = f'<p class="more">{note}</p>'
+    pager = _surface_pager(view, standalone)
     return (
-        f'<section id="surface"><h2>Surface: what the model sees ({view.surface_length} '
-        f'nodes)</h2>{note}<ol class="nodes">{"".join(nodes)}</ol></section>'
+        f'<section id="surface"><h2>Surface: what the model sees ({length:,} '
+        f"nodes)</h2>{SURFACE_LEGEND}{note}{pager}"
+        f'<ol class="nodes">{"".join(nodes)}</ol>{pager}</section>'
     )
+
+
+def _search_form(view: SessionView, search: SearchPage | None) -> str:
+    value = esc(search.query) if search is not None else ""
+    return (
+        f'<form class="search" role="search" method="get" '
+        f'action="{esc(session_href(view.info.id))}"><label>search the messages '
+        f'<input type="search" name="q" value="{value}" placeholder="text in any message">'
+        '</label><button type="submit">search</button></form>'
+    )
+
+
+def _search_results(view: SessionView, links: Links, search: SearchPage) -> str:
+    items = []
+    for m in search.matches:
+        where = "on the surface" if m.on_surface else "not on the surface"
+        items.append(
+            f"<li>{links.seq(m.seq, f'seq {m.seq}')} · {esc(m.type)} · {when(m.time)} · "
+            f'{where}<div class="snippet">{esc(m.before)}<mark>{esc(m.hit)}</mark>'
+            f"{esc(m.after)}</div></li>"
+        )
+    count = len(search.matches)
+    holds = "1 message holds" if count == 1 else f"{count:,} messages hold"
+    heading = f"{holds} “{esc(search.query)}”"
+    more = ""
+    if search.next_after_seq is not None:
+        heading += f" (up to seq {search.next_after_seq})"
+        href = session_href(view.info.id, q=search.query, after_seq=search.next_after_seq)
+        more = f'<p class="pager"><a rel="next" href="{esc(href)}#search">more matches</a></p>'
+    listed = f'<ol class="hits">{"".join(items)}</ol>' if items else ""
+    return f'<section id="search"><h2>Search: {heading}</h2>{listed}{more}</section>'
 
 
 def _pager(view: SessionView, standalone: bool) -> str:
     if standalone:
         return ""
-    sid, size = view.info.id, view.page_size
-    links = []
+    size = view.page_size
+    pairs = []
     if view.from_seq > 0:
-        links.append(f'<a href="{esc(session_href(sid, from_seq=0, limit=size))}">first</a>')
-        earlier = max(0, view.from_seq - size)
-        links.append(
-            f'<a rel="prev" href="{esc(session_href(sid, from_seq=earlier, limit=size))}">'
-            "earlier</a>"
-        )
+        pairs.append(("first", "", _href(view, log={"from_seq": 0, "limit": size})))
+        earlier = {"from_seq": max(0, view.from_seq - size), "limit": size}
+        pairs.append(("earlier", "prev", _href(view, log=earlier)))
     if not view.at_tail:
-        later = view.from_seq + len(view.events)
-        links.append(
-            f'<a rel="next" href="{esc(session_href(sid, from_seq=later, limit=size))}">later</a>'
-        )
-        links.append(f'<a href="{esc(session_href(sid))}">latest</a>')
-    return f'<p class="pager">{" ".join(links)}</p>' if links else ""
+        later = {"from_seq": view.from_seq + len(view.events), "limit": size}
+        pairs.append(("later", "next", _href(view, log=later)))
+        pairs.append(("latest", "", _href(view, log={})))
+    return _pager_links(pairs)
 
 
 def _header(view: SessionView, standalone: bool) -> str:
@@ -428,8 +481,11 @@ def _header(view: SessionView, standalone: bool) -> str:
     )
 
 
-def session_page(view: SessionView, *, standalone: bool = False) -> str:
-    """One session: header, turns and tokens, the surface beside a page of the log."""
+def session_page(
+    view: SessionView, *, standalone: bool = False, search: SearchPage | None = None
+) -> str:
+    """One session: header, search (served), turns and tokens, the surface beside a page of
+    the log."""
     links = Links(view, standalone=standalone)
     shown = (
         f"seqs {view.from_seq}–{view.from_seq + len(view.events) - 1} of {view.info.event_count}"
@@ -438,15 +494,17 @@ def session_page(view: SessionView, *, standalone: bool = False) -> str:
     )
     rows = "".join(event_row(e, view, links) for e in view.events)
     log = (
-        f'<section id="log"><h2>Log ({esc(shown)})</h2>{_pager(view, standalone)}'
+        f'<section id="log"><h2>Log ({esc(shown)})</h2>{LOG_LEGEND}{_pager(view, standalone)}'
         '<table class="log"><thead><tr><th>seq</th><th>time (UTC)</th><th>type</th><th>op</th>'
         f'<th>what</th></tr></thead><tbody id="log-rows">{rows}</tbody></table>'
         f'{_pager(view, standalone)}<p id="live" class="live" hidden></p></section>'
     )
+    found = "" if search is None else _search_results(view, links, search)
     body = (
         _header(view, standalone)
-        + _timeline(view, links)
-        + f'<main class="split">{_surface(view, links)}{log}</main>'
+        + ("" if standalone else f'<div class="find">{_search_form(view, search)}{found}</div>')
+        + timeline(view, links)
+        + f'<main class="split">{_surface(view, links, standalone)}{log}</main>'
     )
     attrs = ""
     if not standalone:

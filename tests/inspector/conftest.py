@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from session_sql import Replace, SessionStore, open_store
+from session_sql import Replace, Session, SessionStore, open_store
 from session_sql.inspector.app import create_app
 from tests.builders import (
     assistant_data,
@@ -22,6 +22,7 @@ from tests.builders import (
     end_turn,
     say,
     tool_turn,
+    user_message,
 )
 
 # Each payload sets a global of the page when it runs; the browser tests check none does.
@@ -144,3 +145,42 @@ def served(scene: Scene) -> Iterator[Served]:
         yield running
     finally:
         stop_serving(running)
+
+
+def turn_items(turn: int, usage: tuple[int, int]) -> list[dict[str, Any]]:
+    """One plain turn as ``append_many`` items: a question, a step, an answer with usage."""
+    answer = assistant_message(f"answer {turn}: totals round half-even", id=f"a{turn}")
+    return [
+        {"type": "turn/start", "data": {"turn": turn}},
+        {
+            "type": "user/message",
+            "data": user_message(f"question {turn} about rounding", id=f"u{turn}"),
+            "surface_op": "append",
+        },
+        {"type": "step/start", "data": {"turn": turn, "step": 1}},
+        {
+            "type": "assistant/message",
+            "data": assistant_data(
+                answer,
+                turn=turn,
+                step=1,
+                usage={"inputTokens": usage[0], "outputTokens": usage[1]},
+            ),
+            "surface_op": "append",
+        },
+        {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": "completed"}}},
+    ]
+
+
+def append_turns(session: Session, count: int, *, batch: int = 5000) -> None:
+    """``count`` plain turns (5 events, 2 surface nodes each), appended in batches: an
+    18,000-turn session takes seconds. Turn n uses 10,000 + n % 600 input tokens and
+    500 + n % 70 output tokens."""
+    items: list[dict[str, Any]] = []
+    for turn in range(1, count + 1):
+        items += turn_items(turn, (10_000 + turn % 600, 500 + turn % 70))
+        if len(items) >= batch:
+            session.append_many(items)
+            items = []
+    if items:
+        session.append_many(items)

@@ -18,12 +18,24 @@ from urllib.parse import quote
 
 import pytest
 
+from session_sql import open_store
 from session_sql.inspector import render_file
+from session_sql.inspector.app import create_app
 from tests.builders import say
-from tests.inspector.conftest import ATTRIBUTE, HOSTILE_ID, HOSTILE_TEXT, SCRIPT
+from tests.inspector.conftest import (
+    ATTRIBUTE,
+    HOSTILE_ID,
+    HOSTILE_TEXT,
+    SCRIPT,
+    append_turns,
+    serve_in_thread,
+    stop_serving,
+)
 
 CHROMIUM = ("/usr/bin/chromium", "chromium")
 CHROMEDRIVER = ("/usr/bin/chromedriver", "chromedriver")
+SHOTS = "SESSION_SQL_SCREENSHOTS"
+"""A directory to keep the screenshots in (they go to the test's tmp_path otherwise)."""
 WAIT = 30  # seconds: the longest a page may take to show what is awaited (a bound, not a timing)
 
 WATCH = """
@@ -190,3 +202,80 @@ def test_the_written_file_runs_nothing_in_a_browser(browser, scene, tmp_path: Pa
     assert browser.execute_script(styled) != "rgba(0, 0, 0, 0)"  # its inline style is allowed
     hover_everything(browser, "#log-rows .summary, h1")
     assert_nothing_ran(browser)
+
+
+# --------------------------------------------------------------------------------------------
+# A session page at 1, 3 and 18,000 turns
+
+LAYOUT = """
+var problems = [], rows = document.querySelectorAll('#timeline table.turns tr');
+var previous = null;
+rows.forEach(function (row, r) {
+  var box = row.getBoundingClientRect();
+  if (previous && previous.bottom > box.top + 0.5) { problems.push('row ' + r + ' overlaps'); }
+  previous = box;
+  var cells = Array.prototype.slice.call(row.children);
+  cells.forEach(function (cell, c) {
+    var edge = cell.getBoundingClientRect(), range = document.createRange();
+    range.selectNodeContents(cell);
+    var text = range.getBoundingClientRect();
+    if (text.width && (text.left < edge.left - 0.5 || text.right > edge.right + 0.5 ||
+                       text.top < edge.top - 0.5 || text.bottom > edge.bottom + 0.5)) {
+      problems.push('row ' + r + ' cell ' + c + ' spills: ' + cell.textContent);
+    }
+    var next = cells[c + 1];
+    if (next && edge.right > next.getBoundingClientRect().left + 0.5) {
+      problems.push('row ' + r + ' cell ' + c + ' overlaps the next: ' + cell.textContent);
+    }
+  });
+});
+return {rows: rows.length, problems: problems};
+"""
+
+
+def keep_screenshot(browser: Any, tmp_path: Path, name: str) -> Path:
+    folder = Path(os.environ.get(SHOTS) or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    assert browser.save_screenshot(str(path))
+    assert path.stat().st_size > 0
+    return path
+
+
+@pytest.mark.parametrize("turns", [1, 3, 18_000])
+def test_a_session_page_reads_well_at_any_length(browser, backend, turns, tmp_path):
+    """The turn table's columns and rows never overlap, the surface and the log start on
+    the first screen, the legends are there, and a search finds the last question."""
+    store = open_store(backend.url, schema=backend.schema)
+    running = None
+    try:
+        append_turns(store.create_session("sized"), turns)
+        running = serve_in_thread(create_app(store))
+        visit(browser, f"{running.url}/sessions/sized")
+        keep_screenshot(browser, tmp_path, f"session-{turns}-turns-{backend.name}.png")
+        layout = browser.execute_script(LAYOUT)
+        assert layout["rows"] == 1 + min(turns, 200)  # (the heading, and the turns listed)
+        assert layout["problems"] == []
+        for section in ("surface", "log"):
+            top = f"return document.getElementById('{section}').getBoundingClientRect().top"
+            assert browser.execute_script(top) < browser.execute_script("return innerHeight")
+        legends = " ".join(e.text for e in browser.find_elements("css selector", ".legend"))
+        assert "the tallest bar: turn" in legends and "input" in legends
+        assert "shadowed" in legends and "replacement" in legends and "removal" in legends
+        first = browser.find_element("css selector", "#surface .ordinal").text
+        nodes = 2 * turns
+        assert first == f"#{max(1, nodes - 299)}"
+        box = browser.find_element("css selector", "form.search input[name=q]")
+        box.send_keys(f"question {turns} about")
+        browser.find_element("css selector", "form.search button").click()  # (waits for the page)
+        wait_for(browser, "return document.getElementById('search') !== null")
+        assert browser.find_element("css selector", "#search mark").text == (
+            f"question {turns} about"
+        )
+        keep_screenshot(browser, tmp_path, f"search-{turns}-turns-{backend.name}.png")
+        assert_nothing_ran(browser)
+        browser.get("about:blank")
+    finally:
+        if running is not None:
+            stop_serving(running)
+        store.close()

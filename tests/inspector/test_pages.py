@@ -128,7 +128,7 @@ def test_tool_calls_and_results_link_each_other(client, scene):
 def test_turns_and_token_usage_are_drawn(client, scene):
     page = client.get(f"/sessions/{scene.session_id}").text
     parsed = Parsed(page)
-    turns = [a for t, a in parsed.tags if t == "li" and "turn" in a.get("class", "").split()]
+    turns = [a for t, a in parsed.tags if t == "tr" and "turn" in a.get("class", "").split()]
     assert len(turns) == 2
     assert "completed" in turns[0]["class"]
     assert any(t == "svg" and a.get("class") == "chart" for t, a in parsed.tags)
@@ -208,10 +208,10 @@ def test_a_long_log_draws_the_turns_near_the_page(client, scene, monkeypatch):
     sid = scene.session_id
     page = client.get(f"/sessions/{sid}").text
     parsed = Parsed(page)
-    turns = [a for t, a in parsed.tags if t == "li" and "turn" in a.get("class", "").split()]
+    turns = [a for t, a in parsed.tags if t == "tr" and "turn" in a.get("class", "").split()]
     assert len(turns) == 1  # turn 2 starts in the last 6 events; turn 1 does not
     head = scene.store.head_seq(sid)
-    assert f"the turns that start from seq {head + 1 - 6} on" in "".join(parsed.text)
+    assert f"the turns that start from seq {head + 1 - 6} to the end" in "".join(parsed.text)
 
 
 def test_a_tool_pair_across_pages_links_to_the_other_page(client, scene):
