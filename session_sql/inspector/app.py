@@ -41,7 +41,7 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from session_sql import InvalidArgumentError, SessionNotFoundError, StoreError
+from session_sql import InvalidArgumentError, SessionInfo, SessionNotFoundError, StoreError
 from session_sql.inspector import api
 from session_sql.inspector.assets import CSS, JS
 from session_sql.inspector.outline import surface_page
@@ -433,10 +433,24 @@ async def _sse(
     async def in_thread(fn: Any, *args: Any) -> Any:
         return await anyio.to_thread.run_sync(fn, *args, limiter=followers.threads)
 
+    def same_session(started: SessionInfo, sent: int) -> bool:
+        """Whether ``sid`` still names the session the stream started on: each ``follow``
+        stays on the session it starts on, and the next one starts anew, so between two a
+        session deleted and created again under its id must be told apart (its creation
+        time, or a head behind what was sent)."""
+        try:
+            now = store.session_info(sid)
+        except SessionNotFoundError:
+            return False
+        return now.created_at == started.created_at and now.head_seq >= sent
+
+    started = await in_thread(store.session_info, sid)
     yield f"event: ready\ndata: {json.dumps({'session_id': sid, 'after_seq': after})}\n\n"
     last = after
     while not stopping.is_set() and not await request.is_disconnected():
         try:
+            if not await in_thread(same_session, started, last):
+                raise SessionNotFoundError.for_session(sid)
             events = await in_thread(follow_from, last)
             try:
                 while (event := await in_thread(_next_event, events)) is not None:
