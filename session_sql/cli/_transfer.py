@@ -202,6 +202,7 @@ def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
     epilog=example(
         "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
         "session-sql export --all backup/",
+        'CURSOR=$(session-sql export --format parquet lake/ --since "$CURSOR")',
     )
 )
 def export(
@@ -241,6 +242,25 @@ def export(
             help="Into a directory: leave a session whose file is already there.",
         ),
     ] = False,
+    file_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="jsonl|parquet",
+            help="parquet: every session as Parquet files under DIR, one per table "
+            "(export --format parquet DIR); prints the cursor for --since.",
+        ),
+    ] = "jsonl",
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="CURSOR",
+            help="With --format parquet: only what was written after the export that printed "
+            "CURSOR.",
+            show_default=False,
+        ),
+    ] = None,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
     tenant: TenantOption = "",
@@ -258,7 +278,21 @@ def export(
     a-z 0-9 . _ - (and a leading dot) percent-encoded: an id such as 'a/b' or '..' never names
     a file outside DIR, and distinct ids never share a file. 'session-sql import DIR' reads
     them back.
+
+    With --format parquet, DIR gets DIR/TABLE/NAME.parquet for the tables sessions, events,
+    messages, tool_calls and turns, read from one snapshot of the store, each with the tenant
+    and the session id (gen_ai.conversation.id) on every row; the cursor printed on stdout,
+    given to the next export's --since, makes it write only what came after, so a data lake
+    is fed without gaps or duplicates. Needs the parquet extra: pip install
+    'session-sql[parquet]'.
     """
+    if file_format not in ("jsonl", "parquet"):
+        raise CliError(f"--format must be jsonl or parquet, not {file_format!r}", code=2)
+    if file_format == "parquet":
+        _export_parquet(target, folder, output, skip_existing, since, url, schema, tenant)
+        return
+    if since is not None:
+        raise CliError("--since needs --format parquet", code=2)
     if all_sessions:
         if target is not None and folder is not None:
             raise CliError("give the directory once: export --all DIR", code=2)
@@ -290,14 +324,51 @@ def export(
             return
         assert folder is not None
         written = skipped = 0
-        for sid in (info.id for info in store.iter_sessions()):
-            path = folder / jsonl_file_name(sid)
-            if skip_existing and path.exists():
-                skipped += 1
-                continue
-            written += _export_one(store, sid, path, strict=False)
+        total = store.count_sessions()
+        with progress_bar() as progress:
+            task = progress.add_task("exporting sessions", total=total, visible=total > 1)
+            for sid in (info.id for info in store.iter_sessions()):
+                path = folder / jsonl_file_name(sid)
+                progress.advance(task)
+                if skip_existing and path.exists():
+                    skipped += 1
+                    continue
+                written += _export_one(store, sid, path, strict=False)
     note = f" ({skipped} skipped: their files were there)" if skipped else ""
-    sys.stderr.write(f"exported {written} sessions to {folder}{note}\n")
+    sys.stderr.write(f"exported {sessions(written)} to {folder}{note}\n")
+
+
+def sessions(count: int) -> str:
+    """``"1 session"``, ``"1,024 sessions"``."""
+    return f"{count:,} session" + ("" if count == 1 else "s")
+
+
+def _export_parquet(
+    target: str | None,
+    folder: Path | None,
+    output: Path | None,
+    skip_existing: bool,
+    since: str | None,
+    url: str,
+    schema: str,
+    tenant: str,
+) -> None:
+    """``export --format parquet DIR``: the files, a summary on stderr, the cursor on stdout."""
+    if output is not None or skip_existing:
+        raise CliError("--format parquet writes a directory: give DIR, not --output", code=2)
+    if target is not None and folder is not None:
+        raise CliError("give the directory once: export --format parquet DIR", code=2)
+    directory = Path(target) if target is not None else folder
+    if directory is None:
+        raise CliError("--format parquet needs a directory: export --format parquet DIR", 2)
+    with cli_store(url, schema, tenant=tenant) as store:
+        try:
+            result = store.export_parquet(directory, since=since)
+        except ConfigurationError as exc:
+            raise CliError(str(exc)) from exc
+    counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items())
+    sys.stderr.write(f"exported {counts} to {directory}\n")
+    sys.stdout.write(result.cursor + "\n")  # whole, never wrapped: scripts capture it
 
 
 def _export_one(store: SessionStore, session_id: str, target: Path | None, *, strict: bool) -> int:
