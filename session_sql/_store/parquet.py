@@ -58,6 +58,7 @@ TOOL_NAME = "gen_ai.tool.name"
 CALL_ID = "gen_ai.tool.call.id"
 MESSAGE_TYPES = frozenset({"user/message", "assistant/message", "tool/result"})
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+APPEND_OP = json.dumps("append")  # how ``events.surface_op`` stores "append"
 
 
 @dataclass(frozen=True)
@@ -230,24 +231,23 @@ class _TableFile:
         fd, self.tmp = _create_temporary(target)
         self.fh = os.fdopen(fd, "wb")
         self.writer = pq.ParquetWriter(self.fh, schema, compression="zstd")
-        self.columns: list[list[Any]] = [[] for _ in schema.names]
+        self.pending: list[tuple[Any, ...]] = []
         self.pending_bytes = 0
 
     def add(self, row: tuple[Any, ...], size: int = 0) -> None:
-        for column, value in zip(self.columns, row, strict=True):
-            column.append(value)
+        self.pending.append(row)
         self.pending_bytes += size
-        if len(self.columns[0]) >= BATCH_ROWS or self.pending_bytes >= BATCH_BYTES:
+        if len(self.pending) >= BATCH_ROWS or self.pending_bytes >= BATCH_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        count = len(self.columns[0])
-        if not count:
+        """Write the rows gathered so far as one row group (turned into columns at once)."""
+        if not self.pending:
             return
-        batch = self.batch(self.columns, schema=self.schema)
-        self.writer.write_batch(batch)
-        self.rows += count
-        self.columns = [[] for _ in self.schema.names]
+        columns = [list(c) for c in zip(*self.pending, strict=True)]
+        self.writer.write_batch(self.batch(columns, schema=self.schema))
+        self.rows += len(self.pending)
+        self.pending = []
         self.pending_bytes = 0
 
     def publish(self) -> None:
@@ -368,7 +368,7 @@ def _session_rows(
     for row in _event_rows(conn, ctx, key, after, head):
         seq, time, kind, ignorable, op, sources, data = row
         copied = seq < inherited
-        op_text = None if op is None else json.loads(op)
+        op_text = "append" if op == APPEND_OP else op  # a replacement stays JSON
         files["events"].add(
             (*public, seq, time, kind, ignorable, op_text, sources, data, copied), len(data)
         )

@@ -174,7 +174,8 @@ def delete(
     log keeps them. Lists what it will delete and asks first (reading the answer from stdin);
     --yes skips the question, and then a prefix is refused, so that a script never deletes a
     session it did not name. Forks keep their own copies of the events they inherited; other
-    sessions are not touched. Nothing is deleted unless every ID names a session.
+    sessions are not touched. Nothing is deleted unless every ID names a session. On SQLite
+    the freed pages go back to the file system, as after a prune.
     """
     out = Out()
     with cli_store(url, schema, tenant=tenant) as store:
@@ -190,7 +191,8 @@ def delete(
             for session_id, count in targets.items():
                 forks = len(store.list_sessions(parent=session_id, limit=1000))
                 kept = f"; its {forks} fork(s) keep their copies" if forks else ""
-                sys.stderr.write(f"  {session_id}  {count} events{kept}\n")
+                events = f"{count:,} event" + ("" if count == 1 else "s")
+                sys.stderr.write(f"  {session_id}  {events}{kept}\n")
             question = (
                 f"Delete these {len(targets)} sessions?" if len(targets) > 1 else "Delete it?"
             )
@@ -208,7 +210,48 @@ def delete(
         out.json([{"session_id": sid, "events": n} for sid, n in targets.items()])
         return
     for session_id, count in targets.items():
-        out.line(f"deleted {session_id} ({count} events)")
+        out.line(f"deleted {session_id} ({count:,} event{'' if count == 1 else 's'})")
+
+
+@app.command(epilog=example("session-sql vacuum", "session-sql vacuum --full"))
+def vacuum(
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Rewrite the file (SQLite: VACUUM, under the write lock) or the tables "
+            "(PostgreSQL: VACUUM FULL, which locks them against readers and writers).",
+        ),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    as_json: JsonOption = False,
+) -> None:
+    """Give the store's free space back, and print its size before and after.
+
+    SQLite: the incremental vacuum a prune runs after its deletes, in short steps that let
+    writers in; a file made without incremental vacuum needs --full once (it rewrites the file
+    and needs free disk space of its size; writers wait). PostgreSQL: VACUUM (ANALYZE) of the
+    store's tables, online: the space of deleted rows is reused by new rows and the planner's
+    statistics are fresh; --full gives it back to the file system with VACUUM FULL, which
+    locks the tables while it rewrites them. Covers every tenant (the tables are shared); on
+    PostgreSQL the tables' owner runs it.
+    """
+    from dataclasses import asdict
+
+    with cli_store(url, schema) as store:
+        report = store.vacuum(full=full)
+    out = Out()
+    if as_json:
+        out.json(asdict(report))
+        return
+    freed = report.bytes_before - report.bytes_after
+    back = f" ({freed:,} bytes given back)" if freed > 0 else ""
+    out.line(
+        f"{report.action}: {report.bytes_before:,} bytes before, {report.bytes_after:,} after{back}"
+    )
+    for note in report.notes:
+        sys.stderr.write(f"{PROG}: {note}\n")
 
 
 @app.command(epilog=example("session-sql stats", "session-sql stats 3f2a9c --json"))
