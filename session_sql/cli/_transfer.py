@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import warnings
@@ -38,6 +39,7 @@ from session_sql.cli._support import (
     CountingWriter,
     Out,
     cli_store,
+    counted,
     error_line,
     progress_bar,
     resolve_id,
@@ -46,6 +48,8 @@ from session_sql.cli._support import (
 from session_sql.jsonl import JsonlReader, jsonl_file_name, published_file
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from session_sql import MigrationProgress, SessionStore
 
 # The store's names (and session_sql.metadata, which loads the store) are imported inside
@@ -333,14 +337,9 @@ def export(
                 if skip_existing and path.exists():
                     skipped += 1
                     continue
-                written += _export_one(store, sid, path, strict=False)
+                written += _export_one(store, sid, path, strict=False, bar=progress)
     note = f" ({skipped} skipped: their files were there)" if skipped else ""
-    sys.stderr.write(f"exported {sessions(written)} to {folder}{note}\n")
-
-
-def sessions(count: int) -> str:
-    """``"1 session"``, ``"1,024 sessions"``."""
-    return f"{count:,} session" + ("" if count == 1 else "s")
+    sys.stderr.write(f"exported {counted(written, 'session')} to {folder}{note}\n")
 
 
 def _export_parquet(
@@ -371,12 +370,20 @@ def _export_parquet(
     sys.stdout.write(result.cursor + "\n")  # whole, never wrapped: scripts capture it
 
 
-def _export_one(store: SessionStore, session_id: str, target: Path | None, *, strict: bool) -> int:
+def _export_one(
+    store: SessionStore,
+    session_id: str,
+    target: Path | None,
+    *,
+    strict: bool,
+    bar: Progress | None = None,
+) -> int:
     """Export one session to ``target`` (stdout when None); ``strict``: a missing one fails.
+    ``bar``: the progress display of an ``--all`` export (rich draws one at a time).
 
     Returns 1 when it wrote the session, 0 when it was deleted meanwhile (not ``strict``).
     """
-    with progress_bar() as progress:
+    with contextlib.nullcontext(bar) if bar is not None else progress_bar() as progress:
         try:
             total = store.head_seq(session_id) + 2  # the header line, then every event
         except SessionNotFoundError:
@@ -387,32 +394,51 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
         task = progress.add_task(
             f"exporting {session_id}", total=total, visible=total >= PROGRESS_MIN_EVENTS
         )
-
-        def advance(lines: int) -> None:
-            progress.advance(task, lines)
-
-        if target is None:
-            writer = CountingWriter(sys.stdout, advance)
-            try:
-                store.export_jsonl(session_id, cast(IO[str], writer))
-                sys.stdout.flush()
-            except BrokenPipeError:
-                raise  # the reader went away: handled like every command's output
-            except OSError as exc:
-                raise CliError(f"cannot write to stdout: {exc.strerror or exc}") from exc
-            return 1
         try:
-            with published_file(target) as fh:
-                count = store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
-        except SessionNotFoundError:
-            if strict:
-                raise
-            warn(f"session {session_id!r} was deleted before its export")
-            return 0
-        except OSError as exc:
-            raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
-    sys.stderr.write(f"exported {count} events of {session_id} to {target}\n")
+            count = _export_to(store, session_id, target, strict, progress, task)
+        finally:
+            if bar is not None:
+                progress.remove_task(task)
+    if count is None:
+        return 0
+    if target is not None:
+        sys.stderr.write(f"exported {counted(count, 'event')} of {session_id} to {target}\n")
     return 1
+
+
+def _export_to(
+    store: SessionStore,
+    session_id: str,
+    target: Path | None,
+    strict: bool,
+    progress: Progress,
+    task: TaskID,
+) -> int | None:
+    """The export itself: the number of events, or None when the session was deleted."""
+
+    def advance(lines: int) -> None:
+        progress.advance(task, lines)
+
+    if target is None:
+        writer = CountingWriter(sys.stdout, advance)
+        try:
+            count = store.export_jsonl(session_id, cast(IO[str], writer))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise  # the reader went away: handled like every command's output
+        except OSError as exc:
+            raise CliError(f"cannot write to stdout: {exc.strerror or exc}") from exc
+        return count
+    try:
+        with published_file(target) as fh:
+            return store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
+    except SessionNotFoundError:
+        if strict:
+            raise
+        warn(f"session {session_id!r} was deleted before its export")
+        return None
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
 
 
 @app.command(

@@ -29,6 +29,7 @@ from session_sql.cli._support import (
     CliError,
     Out,
     cli_store,
+    counted,
     isatty,
     progress_bar,
     resolve_id,
@@ -51,6 +52,12 @@ def verify(
             "--invariants", help="Also check the turn/step/tool-call invariants of each log."
         ),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Print only the sessions that fail, then the summary line."
+        ),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
     tenant: TenantOption = "",
@@ -59,7 +66,8 @@ def verify(
     """Check stored sessions against a replay of their logs.
 
     Replays each log and compares the fold with the surface table and the session row. Exits
-    with 1 when any session fails.
+    with 1 when any session fails. With --quiet only the failures are printed (with --json:
+    only their reports), then the summary line.
     """
     if session_id is None and not all_sessions:
         raise CliError("give a session id, or --all to verify every session", code=2)
@@ -80,13 +88,13 @@ def verify(
             for sid in ids:
                 reports.append(_verify_one(store, sid, invariants, strict=session_id is not None))
                 progress.advance(task)
-                if not as_json:
+                if not as_json and not (quiet and reports[-1].ok):
                     out.line(verify_line(reports[-1]))
     failed = sum(1 for r in reports if not r.ok)
     if as_json:
-        out.json([r.model_dump() for r in reports])
-    elif len(reports) != 1 or failed:
-        out.line(f"{len(reports) - failed} ok, {failed} failed")
+        out.json([r.model_dump() for r in reports if not (quiet and r.ok)])
+    elif len(reports) != 1 or failed or quiet:
+        out.line(f"{len(reports) - failed:,} ok, {failed:,} failed")
     if failed:
         raise typer.Exit(1)
 
@@ -138,7 +146,7 @@ def repair(
     elif not appended:
         out.line(f"nothing to repair: {session_id} has no open turn")
     else:
-        out.line(f"appended {len(appended)} events to {session_id}:")
+        out.line(f"appended {counted(len(appended), 'event')} to {session_id}:")
         out.lines([event_line(e, width=88) for e in appended])
 
 

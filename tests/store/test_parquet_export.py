@@ -171,16 +171,18 @@ def test_exports_while_writers_append_hold_every_event_once(store, backend, tmp_
     cursor = None
     files: list[str] = []
     busy = 0  # exports that found new events: they ran while the writers appended
-    for _ in range(500):
-        result = store.export_parquet(tmp_path, since=cursor)
-        cursor = result.cursor
-        files.append(result.files["events"])
-        busy += result.rows["events"] > 0
-        if busy >= 5:
-            break
-    stop.set()
-    for thread in writers:
-        thread.join()
+    try:
+        for _ in range(500):
+            result = store.export_parquet(tmp_path, since=cursor)
+            cursor = result.cursor
+            files.append(result.files["events"])
+            busy += result.rows["events"] > 0
+            if busy >= 5:
+                break
+    finally:
+        stop.set()
+        for thread in writers:
+            thread.join()
     assert not errors and busy >= 5
     files.append(store.export_parquet(tmp_path, since=cursor).files["events"])
     seen = [(r["gen_ai.conversation.id"], r["seq"]) for r in read(files)]
