@@ -206,7 +206,7 @@ def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
     epilog=example(
         "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
         "session-sql export --all backup/",
-        'CURSOR=$(session-sql export --format parquet lake/ --since "$CURSOR")',
+        "session-sql export --format parquet lake/",
     )
 )
 def export(
@@ -261,7 +261,7 @@ def export(
             "--since",
             metavar="CURSOR",
             help="With --format parquet: only what was written after the export that printed "
-            "CURSOR.",
+            "CURSOR (empty: everything).",
             show_default=False,
         ),
     ] = None,
@@ -269,7 +269,7 @@ def export(
     schema: SchemaOption = DEFAULT_SCHEMA,
     tenant: TenantOption = "",
 ) -> None:
-    """Export a session, or every session, as JSONL.
+    """Export a session, or every session, as JSONL (or as Parquet files for analysts).
 
     The header line, then one event per line, to stdout or to a file, read from one snapshot
     of the session. The header line also records the session's tenant, user id, title, labels
@@ -362,7 +362,7 @@ def _export_parquet(
         raise CliError("--format parquet needs a directory: export --format parquet DIR", 2)
     with cli_store(url, schema, tenant=tenant) as store:
         try:
-            result = store.export_parquet(directory, since=since)
+            result = store.export_parquet(directory, since=since or None)
         except ConfigurationError as exc:
             raise CliError(str(exc)) from exc
     counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items())
