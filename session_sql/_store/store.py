@@ -21,6 +21,7 @@ from session_sql._store import (
     verifying,
 )
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
+from session_sql._store.backends.vacuuming import reclaimable_pages
 from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
 from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
@@ -210,7 +211,12 @@ class SessionStore:
         return handle._append_events(interrupted_turn_closers(handle.events))
 
     def delete_session(self, session_id: str) -> None:
-        """Delete a session with its events and surface rows."""
+        """Delete a session with its events and surface rows.
+
+        On SQLite the freed pages then go back to the file system as after a prune, once the
+        free pages come to a vacuum step (1 MiB); smaller leftovers serve the next rows, or
+        ``vacuum()`` gives them back.
+        """
         lookup_id(session_id)
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
             gone = conn.execute(self._ctx.statements.delete_session, {"b_id": session_id}).rowcount
@@ -219,10 +225,14 @@ class SessionStore:
         self._reclaim()
 
     def _reclaim(self) -> None:
-        """Give a delete's freed pages back to the file system, as a prune does (SQLite); the
-        delete is committed, so a failure here only logs."""
+        """Give a delete's freed pages back to the file system, as a prune does (SQLite), once
+        they come to a vacuum step's worth (a small delete leaves its pages for the next
+        rows, or the next delete); the delete is committed, so a failure here only logs."""
         try:
-            retention.reclaim(self._ctx)
+            with translate_errors():
+                worth = reclaimable_pages(self._ctx.engine) >= retention.VACUUM_PAGES
+            if worth:
+                retention.reclaim(self._ctx)
         except StoreError as exc:
             _log.warning("giving the freed space back failed (run session-sql vacuum): %s", exc)
 

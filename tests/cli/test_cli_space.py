@@ -12,7 +12,7 @@ from tests.builders import say
 pq = pytest.importorskip("pyarrow.parquet")
 
 
-def fill(store, count: int = 200) -> None:
+def fill(store, count: int = 400) -> None:
     handle = store.create_session("big")
     for _ in range(count):
         say(handle, "x" * 4000)
@@ -27,7 +27,7 @@ def test_delete_gives_the_space_back_on_sqlite(sqlite_cli, tmp_path):
     size = (tmp_path / "sessions.db").stat().st_size
     out = sqlite_cli("delete", "--yes", "big")
     assert out.code == 0, out.stderr
-    assert out.stdout == "deleted big (200 events)\n"
+    assert out.stdout == "deleted big (400 events)\n"
     assert (tmp_path / "sessions.db").stat().st_size < size / 4
 
 

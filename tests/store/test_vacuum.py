@@ -89,3 +89,14 @@ def test_vacuum_on_either_database(store, backend):
         assert full.bytes_after < report.bytes_after
     assert store.verify("kept").ok
     assert [e.data["content"][0]["text"] for e in store.events("kept")] == ["still here"]
+
+
+def test_a_small_delete_leaves_its_pages_to_the_next_rows_until_a_vacuum(tmp_path):
+    path = tmp_path / "small.db"
+    with open_store(f"sqlite:///{path}") as store:
+        fill(store, "s", sessions=2)  # each about 80 KiB: less than a vacuum step
+        store.delete_session("s0")
+        assert 0 < pragma(store, "PRAGMA freelist_count") < 256
+        report = store.vacuum()
+        assert pragma(store, "PRAGMA freelist_count") == 0
+        assert report.bytes_after < report.bytes_before

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, Table, text
 from session_sql._store.backends import backend_for
 from session_sql._store.backends.sqlite import INCREMENTAL_VACUUM
 
-__all__ = ["Vacuumed", "store_bytes", "vacuum"]
+__all__ = ["Vacuumed", "reclaimable_pages", "store_bytes", "vacuum"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,22 @@ def store_bytes(engine: Engine, tables: Sequence[Table]) -> int:
     sizes = " + ".join(f"pg_total_relation_size('{n}')" for n in names)
     with engine.connect() as conn:
         return int(conn.execute(text(f"SELECT {sizes}")).scalar_one())
+
+
+def reclaimable_pages(engine: Engine) -> int:
+    """Free pages an incremental vacuum would give back now (0 on PostgreSQL, where
+    autovacuum keeps them for new rows, and on an SQLite file without incremental vacuum)."""
+    if engine.dialect.name != "sqlite":
+        return 0
+    raw = engine.raw_connection()
+    try:
+        db = raw.driver_connection
+        assert isinstance(db, sqlite3.Connection)
+        if int(db.execute("PRAGMA auto_vacuum").fetchone()[0]) != INCREMENTAL_VACUUM:
+            return 0
+        return int(db.execute("PRAGMA freelist_count").fetchone()[0])
+    finally:
+        raw.close()
 
 
 def vacuum(engine: Engine, tables: Sequence[Table], *, full: bool, pages: int) -> Vacuumed:
