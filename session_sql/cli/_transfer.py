@@ -206,7 +206,6 @@ def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
     epilog=example(
         "session-sql export 3f2a9c | gzip > 3f2a9c.jsonl.gz",
         "session-sql export --all backup/",
-        "session-sql export --format parquet lake/",
     )
 )
 def export(
