@@ -274,7 +274,9 @@ def export_parquet(
     before = _decode(ctx.tenant, since)
     _arrow()
     root = Path(directory)
-    name = f"{before.number + 1:08d}-{hashlib.sha256((since or '').encode()).hexdigest()[:12]}"
+    # Named after the cursor it starts from: a rerun from it replaces an interrupted attempt.
+    started = hashlib.sha256((since or "").strip().encode()).hexdigest()[:12]
+    name = f"{before.number + 1:08d}-{started}"
     schemas = _schemas()
     with ExitStack() as stack:
         files: dict[str, _TableFile] = {}
