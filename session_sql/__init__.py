@@ -57,11 +57,13 @@ if TYPE_CHECKING:
         MigrationReport,
         migrate,
     )
+    from session_sql._store.parquet import ParquetExport
     from session_sql._store.retention import PrunedSession, PruneReport
     from session_sql._store.schema import SCHEMA_VERSION
     from session_sql._store.stats import ModelTokens, StoreStats, ToolStats
     from session_sql._store.store import SessionStore, VerifyReport, open_store
     from session_sql._store.stored import SessionInfo
+    from session_sql._store.vacuum import VacuumReport
     from session_sql._store.writer import StoredSession
 
 # Store names, imported lazily (they pull in SQLAlchemy and psycopg): name -> module.
@@ -76,10 +78,12 @@ _LAZY = {
     "SessionInfo": "session_sql._store.stored",
     "SessionStore": "session_sql._store.store",
     "StoreStats": "session_sql._store.stats",
+    "ParquetExport": "session_sql._store.parquet",
     "PruneReport": "session_sql._store.retention",
     "PrunedSession": "session_sql._store.retention",
     "StoredSession": "session_sql._store.writer",
     "ToolStats": "session_sql._store.stats",
+    "VacuumReport": "session_sql._store.vacuum",
     "VerifyReport": "session_sql._store.store",
     "migrate": "session_sql._store.migration",
     "open_async_store": "session_sql._store.async_store",
@@ -119,6 +123,7 @@ __all__ = [
     "MigrationReport",
     "ModelTokens",
     "NotJSONError",
+    "ParquetExport",
     "PermanentStoreError",
     "PruneReport",
     "PrunedSession",
@@ -148,6 +153,7 @@ __all__ = [
     "ToolStats",
     "TornTailWarning",
     "TransientStoreError",
+    "VacuumReport",
     "VerifyReport",
     "Violation",
     "check_invariants",

@@ -176,6 +176,8 @@ class AsyncSessionStore:
     # (see forwarding): each keeps the sync method's signature, types and docstring.
     repair = forwarding.offloaded(SessionStore.repair)
     delete_session = forwarding.offloaded(SessionStore.delete_session)
+    export_parquet = forwarding.offloaded(SessionStore.export_parquet)
+    vacuum = forwarding.offloaded(SessionStore.vacuum)
     load_session = forwarding.offloaded(SessionStore.load_session)
     messages = forwarding.offloaded(SessionStore.messages)
     surface = forwarding.offloaded(SessionStore.surface)

@@ -36,7 +36,7 @@ from session_sql._store.stored import (
     listing_page,
     project_row,
 )
-from session_sql.arguments import lookup_id, seq_bound
+from session_sql.arguments import last_arg, lookup_id, seq_bound
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import SessionNotFoundError
 from session_sql.events import SessionEvent
@@ -75,6 +75,7 @@ _SURFACE_MESSAGES = (
     "ON events.session_key = surface.session_key AND events.seq = surface.event_seq "
     "WHERE surface.session_key = " + _KEY + " ORDER BY surface.pos"
 )
+_SURFACE_MESSAGES_BACKWARDS = _SURFACE_MESSAGES + " DESC"
 _PAGES: Final = {
     # (order, descending): the condition of the rows after a cursor, and the ORDER BY
     ("updated", True): (
@@ -142,7 +143,7 @@ class StoreReads(Protocol):
 
     def surface(self, session_id: str) -> tuple[int, ...]: ...
 
-    def messages(self, session_id: str) -> list[Any]: ...
+    def messages(self, session_id: str, *, last: int | None = None) -> list[Any]: ...
 
     def close(self) -> None: ...
 
@@ -338,15 +339,32 @@ class QuickReader:
                 self._require(conn, session_id)
         return FrozenList(seqs)
 
-    def messages(self, session_id: str) -> list[Any]:
+    def messages(self, session_id: str, *, last: int | None = None) -> list[Any]:
         lookup_id(session_id)
+        last = last_arg(last)
+        items = self._catalog.item_types
+        if last is not None:
+            return self._last_messages(session_id, last, items)
         with self._read(session_id) as conn:
             rows = conn.execute(_SURFACE_MESSAGES, ("", session_id)).fetchall()
             if not rows:
                 self._require(conn, session_id)
-        items = self._catalog.item_types
         projected = (project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
         return [m for m in projected if m is not None]
+
+    def _last_messages(self, session_id: str, last: int, items: Any) -> list[Any]:
+        """The final ``last`` messages, read from the surface's end (cost follows ``last``)."""
+        found: list[Any] = []
+        with self._read(session_id) as conn:
+            self._require(conn, session_id)
+            rows = conn.execute(_SURFACE_MESSAGES_BACKWARDS, ("", session_id))
+            for _, seq, t, data in rows:
+                if len(found) >= last:
+                    break
+                message = project_row(session_id, seq, t, data, items)
+                if message is not None:
+                    found.append(message)
+        return found[::-1]
 
 
 def _where(

@@ -2,25 +2,39 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, Literal
 
 from sqlalchemy import Engine, make_url
 
-from session_sql._store import connecting, listing, loading, reader, retention, transfer, verifying
+from session_sql._store import (
+    connecting,
+    listing,
+    loading,
+    parquet,
+    reader,
+    retention,
+    transfer,
+    vacuum,
+    verifying,
+)
 from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
+from session_sql._store.backends.vacuuming import reclaimable_pages
 from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
+from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats, collect_stats
 from session_sql._store.stored import SessionInfo, frozen_header
 from session_sql._store.transfer import NO_METADATA, ImportSource
+from session_sql._store.vacuum import VacuumReport
 from session_sql._store.verifying import VerifyReport
 from session_sql._store.writer import Prepared, StoredSession, append_together
 from session_sql.arguments import int_arg, last_arg, lookup_id, seq_bound, timeout_arg
 from session_sql.catalog import Catalog
-from session_sql.errors import SessionNotFoundError
+from session_sql.errors import SessionNotFoundError, StoreError
 from session_sql.events import SessionEvent
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.jsonvalue import FrozenDict
@@ -30,6 +44,8 @@ from session_sql.session import DEFAULT_MAX_EVENT_BYTES, END_SEED, Clock, Sessio
 from session_sql.surface import Replay
 
 __all__ = ["SessionInfo", "SessionStore", "VerifyReport", "open_store"]
+
+_log = logging.getLogger(__name__)
 
 
 class SessionStore:
@@ -195,12 +211,43 @@ class SessionStore:
         return handle._append_events(interrupted_turn_closers(handle.events))
 
     def delete_session(self, session_id: str) -> None:
-        """Delete a session with its events and surface rows."""
+        """Delete a session with its events and surface rows.
+
+        On SQLite the freed pages then go back to the file system as after a prune, once the
+        free pages come to a vacuum step (1 MiB); smaller leftovers serve the next rows, or
+        ``vacuum()`` gives them back.
+        """
         lookup_id(session_id)
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
             gone = conn.execute(self._ctx.statements.delete_session, {"b_id": session_id}).rowcount
         if gone != 1:
             raise SessionNotFoundError.for_session(session_id)
+        self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Give a delete's freed pages back to the file system, as a prune does (SQLite), once
+        they come to a vacuum step's worth (a small delete leaves its pages for the next
+        rows, or the next delete); the delete is committed, so a failure here only logs."""
+        try:
+            with translate_errors():
+                worth = reclaimable_pages(self._ctx.engine) >= retention.VACUUM_PAGES
+            if worth:
+                retention.reclaim(self._ctx)
+        except StoreError as exc:
+            _log.warning("giving the freed space back failed (run session-sql vacuum): %s", exc)
+
+    def vacuum(self, *, full: bool = False) -> VacuumReport:
+        """Give the database's free space back, and measure the store before and after.
+
+        SQLite: the incremental vacuum a prune runs (short steps; writers get in between);
+        ``full`` rewrites the file with ``VACUUM`` under the write lock (needed once for a
+        file made without incremental vacuum, which the report's notes say). PostgreSQL:
+        ``VACUUM (ANALYZE)`` of the store's tables, online (their free space is reused by new
+        rows); ``full`` runs ``VACUUM (FULL, ANALYZE)``, which locks them while it rewrites
+        them. It covers every tenant (the tables are shared); on PostgreSQL the tables' owner
+        must run it (PostgreSQL skips, with a warning, a table the role does not own).
+        """
+        return vacuum.run(self._ctx, full=full)
 
     def import_jsonl(self, path: str | os.PathLike[str] | IO[bytes]) -> str:
         """Store a JSONL session exactly as the file holds it (no marker added); returns its id.
@@ -262,6 +309,24 @@ class SessionStore:
 
     def _export(self, session_id: str, out: IO[str], *, primary: bool = False) -> int:
         return transfer.export(self._ctx, session_id, out, primary=primary)
+
+    def export_parquet(
+        self, directory: str | os.PathLike[str], *, since: str | None = None
+    ) -> ParquetExport:
+        """Write the tenant's sessions as Parquet under ``directory``: one file per table
+        (``sessions``, ``events``, ``messages``, ``tool_calls``, ``turns``), each
+        ``directory/<table>/<export>.parquet``, read from one snapshot.
+
+        Every row carries the tenant and the public session id (``gen_ai.conversation.id``);
+        columns follow the OpenTelemetry GenAI names where one exists. ``since`` takes the
+        ``cursor`` a previous export returned: only what was committed after that export is
+        written (events, their messages, the calls and turns they start, and the row of each
+        session that is new or was appended to), so the files of a chain of exports hold every
+        event once, whatever writers did meanwhile. Each file is written under a hidden
+        temporary name, fsynced and renamed. Needs the ``parquet`` extra (pyarrow);
+        a bad ``since`` raises ``InvalidArgumentError`` before anything is written.
+        """
+        return parquet.export_parquet(self._ctx, directory, since)
 
     def prune(
         self,

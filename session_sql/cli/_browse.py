@@ -346,11 +346,21 @@ def show(
             "--to", min=0, metavar="SEQ", help="Print the raw log up to, not including, this seq."
         ),
     ] = None,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            "--last",
+            min=0,
+            metavar="N",
+            help="Print only the last N messages (numbered from the end: [-N] to [-1]).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Show a session's messages, raw log, or surface.
 
-    By default: the messages a model would be sent, in order. --events: the raw log (every
+    By default: the messages a model would be sent, in order; --last N only the final N,
+    read from the end of the surface (quick on a long session). --events: the raw log (every
     event, shadowed ones included); --from and --to pick a range of it by seq. --surface: the
     surface nodes replayed from the log, and which events each replacement shadows.
     """
@@ -361,6 +371,8 @@ def show(
     ranged = from_seq is not None or to_seq is not None
     if surface and (events or ranged):
         raise CliError("--surface excludes --events, --from and --to", code=2)
+    if last is not None and (surface or events or ranged):
+        raise CliError("--last is for messages: it excludes --surface, --events, --from, --to", 2)
     out = Out()
     with cli_reader(url, schema, tenant=tenant) as store:
         session_id = resolve_id(store, session_id)
@@ -390,13 +402,14 @@ def show(
                     f"run '{PROG} verify {session_id}'"
                 )
             return
-        messages = store.messages(session_id)
+        messages = store.messages(session_id, last=last)
     if as_json:
         out.json(messages)
         return
-    if not messages:
+    if not messages and last != 0:
         out.line(f"no messages: the surface of {session_id} is empty")
-    for i, message in enumerate(messages):
+    first = 0 if last is None else -len(messages)
+    for i, message in enumerate(messages, start=first):
         lines = message_lines(message)
         out.line(Text.assemble((f"[{i}] ", "dim")) + lines[0])
         out.lines(lines[1:])

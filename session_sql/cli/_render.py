@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 from session_sql import Replace, SessionEvent, SurfaceFold
-from session_sql.cli._support import format_time
+from session_sql.cli._support import counted, format_time
 
 if TYPE_CHECKING:  # types only: importing them would load the store
     from session_sql import VerifyReport
@@ -275,7 +275,7 @@ def _size(event: SessionEvent) -> int:
 
 def verify_line(report: VerifyReport) -> Text:
     """``ok``/``FAIL``, the session and its event count; each problem on its own line."""
-    count = f"{report.session_id}  {report.events} events"
+    count = f"{report.session_id}  {counted(report.events, 'event')}"
     if report.ok:
         return Text.assemble(("  ok    ", "bold green"), count)
     line = Text.assemble(("  FAIL  ", "bold red"), count)

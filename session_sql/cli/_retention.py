@@ -20,7 +20,14 @@ from session_sql.cli._root import (
     app,
     example,
 )
-from session_sql.cli._support import CliError, Out, cli_store, format_time, progress_bar
+from session_sql.cli._support import (
+    CliError,
+    Out,
+    cli_store,
+    counted,
+    format_time,
+    progress_bar,
+)
 
 if TYPE_CHECKING:
     from session_sql import PrunedSession, PruneReport
@@ -146,8 +153,8 @@ def _print(out: Out, report: PruneReport) -> None:
                 s.id,
                 s.user_id or "",
                 format_time(s.updated_at),
-                str(s.events),
-                str(s.bytes),
+                f"{s.events:,}",
+                f"{s.bytes:,}",
                 *([s.archive or ""] if report.archive_dir and not report.dry_run else []),
             ]
             for s in report.sessions
@@ -156,8 +163,7 @@ def _print(out: Out, report: PruneReport) -> None:
         if report.archive_dir and not report.dry_run:
             headers.append("ARCHIVE")
         out.table(headers, rows)
-    out.line(
-        f"{verb} {len(report.sessions)} sessions ({report.events} events, {report.bytes} bytes)"
-    )
+    done = counted(len(report.sessions), "session")
+    out.line(f"{verb} {done} ({counted(report.events, 'event')}, {report.bytes:,} bytes)")
     if report.kept:
-        out.line(f"kept {len(report.kept)} written to meanwhile: {', '.join(report.kept)}")
+        out.line(f"kept {len(report.kept):,} written to meanwhile: {', '.join(report.kept)}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from session_sql.cli._support import counted
+
 if TYPE_CHECKING:  # a type only: importing it would load the store
     from session_sql import StoreStats
 
@@ -12,7 +14,9 @@ __all__ = ["headline", "skipped_line", "tables"]
 
 def headline(stats: StoreStats) -> str:
     scope = f"session {stats.session_id}" if stats.session_id else "all sessions"
-    return f"{scope}: {stats.sessions} sessions ({stats.forks} forks), {stats.events} events"
+    sessions = counted(stats.sessions, "session")
+    forks, events = counted(stats.forks, "fork"), counted(stats.events, "event")
+    return f"{scope}: {sessions} ({forks}), {events}"
 
 
 def tables(stats: StoreStats) -> list[tuple[str, list[str], list[list[str]]]]:

@@ -102,6 +102,11 @@ def warn(message: str) -> None:
     sys.stderr.write(f"{PROG}: warning: {one_line(message)}\n")
 
 
+def counted(count: int, noun: str) -> str:
+    """``"1 session"``, ``"1,024 sessions"``: a count with its noun, in the right number."""
+    return f"{count:,} {noun}" + ("" if count == 1 else "s")
+
+
 def format_time(ms: int) -> str:
     """Epoch milliseconds as an ISO-8601 UTC timestamp with seconds.
 
@@ -179,11 +184,31 @@ def run_guarded(invoke: Callable[[], Any], state: State) -> int:
     except Exception as exc:
         if state.debug:
             traceback.print_exc()
+        checked = _invalid_value(exc)
+        if checked is not None:
+            error_line(checked)
+            return 1
+        if state.debug:
             error_line(f"{type(exc).__name__}: {exc}")
         else:
             error_line(f"{type(exc).__name__}: {exc} (run with --debug for a traceback)")
         return 1
     return result if isinstance(result, int) else 0
+
+
+def _invalid_value(exc: Exception) -> str | None:
+    """A value pydantic refused, said as one line: each field and why, without pydantic's
+    headings and prefixes ("1 validation error for ...", "Value error, ")."""
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return None
+    reasons = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        why = str(error["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        reasons.append(f"{where}: {why}" if where else why)
+    return "; ".join(reasons)
 
 
 class _PipeClosedError(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import warnings
@@ -38,6 +39,7 @@ from session_sql.cli._support import (
     CountingWriter,
     Out,
     cli_store,
+    counted,
     error_line,
     progress_bar,
     resolve_id,
@@ -46,6 +48,8 @@ from session_sql.cli._support import (
 from session_sql.jsonl import JsonlReader, jsonl_file_name, published_file
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
     from session_sql import MigrationProgress, SessionStore
 
 # The store's names (and session_sql.metadata, which loads the store) are imported inside
@@ -241,11 +245,30 @@ def export(
             help="Into a directory: leave a session whose file is already there.",
         ),
     ] = False,
+    file_format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="jsonl|parquet",
+            help="parquet: every session as Parquet files under DIR, one per table "
+            "(export --format parquet DIR); prints the cursor for --since.",
+        ),
+    ] = "jsonl",
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="CURSOR",
+            help="With --format parquet: only what was written after the export that printed "
+            "CURSOR (empty: everything).",
+            show_default=False,
+        ),
+    ] = None,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
     tenant: TenantOption = "",
 ) -> None:
-    """Export a session, or every session, as JSONL.
+    """Export a session, or every session, as JSONL (or as Parquet files for analysts).
 
     The header line, then one event per line, to stdout or to a file, read from one snapshot
     of the session. The header line also records the session's tenant, user id, title, labels
@@ -258,7 +281,21 @@ def export(
     a-z 0-9 . _ - (and a leading dot) percent-encoded: an id such as 'a/b' or '..' never names
     a file outside DIR, and distinct ids never share a file. 'session-sql import DIR' reads
     them back.
+
+    With --format parquet, DIR gets DIR/TABLE/NAME.parquet for the tables sessions, events,
+    messages, tool_calls and turns, read from one snapshot of the store, each with the tenant
+    and the session id (gen_ai.conversation.id) on every row; the cursor printed on stdout,
+    given to the next export's --since, makes it write only what came after, so a data lake
+    is fed without gaps or duplicates. Needs the parquet extra: pip install
+    'session-sql[parquet]'.
     """
+    if file_format not in ("jsonl", "parquet"):
+        raise CliError(f"--format must be jsonl or parquet, not {file_format!r}", code=2)
+    if file_format == "parquet":
+        _export_parquet(target, folder, output, skip_existing, since, url, schema, tenant)
+        return
+    if since is not None:
+        raise CliError("--since needs --format parquet", code=2)
     if all_sessions:
         if target is not None and folder is not None:
             raise CliError("give the directory once: export --all DIR", code=2)
@@ -290,22 +327,62 @@ def export(
             return
         assert folder is not None
         written = skipped = 0
-        for sid in (info.id for info in store.iter_sessions()):
-            path = folder / jsonl_file_name(sid)
-            if skip_existing and path.exists():
-                skipped += 1
-                continue
-            written += _export_one(store, sid, path, strict=False)
+        total = store.count_sessions()
+        with progress_bar() as progress:
+            task = progress.add_task("exporting sessions", total=total, visible=total > 1)
+            for sid in (info.id for info in store.iter_sessions()):
+                path = folder / jsonl_file_name(sid)
+                progress.advance(task)
+                if skip_existing and path.exists():
+                    skipped += 1
+                    continue
+                written += _export_one(store, sid, path, strict=False, bar=progress)
     note = f" ({skipped} skipped: their files were there)" if skipped else ""
-    sys.stderr.write(f"exported {written} sessions to {folder}{note}\n")
+    sys.stderr.write(f"exported {counted(written, 'session')} to {folder}{note}\n")
 
 
-def _export_one(store: SessionStore, session_id: str, target: Path | None, *, strict: bool) -> int:
+def _export_parquet(
+    target: str | None,
+    folder: Path | None,
+    output: Path | None,
+    skip_existing: bool,
+    since: str | None,
+    url: str,
+    schema: str,
+    tenant: str,
+) -> None:
+    """``export --format parquet DIR``: the files, a summary on stderr, the cursor on stdout."""
+    if output is not None or skip_existing:
+        raise CliError("--format parquet writes a directory: give DIR, not --output", code=2)
+    if target is not None and folder is not None:
+        raise CliError("give the directory once: export --format parquet DIR", code=2)
+    directory = Path(target) if target is not None else folder
+    if directory is None:
+        raise CliError("--format parquet needs a directory: export --format parquet DIR", 2)
+    with cli_store(url, schema, tenant=tenant) as store:
+        try:
+            result = store.export_parquet(directory, since=since or None)
+        except ConfigurationError as exc:
+            raise CliError(str(exc)) from exc
+    counts = ", ".join(f"{n:,} {table}" for table, n in result.rows.items())
+    sys.stderr.write(f"exported {counts} to {directory}\n")
+    sys.stdout.write(result.cursor + "\n")  # whole, never wrapped: scripts capture it
+
+
+def _export_one(
+    store: SessionStore,
+    session_id: str,
+    target: Path | None,
+    *,
+    strict: bool,
+    bar: Progress | None = None,
+) -> int:
     """Export one session to ``target`` (stdout when None); ``strict``: a missing one fails.
+    ``bar``: the progress display of an ``--all`` export (rich draws one at a time).
 
     Returns 1 when it wrote the session, 0 when it was deleted meanwhile (not ``strict``).
     """
-    with progress_bar() as progress:
+    with contextlib.nullcontext(bar) if bar is not None else progress_bar() as progress:
         try:
             total = store.head_seq(session_id) + 2  # the header line, then every event
         except SessionNotFoundError:
@@ -316,32 +393,51 @@ def _export_one(store: SessionStore, session_id: str, target: Path | None, *, st
         task = progress.add_task(
             f"exporting {session_id}", total=total, visible=total >= PROGRESS_MIN_EVENTS
         )
-
-        def advance(lines: int) -> None:
-            progress.advance(task, lines)
-
-        if target is None:
-            writer = CountingWriter(sys.stdout, advance)
-            try:
-                store.export_jsonl(session_id, cast(IO[str], writer))
-                sys.stdout.flush()
-            except BrokenPipeError:
-                raise  # the reader went away: handled like every command's output
-            except OSError as exc:
-                raise CliError(f"cannot write to stdout: {exc.strerror or exc}") from exc
-            return 1
         try:
-            with published_file(target) as fh:
-                count = store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
-        except SessionNotFoundError:
-            if strict:
-                raise
-            warn(f"session {session_id!r} was deleted before its export")
-            return 0
-        except OSError as exc:
-            raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
-    sys.stderr.write(f"exported {count} events of {session_id} to {target}\n")
+            count = _export_to(store, session_id, target, strict, progress, task)
+        finally:
+            if bar is not None:
+                progress.remove_task(task)
+    if count is None:
+        return 0
+    if target is not None:
+        sys.stderr.write(f"exported {counted(count, 'event')} of {session_id} to {target}\n")
     return 1
+
+
+def _export_to(
+    store: SessionStore,
+    session_id: str,
+    target: Path | None,
+    strict: bool,
+    progress: Progress,
+    task: TaskID,
+) -> int | None:
+    """The export itself: the number of events, or None when the session was deleted."""
+
+    def advance(lines: int) -> None:
+        progress.advance(task, lines)
+
+    if target is None:
+        writer = CountingWriter(sys.stdout, advance)
+        try:
+            count = store.export_jsonl(session_id, cast(IO[str], writer))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise  # the reader went away: handled like every command's output
+        except OSError as exc:
+            raise CliError(f"cannot write to stdout: {exc.strerror or exc}") from exc
+        return count
+    try:
+        with published_file(target) as fh:
+            return store.export_jsonl(session_id, cast(IO[str], CountingWriter(fh, advance)))
+    except SessionNotFoundError:
+        if strict:
+            raise
+        warn(f"session {session_id!r} was deleted before its export")
+        return None
+    except OSError as exc:
+        raise CliError(f"cannot write {target}: {exc.strerror or exc}") from exc
 
 
 @app.command(

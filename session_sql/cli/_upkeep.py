@@ -29,6 +29,7 @@ from session_sql.cli._support import (
     CliError,
     Out,
     cli_store,
+    counted,
     isatty,
     progress_bar,
     resolve_id,
@@ -51,6 +52,12 @@ def verify(
             "--invariants", help="Also check the turn/step/tool-call invariants of each log."
         ),
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="Print only the sessions that fail, then the summary line."
+        ),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     schema: SchemaOption = DEFAULT_SCHEMA,
     tenant: TenantOption = "",
@@ -59,7 +66,8 @@ def verify(
     """Check stored sessions against a replay of their logs.
 
     Replays each log and compares the fold with the surface table and the session row. Exits
-    with 1 when any session fails.
+    with 1 when any session fails. With --quiet only the failures are printed (with --json:
+    only their reports), then the summary line.
     """
     if session_id is None and not all_sessions:
         raise CliError("give a session id, or --all to verify every session", code=2)
@@ -80,13 +88,13 @@ def verify(
             for sid in ids:
                 reports.append(_verify_one(store, sid, invariants, strict=session_id is not None))
                 progress.advance(task)
-                if not as_json:
+                if not as_json and not (quiet and reports[-1].ok):
                     out.line(verify_line(reports[-1]))
     failed = sum(1 for r in reports if not r.ok)
     if as_json:
-        out.json([r.model_dump() for r in reports])
-    elif len(reports) != 1 or failed:
-        out.line(f"{len(reports) - failed} ok, {failed} failed")
+        out.json([r.model_dump() for r in reports if not (quiet and r.ok)])
+    elif len(reports) != 1 or failed or quiet:
+        out.line(f"{len(reports) - failed:,} ok, {failed:,} failed")
     if failed:
         raise typer.Exit(1)
 
@@ -138,7 +146,7 @@ def repair(
     elif not appended:
         out.line(f"nothing to repair: {session_id} has no open turn")
     else:
-        out.line(f"appended {len(appended)} events to {session_id}:")
+        out.line(f"appended {counted(len(appended), 'event')} to {session_id}:")
         out.lines([event_line(e, width=88) for e in appended])
 
 
@@ -174,7 +182,8 @@ def delete(
     log keeps them. Lists what it will delete and asks first (reading the answer from stdin);
     --yes skips the question, and then a prefix is refused, so that a script never deletes a
     session it did not name. Forks keep their own copies of the events they inherited; other
-    sessions are not touched. Nothing is deleted unless every ID names a session.
+    sessions are not touched. Nothing is deleted unless every ID names a session. On SQLite
+    the freed pages go back to the file system, as after a prune.
     """
     out = Out()
     with cli_store(url, schema, tenant=tenant) as store:
@@ -190,7 +199,8 @@ def delete(
             for session_id, count in targets.items():
                 forks = len(store.list_sessions(parent=session_id, limit=1000))
                 kept = f"; its {forks} fork(s) keep their copies" if forks else ""
-                sys.stderr.write(f"  {session_id}  {count} events{kept}\n")
+                events = f"{count:,} event" + ("" if count == 1 else "s")
+                sys.stderr.write(f"  {session_id}  {events}{kept}\n")
             question = (
                 f"Delete these {len(targets)} sessions?" if len(targets) > 1 else "Delete it?"
             )
@@ -208,7 +218,48 @@ def delete(
         out.json([{"session_id": sid, "events": n} for sid, n in targets.items()])
         return
     for session_id, count in targets.items():
-        out.line(f"deleted {session_id} ({count} events)")
+        out.line(f"deleted {session_id} ({count:,} event{'' if count == 1 else 's'})")
+
+
+@app.command(epilog=example("session-sql vacuum", "session-sql vacuum --full"))
+def vacuum(
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Rewrite the file (SQLite: VACUUM, under the write lock) or the tables "
+            "(PostgreSQL: VACUUM FULL, which locks them against readers and writers).",
+        ),
+    ] = False,
+    url: UrlOption = DEFAULT_URL,
+    schema: SchemaOption = DEFAULT_SCHEMA,
+    as_json: JsonOption = False,
+) -> None:
+    """Give the store's free space back, and print its size before and after.
+
+    SQLite: the incremental vacuum a prune runs after its deletes, in short steps that let
+    writers in; a file made without incremental vacuum needs --full once (it rewrites the file
+    and needs free disk space of its size; writers wait). PostgreSQL: VACUUM (ANALYZE) of the
+    store's tables, online: the space of deleted rows is reused by new rows and the planner's
+    statistics are fresh; --full gives it back to the file system with VACUUM FULL, which
+    locks the tables while it rewrites them. Covers every tenant (the tables are shared); on
+    PostgreSQL the tables' owner runs it.
+    """
+    from dataclasses import asdict
+
+    with cli_store(url, schema) as store:
+        report = store.vacuum(full=full)
+    out = Out()
+    if as_json:
+        out.json(asdict(report))
+        return
+    freed = report.bytes_before - report.bytes_after
+    back = f" ({freed:,} bytes given back)" if freed > 0 else ""
+    out.line(
+        f"{report.action}: {report.bytes_before:,} bytes before, {report.bytes_after:,} after{back}"
+    )
+    for note in report.notes:
+        sys.stderr.write(f"{PROG}: {note}\n")
 
 
 @app.command(epilog=example("session-sql stats", "session-sql stats 3f2a9c --json"))

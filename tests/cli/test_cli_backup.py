@@ -78,7 +78,7 @@ def test_export_skip_existing_leaves_the_files_there(cli, demo, store, tmp_path)
     assert kept.read_text(encoding="utf-8") == "an earlier export\n"
     assert (folder / jsonl_file_name(demo.fork_id)).read_text() == _exported(store, demo.fork_id)
     assert out.stderr.splitlines()[-1] == (
-        f"exported 1 sessions to {folder} (1 skipped: their files were there)"
+        f"exported 1 session to {folder} (1 skipped: their files were there)"
     )
     one = cli("export", demo.session_id[:6], "--dir", str(folder), "--skip-existing")
     assert (one.code, one.stderr) == (0, f"session-sql: skipped {demo.session_id}: {kept} exists\n")

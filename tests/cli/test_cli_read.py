@@ -268,7 +268,7 @@ def test_stats_counts_by_sql(shared):
     cli, demo, store = shared.cli, shared.demo, shared.store
     out = cli("stats")
     assert out.code == 0, out.stderr
-    assert "all sessions: 2 sessions (1 forks)" in out.stdout
+    assert "all sessions: 2 sessions (1 fork)" in out.stdout
     assert "ERROR RATE" in out.stdout
     doc = json.loads(cli("stats", "--json").stdout)
     main = list(store.events(demo.session_id))

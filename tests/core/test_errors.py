@@ -280,6 +280,7 @@ STORE_NAMES = {
     "StoredSession",
     "SessionInfo",
     "PruneReport",
+    "ParquetExport",
 }
 
 

@@ -31,6 +31,7 @@ COMMANDS = [
     "verify",
     "repair",
     "delete",
+    "vacuum",
     "stats",
     "schema",
     "bench",
