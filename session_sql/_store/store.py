@@ -292,9 +292,10 @@ class SessionStore:
         return retention.run(self._ctx, request, progress, self._archive)
 
     def _archive(self, session_id: str, path: os.PathLike[str]) -> int | None:
-        """A prune's archive of one session, read from the primary (``None``: it is gone)."""
+        """A prune's archive of one session, read from the primary (``None``: it is gone);
+        its temporary file is one a re-run takes over if this run is killed."""
         try:
-            with published_file(path) as fh:
+            with published_file(path, reuse_temporary=True) as fh:
                 return self._export(session_id, fh, primary=True)
         except SessionNotFoundError:
             return None
