@@ -278,13 +278,16 @@ class SessionStore:
 
         Selectors: ``updated_before`` (ms since the epoch: last append before it),
         ``user_id``, ``labels`` (every pair must match); at least one is required. With
-        ``archive_dir`` each session is first exported there as ``jsonl_file_name(id)``
-        (fsynced, published whole), so ``import_jsonl`` gives it back identical, metadata
-        included. A session written to after it was selected is kept (``report.kept``).
-        Forks are copies: deleting a parent leaves its children whole. ``dry_run`` selects
-        and measures, and changes nothing. ``progress`` sees each session as it goes.
-        Interrupted and run again, it finishes the same work (an archive file is rewritten
-        whole). On SQLite the freed pages go back to the file system in short steps
+        ``archive_dir`` each session is first exported there as ``<stem>~<tag>.jsonl``
+        (``retention.archive_file_name``: the ``jsonl_file_name(id)`` stem, then a digest of
+        the tenant and the session's incarnation, so no other session's archive is ever
+        overwritten), fsynced and published whole, so ``import_jsonl`` gives it back
+        identical, metadata included. A session written to after it was selected is kept
+        (``report.kept``). Forks are copies: deleting a parent leaves its children whole.
+        ``dry_run`` selects and measures, and changes nothing. ``progress`` sees each
+        session as it goes. Interrupted and run again, it finishes the same work (the same
+        archive file is rewritten whole, and a killed run's temporary file taken over). On
+        SQLite the freed pages go back to the file system in short steps
         afterwards (stores created by this version; docs/operations.md).
         Bad arguments raise ``InvalidArgumentError`` before anything is read or written.
         """
