@@ -4,6 +4,10 @@ Reading streams: a file is never held in memory whole. Only a final line without
 that does not parse is a torn tail (a writer died mid-line): it is dropped with a
 ``TornTailWarning``. Any newline-terminated line that does not parse is corruption
 (``CorruptSessionError`` with its line number); blank lines are skipped wherever they are.
+
+An export says how many events follow its header (``EVENTS_KEY``): a file holding fewer was
+cut short (a copy stopped, a disk filled), whether at a line boundary or inside a line, and
+is refused as corrupt rather than read as a shorter session.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import io
 import json
 import os
 import secrets
+import stat
 import warnings
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -24,19 +29,33 @@ from session_sql.errors import (
     CorruptSessionError,
     InvalidArgumentError,
     InvalidEventError,
+    InvalidHeaderError,
     NotJSONError,
     PermanentStoreError,
     TornTailWarning,
 )
-from session_sql.events import SessionEvent, check_header
+from session_sql.events import SessionEvent, check_header, is_safe_int
 from session_sql.jsoncodec import dumps_compact, loads_frozen
 from session_sql.jsonvalue import FrozenDict
 
+try:  # the lock that marks a reusable temporary file as being written (POSIX)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: unique temporary names only
+    fcntl = None  # type: ignore[assignment]
+
 PathLike = str | os.PathLike[str]
+
+EVENTS_KEY = "x-session-sql-events"
+"""The header key under which an export states its number of event lines (SPEC §1.4 keeps any
+other header key verbatim, so a plain reader keeps it as one more key; a reader of this module
+takes it out of the header and refuses a file that holds fewer events). A file holding more
+is accepted: a build that does not know the key keeps it in the stored header, and a later
+export of that build, grown since, still carries the old count."""
 
 
 _SAFE_NAME_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789._-")
-_MAX_NAME_BYTES = 255  # the file-name limit of common file systems
+MAX_NAME_BYTES = 255
+"""The file-name limit of common file systems, in bytes."""
 
 
 def jsonl_file_name(session_id: str) -> str:
@@ -56,7 +75,7 @@ def jsonl_file_name(session_id: str) -> str:
     if encoded.startswith("."):
         encoded = "%2E" + encoded[1:]
     name = f"{encoded}.jsonl"
-    if len(name) > _MAX_NAME_BYTES:
+    if len(name) > MAX_NAME_BYTES:
         digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32]
         name = f"{encoded[:180]}~{digest}.jsonl"
     return name
@@ -68,7 +87,7 @@ def dumps_line(obj: Any) -> str:
 
 
 @contextmanager
-def published_file(target: PathLike) -> Iterator[IO[str]]:
+def published_file(target: PathLike, *, reuse_temporary: bool = False) -> Iterator[IO[str]]:
     """A text file that appears at ``target`` complete, or not at all.
 
     It is written under a unique temporary name in the target's directory (so concurrent
@@ -78,6 +97,11 @@ def published_file(target: PathLike) -> Iterator[IO[str]]:
     less the umask). A target that exists and is not a regular file (a device, a FIFO) is
     written in place. A file system error (a full disk, no permission) is a ``StoreError``
     naming the file and the error.
+
+    ``reuse_temporary``: the temporary name is fixed (``.NAME.tmp``) and the file is held
+    under an exclusive lock from its creation to its rename, so that a writer killed midway
+    (whose file nothing else removes) leaves it to the next writer of the same target, which
+    takes it over once no live process holds it; while one does, a unique name is used.
     """
     path = Path(target)
     try:
@@ -87,13 +111,19 @@ def published_file(target: PathLike) -> Iterator[IO[str]]:
             with path.open("w", encoding="utf-8", newline="\n") as fh:
                 yield fh
             return
-        fd, tmp = _create_temporary(path)
+        claimed = _claim_temporary(path) if reuse_temporary else None
+        fd, tmp = claimed if claimed is not None else _create_temporary(path)
         try:
             with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
                 yield fh
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
+                if claimed is not None:
+                    # Renamed while open: its lock is held until it is in place, so no other
+                    # writer takes it over (and empties it) in between.
+                    os.replace(tmp, path)
+            if claimed is None:
+                os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
@@ -117,6 +147,41 @@ def _create_temporary(path: Path) -> tuple[int, str]:
             return os.open(tmp, flags, 0o666), tmp
         except FileExistsError:
             continue
+
+
+def _claim_temporary(path: Path) -> tuple[int, str] | None:
+    """``.NAME.tmp`` beside ``path``, created or taken over, locked and emptied; ``None`` when
+    a live writer holds it, it is not a regular file of ours to write, or locks are missing.
+
+    The lock is taken on the open file, then the name is checked to still lead to it: a
+    file renamed or removed by its previous holder in between is not the one to write.
+    """
+    if fcntl is None:  # pragma: no cover - Windows
+        return None
+    tmp = str(path.parent / f".{path.name}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(3):
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except OSError:  # another user's file, a symlink, a name too long: not ours
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mine = os.fstat(fd)
+            there = os.stat(tmp, follow_symlinks=False)
+            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                if not stat.S_ISREG(mine.st_mode):
+                    os.close(fd)
+                    return None
+                os.ftruncate(fd, 0)
+                return fd, tmp
+        except BlockingIOError:  # a live writer holds it
+            os.close(fd)
+            return None
+        except OSError:  # renamed or removed by its holder meanwhile: try the name again
+            pass
+        os.close(fd)
+    return None
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -219,6 +284,10 @@ class JsonlReader:
             self.close()
             raise CorruptSessionError(f"{self.path}: line 1 is not a header object", line=1)
         try:
+            # The header is kept without ``EVENTS_KEY``: a count of this file's lines, not
+            # part of the session.
+            self.declared_events = _declared_events(raw_header)
+            raw_header.pop(EVENTS_KEY, None)
             self.header: FrozenDict = check_header(raw_header)
         except BaseException:
             self.close()
@@ -248,6 +317,7 @@ class JsonlReader:
         only a final line without its newline may be torn (dropped with a warning).
         """
         line_no = 1
+        count = 0
         torn: tuple[int, Exception] | None = None
         try:
             for raw in self._fh:
@@ -267,9 +337,18 @@ class JsonlReader:
                         ) from exc
                     torn = (line_no, exc)  # the last line: iteration ends here
                     continue
+                count += 1
                 yield line_no, value
         finally:
             self.close()
+        if self.declared_events is not None and count < self.declared_events:
+            cut = f"; its final line {torn[0]} is torn ({_problem(torn[1])})" if torn else ""
+            raise CorruptSessionError(
+                f"{self.path}: truncated: the header ({EVENTS_KEY}) says "
+                f"{self.declared_events} events follow, the file holds {count}{cut}",
+                session_id=str(self.header["id"]),
+                line=line_no + 1 if torn is None else torn[0],
+            )
         if torn is not None:
             self.dropped_tail = True
             warnings.warn(
@@ -293,6 +372,14 @@ class JsonlReader:
                 raise CorruptSessionError(
                     f"{self.path}: line {line_no}: {exc}", line=line_no
                 ) from exc
+
+
+def _declared_events(header: dict[str, Any]) -> int | None:
+    """The event count a header states under ``EVENTS_KEY`` (``None``: it states none)."""
+    declared = header.get(EVENTS_KEY)
+    if declared is not None and (not is_safe_int(declared) or declared < 0):
+        raise InvalidHeaderError(f"header {EVENTS_KEY} must be an int >= 0, got {declared!r}")
+    return declared
 
 
 def read_jsonl(path: PathLike) -> tuple[FrozenDict, list[SessionEvent]]:

@@ -348,20 +348,21 @@ class AsyncSessionStore:
         or not at all, as by ``SessionStore.export_jsonl``."""
         if self._runner.threaded or not isinstance(path, str | os.PathLike):
             return await self._runner.call(self._store.export_jsonl, session_id, path)
-        return await self._export_file(session_id, path, primary=False)
+        return await self._export_file(session_id, path, archive=False)
 
     async def _export_file(
-        self, session_id: str, path: str | os.PathLike[str], *, primary: bool
+        self, session_id: str, path: str | os.PathLike[str], *, archive: bool
     ) -> int:
         """Export to a path on the event loop (PostgreSQL): the file's I/O in the loop's
-        executor, the reads awaited."""
+        executor, the reads awaited. ``archive``: a prune's (read from the primary, into a
+        temporary file a re-run takes over)."""
         loop = asyncio.get_running_loop()
-        publishing = published_file(path)
+        publishing = published_file(path, reuse_temporary=archive)
         fh = await loop.run_in_executor(None, publishing.__enter__)
         out = _OffloadedFile(fh, loop)
 
         def export() -> int:
-            count = self._store._export(session_id, out, primary=primary)  # type: ignore[arg-type]
+            count = self._store._export(session_id, out, primary=archive)  # type: ignore[arg-type]
             out.flush()
             return count
 
@@ -411,7 +412,7 @@ class AsyncSessionStore:
         if self._runner.threaded:
             return await self._runner.call(self._store._archive, session_id, path)
         try:
-            return await self._export_file(session_id, path, primary=True)
+            return await self._export_file(session_id, path, archive=True)
         except SessionNotFoundError:
             return None
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from session_sql.errors import ConfigurationError, InvalidArgumentError, InvalidHeaderError
 from session_sql.events import check_header, is_safe_int
+from session_sql.jsonl import EVENTS_KEY
 from session_sql.jsonvalue import FrozenDict, thaw
 
 __all__ = [
@@ -182,10 +183,18 @@ class Exported(NamedTuple):
 
 
 def export_header(
-    header: Mapping[str, Any], tenant: str, metadata: Metadata, updated_at: int
+    header: Mapping[str, Any],
+    tenant: str,
+    metadata: Metadata,
+    updated_at: int,
+    events: int | None = None,
 ) -> dict[str, Any]:
-    """The header line of an export: the stored header, then ``EXPORT_KEY`` (last)."""
-    line = {key: value for key, value in header.items() if key != EXPORT_KEY}
+    """The header line of an export: the stored header, then ``events`` under
+    ``jsonl.EVENTS_KEY`` (the lines that follow, so that a cut copy is refused), then
+    ``EXPORT_KEY`` (last)."""
+    line = {key: value for key, value in header.items() if key not in (EXPORT_KEY, EVENTS_KEY)}
+    if events is not None:
+        line[EVENTS_KEY] = events
     line[EXPORT_KEY] = {
         "tenant": tenant,
         "userId": metadata.user_id,

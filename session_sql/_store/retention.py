@@ -11,10 +11,19 @@ begins, and each delete is conditional on the row being the one selected and arc
 (``updated_at``, ``head_seq``, ``incarnation`` and the metadata unchanged), so a session
 appended to or edited meanwhile is kept. A re-run selects what is left and rewrites an
 archive file whole.
+
+Why an archive is never overwritten by another session: its name carries, after the id's
+``jsonl_file_name`` stem, a digest of the session's tenant and incarnation (the row's own
+identity, new for every session created, imported or recreated under a reused id). The
+same session always gets the same name (a re-run rewrites its file, no second copy); another
+session, in another tenant or a later one under the same id, gets another. The temporary
+file has a fixed name too, locked while written, so a re-run takes over what a killed run
+left (``published_file(reuse_temporary=True)``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 import time
@@ -32,9 +41,16 @@ from session_sql._store.listing import own
 from session_sql._store.metadata import check_labels, check_user_id
 from session_sql.arguments import clamp, int_arg
 from session_sql.errors import InvalidArgumentError
-from session_sql.jsonl import jsonl_file_name
+from session_sql.jsonl import MAX_NAME_BYTES, jsonl_file_name
 
-__all__ = ["PruneReport", "PrunedSession", "check_request", "prune_steps", "run"]
+__all__ = [
+    "PruneReport",
+    "PrunedSession",
+    "archive_file_name",
+    "check_request",
+    "prune_steps",
+    "run",
+]
 
 PAGE_SESSIONS = 200
 """Candidates read per query (one short read of the index that answers the order)."""
@@ -171,7 +187,8 @@ def check_request(
     """``prune``'s arguments, or ``InvalidArgumentError`` before anything is read or written.
 
     At least one selector is required: an empty call would delete the tenant's every session.
-    ``archive_dir`` must be a directory this process can create files in (tried).
+    ``archive_dir`` must be a directory this process can create files in (tried), except in
+    a dry run, which writes nothing (it may then not exist yet).
     """
     before = (
         None
@@ -188,16 +205,18 @@ def check_request(
             "session, pass updated_before as a time in the future",
             argument="updated_before",
         )
-    folder = None if archive_dir is None else _archive_dir(archive_dir)
+    folder = None if archive_dir is None else _archive_dir(archive_dir, dry_run)
     return PruneRequest(before, user, wanted, folder, dry_run)
 
 
-def _archive_dir(archive_dir: object) -> Path:
+def _archive_dir(archive_dir: object, dry_run: bool) -> Path:
     if not isinstance(archive_dir, str | os.PathLike):
         raise InvalidArgumentError(
             f"archive_dir must be a path, not {archive_dir!r}", argument="archive_dir"
         )
     folder = Path(archive_dir)
+    if dry_run and not folder.exists():
+        return folder
     if not folder.is_dir():
         raise InvalidArgumentError(
             f"archive_dir {str(folder)!r} is not a directory", argument="archive_dir"
@@ -211,6 +230,23 @@ def _archive_dir(archive_dir: object) -> Path:
             argument="archive_dir",
         ) from exc
     return folder
+
+
+def archive_file_name(session_id: str, tenant: str, incarnation: str) -> str:
+    """``<stem>~<16 hex>.jsonl``: the id's ``jsonl_file_name`` stem, then a digest of the
+    session's tenant and incarnation, so that no other session's archive has this name.
+
+    A stem too long for the digest to fit in 255 bytes is cut and made unique by a hash of
+    the id, as ``jsonl_file_name`` does for its own long names.
+    """
+    identity = f"{tenant}\0{incarnation}".encode()
+    tag = hashlib.sha256(identity).hexdigest()[:16]
+    stem = jsonl_file_name(session_id).removesuffix(".jsonl")
+    name = f"{stem}~{tag}.jsonl"
+    if len(name) > MAX_NAME_BYTES - len("..tmp"):  # its temporary file's name must fit too
+        digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:32]
+        name = f"{stem[:180]}~{digest}~{tag}.jsonl"
+    return name
 
 
 def prune_steps(
@@ -239,7 +275,8 @@ def prune_steps(
                 if request.archive_dir is None:
                     ready.append(candidate)
                     continue
-                path = request.archive_dir / jsonl_file_name(candidate.session.id)
+                name = archive_file_name(candidate.session.id, ctx.tenant, candidate.incarnation)
+                path = request.archive_dir / name
                 written = yield Archive(candidate.session.id, path)
                 if written != candidate.head_seq + 1:
                     kept.append(candidate.session.id)  # moved (or gone) since it was selected

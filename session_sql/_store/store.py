@@ -343,13 +343,16 @@ class SessionStore:
 
         Selectors: ``updated_before`` (ms since the epoch: last append before it),
         ``user_id``, ``labels`` (every pair must match); at least one is required. With
-        ``archive_dir`` each session is first exported there as ``jsonl_file_name(id)``
-        (fsynced, published whole), so ``import_jsonl`` gives it back identical, metadata
-        included. A session written to after it was selected is kept (``report.kept``).
-        Forks are copies: deleting a parent leaves its children whole. ``dry_run`` selects
-        and measures, and changes nothing. ``progress`` sees each session as it goes.
-        Interrupted and run again, it finishes the same work (an archive file is rewritten
-        whole). On SQLite the freed pages go back to the file system in short steps
+        ``archive_dir`` each session is first exported there as ``<stem>~<tag>.jsonl``
+        (``retention.archive_file_name``: the ``jsonl_file_name(id)`` stem, then a digest of
+        the tenant and the session's incarnation, so no other session's archive is ever
+        overwritten), fsynced and published whole, so ``import_jsonl`` gives it back
+        identical, metadata included. A session written to after it was selected is kept
+        (``report.kept``). Forks are copies: deleting a parent leaves its children whole.
+        ``dry_run`` selects and measures, and changes nothing. ``progress`` sees each
+        session as it goes. Interrupted and run again, it finishes the same work (the same
+        archive file is rewritten whole, and a killed run's temporary file taken over). On
+        SQLite the freed pages go back to the file system in short steps
         afterwards (stores created by this version; docs/operations.md).
         Bad arguments raise ``InvalidArgumentError`` before anything is read or written.
         """
@@ -357,9 +360,10 @@ class SessionStore:
         return retention.run(self._ctx, request, progress, self._archive)
 
     def _archive(self, session_id: str, path: os.PathLike[str]) -> int | None:
-        """A prune's archive of one session, read from the primary (``None``: it is gone)."""
+        """A prune's archive of one session, read from the primary (``None``: it is gone);
+        its temporary file is one a re-run takes over if this run is killed."""
         try:
-            with published_file(path) as fh:
+            with published_file(path, reuse_temporary=True) as fh:
                 return self._export(session_id, fh, primary=True)
         except SessionNotFoundError:
             return None

@@ -154,7 +154,11 @@ def export(ctx: StoreContext, session_id: str, out: IO[str], *, primary: bool = 
             raise SessionNotFoundError.for_session(session_id)
         metadata = Metadata(row.user_id, row.title, labels_value(session_id, row.labels))
         header = export_header(
-            frozen_header(session_id, row.header), ctx.tenant, metadata, row.updated_at
+            frozen_header(session_id, row.header),
+            ctx.tenant,
+            metadata,
+            row.updated_at,
+            events=row.head_seq + 1,
         )
         events = reader.snapshot_events(conn, ctx, session_id, row.head_seq)
         return write_jsonl(out, header, events)

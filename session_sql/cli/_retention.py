@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -30,7 +31,7 @@ from session_sql.cli._support import (
 )
 
 if TYPE_CHECKING:
-    from session_sql import PrunedSession, PruneReport
+    from session_sql import PrunedSession, PruneReport, SessionStore
 
 # The store's names and rich are imported inside the command (docs/performance.md, "CLI
 # startup").
@@ -86,7 +87,8 @@ def prune(
         typer.Option(
             "--archive",
             metavar="DIR",
-            help="First write each session to DIR as JSONL ('session-sql import DIR' restores).",
+            help="First write each session to DIR as JSONL, DIR created if missing "
+            "('session-sql import DIR' restores).",
             show_default=False,
         ),
     ] = None,
@@ -103,8 +105,11 @@ def prune(
     Deletes every session of --tenant that matches all the selectors given (at least one),
     oldest first, in short transactions, so writers keep going meanwhile; a session written
     to after it was selected is kept. With --archive DIR each session is first written to
-    DIR/NAME.jsonl (as 'export --all' names it) and synced to disk, so nothing is deleted
-    that is not archived. Interrupted, run it again: it finishes the same work. Forks keep
+    DIR/NAME~TAG.jsonl and synced to disk, so nothing is deleted that is not archived: NAME
+    as 'export --all' names the file, TAG 16 hex digits that differ for every session (an
+    id created again, the same id in another tenant), so an archive is never overwritten by
+    another session's. Interrupted, run it again: it finishes the same work, rewriting the
+    same files (no second copy) and taking over what the killed run left. Forks keep
     their own copies of what they inherited. --user USER alone erases everything of that
     user in the tenant; --json prints a report to file (ids, event counts, bytes, archive
     files, start and end times). Nothing to do costs one index lookup, so it can run on a
@@ -114,6 +119,11 @@ def prune(
         raise CliError("give --older-than, --user or --label (what to prune)", code=2)
     before = None if older_than is None else time.time_ns() // 1_000_000 - parse_age(older_than)
     labels = _label_pairs(label or [])
+    if archive is not None and not dry_run and not archive.exists():
+        try:  # as 'export -d' does; a dry run writes nothing, not even the directory
+            archive.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"--archive {archive}: cannot create it: {exc.strerror or exc}") from exc
     out = Out()
     with cli_store(url, schema, tenant=tenant) as store, progress_bar() as progress:
         task = progress.add_task("checking" if dry_run else "pruning", total=None)
@@ -121,18 +131,38 @@ def prune(
         def advance(session: PrunedSession) -> None:
             progress.advance(task)
 
-        report = store.prune(
+        report = _prune(store, before, user, labels, archive, dry_run, advance)
+    if as_json:
+        out.json(report_json(report))
+        return
+    _print(out, report)
+
+
+def _prune(
+    store: SessionStore,
+    before: int | None,
+    user: str | None,
+    labels: dict[str, str],
+    archive: Path | None,
+    dry_run: bool,
+    progress: Callable[[PrunedSession], None],
+) -> PruneReport:
+    """``store.prune``, its refusal of the archive directory said in the option's name."""
+    from session_sql import InvalidArgumentError
+
+    try:
+        return store.prune(
             updated_before=before,
             user_id=user,
             labels=labels or None,
             archive_dir=archive,
             dry_run=dry_run,
-            progress=advance,
+            progress=progress,
         )
-    if as_json:
-        out.json(report_json(report))
-        return
-    _print(out, report)
+    except InvalidArgumentError as exc:
+        if exc.argument != "archive_dir":
+            raise
+        raise CliError(str(exc).replace("archive_dir", "--archive", 1)) from exc
 
 
 def report_json(report: PruneReport) -> dict[str, Any]:

@@ -73,7 +73,6 @@ def _prepare(cli: Cli) -> None:
             header = json.loads(lines[0])
             header["id"] = new_id
             (cli.cwd / name).write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
-        (cli.cwd / "archive").mkdir()  # prune --archive's
         backup = cli.cwd / "backup"
         backup.mkdir()
         for info in store.iter_sessions():

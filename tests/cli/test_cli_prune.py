@@ -102,15 +102,16 @@ def test_the_tenant_option_keeps_to_its_tenant(cli, store, people):
 
 
 def test_an_archive_imports_back_identical(cli, store, people, tmp_path):
-    archive = tmp_path / "archive"
-    archive.mkdir()
+    archive = tmp_path / "archive" / "2026"  # created, as 'export -d' creates its directory
     exports = {sid: _exported(store, sid) for sid in people[:4]}
     out = cli("prune", "--older-than", "30d", "--archive", str(archive), "--json")
     assert out.code == 0, out.stderr
     report = json.loads(out.stdout)
-    assert [s["archive"] for s in report["sessions"]] == [
-        str(archive / jsonl_file_name(sid)) for sid in people[:4]
-    ]
+    for pruned, sid in zip(report["sessions"], people[:4], strict=True):
+        path = Path(pruned["archive"])
+        assert path.parent == archive and path.is_file()
+        assert path.name.startswith(jsonl_file_name(sid).removesuffix(".jsonl") + "~")
+    assert len(list(archive.iterdir())) == 4
     restored = cli("import", str(archive))
     assert restored.code == 0, restored.stderr
     for sid, text in exports.items():
@@ -126,7 +127,6 @@ def test_an_archive_imports_back_identical(cli, store, people, tmp_path):
         (["--older-than", "-1d"], 2, "is not an age such as 30d"),
         (["--label", "team"], 2, "is not NAME=VALUE"),
         (["--user", ""], 1, "user_id must be None or 1"),
-        (["--older-than", "1d", "--archive", "missing-dir"], 1, "is not a directory"),
     ],
 )
 def test_bad_input_changes_nothing(cli, store, people, args, code, message):
@@ -146,6 +146,38 @@ def test_an_archive_dir_that_cannot_be_written_changes_nothing(cli, store, peopl
     assert out.code == 1
     assert "is not writable" in out.error_lines[-1]
     assert _state(store) == before
+
+
+def test_the_archive_errors_speak_of_the_option(cli, store, people, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x", encoding="utf-8")
+    before = _state(store)
+    for target, why in ((a_file, "is not a directory"), (a_file / "sub", "cannot create it")):
+        out = cli("prune", "--older-than", "1d", "--archive", str(target))
+        assert out.code == 1, out.stderr
+        line = out.error_lines[-1]
+        assert line.startswith(f"{ERROR}--archive ") and why in line, line
+        assert "archive_dir" not in out.stderr
+    assert _state(store) == before
+
+
+def test_a_dry_run_does_not_create_the_archive_directory(cli, store, people, tmp_path):
+    out = cli("prune", "--older-than", "1w", "--dry-run", "--archive", str(tmp_path / "new"))
+    assert out.code == 0, out.stderr
+    assert out.stdout.splitlines()[-1].startswith("would delete 4 sessions")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_cut_archive_does_not_import(cli, store, people, tmp_path):
+    archive = tmp_path / "archive"
+    assert cli("prune", "--older-than", "30d", "--archive", str(archive)).code == 0
+    (cut,) = archive.glob("s0~*.jsonl")
+    lines = cut.read_text(encoding="utf-8").splitlines(keepends=True)
+    cut.write_text("".join(lines[:-1]), encoding="utf-8")  # cut at a line boundary
+    out = cli("import", str(archive))
+    assert out.code == 1
+    assert "truncated" in out.stderr and "says 1 events follow, the file holds 0" in out.stderr
+    assert sorted(info.id for info in store.list_sessions()) == ["s1", "s2", "s3", "s4"]
 
 
 def test_prune_on_sqlite_loads_neither_postgresql_nor_the_benchmark(sqlite_cli):

@@ -18,7 +18,6 @@ from session_sql import (
     InvalidArgumentError,
     PruneReport,
     SessionNotFoundError,
-    jsonl_file_name,
     open_store,
 )
 from session_sql._store import retention
@@ -192,8 +191,11 @@ def test_the_archive_imports_back_to_identical_sessions(store, archive):
     assert sorted(s.id for s in report.sessions) == sorted(rows)
     assert ids(store) == set()
     for pruned in report.sessions:
-        assert pruned.archive == str(archive / jsonl_file_name(pruned.id))
-    assert sorted(p.name for p in archive.iterdir()) == sorted(map(jsonl_file_name, rows))
+        name = retention.archive_file_name(pruned.id, store.tenant, rows[pruned.id]["incarnation"])
+        assert pruned.archive == str(archive / name)
+    assert sorted(p.name for p in archive.iterdir()) == sorted(
+        Path(s.archive or "").name for s in report.sessions
+    )
     for pruned in report.sessions:
         assert store.import_jsonl(pruned.archive) == pruned.id
     for sid, before in rows.items():
@@ -208,7 +210,8 @@ def test_the_archive_imports_back_to_identical_sessions(store, archive):
 
 def test_an_archive_file_left_by_an_interrupted_run_is_rewritten_whole(store, archive):
     population(store)
-    stale = archive / jsonl_file_name("s0")
+    incarnation = row_of(store, "s0")["incarnation"]
+    stale = archive / retention.archive_file_name("s0", store.tenant, incarnation)
     stale.write_text("half a line", encoding="utf-8")
     report = store.prune(updated_before=NOW - 5 * DAY, archive_dir=archive)
     assert [s.id for s in report.sessions] == ["s0"]
@@ -350,7 +353,7 @@ def test_the_async_store_prunes_with_the_same_steps(store, archive):
     population(store)
     report = store.prune(updated_before=NOW - 4 * DAY, archive_dir=archive)
     assert [s.id for s in report.sessions] == ["s0", "s1"]
-    assert sorted(p.name for p in archive.iterdir()) == ["s0.jsonl", "s1.jsonl"]
+    assert [p.name.split("~")[0] for p in sorted(archive.iterdir())] == ["s0", "s1"]
 
 
 def test_sqlite_gives_the_space_back(tmp_path):

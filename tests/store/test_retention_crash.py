@@ -97,6 +97,13 @@ def _kill_mid_prune(backend: Any, archive: Path, rng: random.Random) -> int:
     return deleted
 
 
+def _archive_of(archive: Path, session_id: str) -> Path:
+    """The one archive file of ``session_id`` (``<jsonl_file_name stem>~<tag>.jsonl``)."""
+    found = list(archive.glob(jsonl_file_name(session_id).removesuffix(".jsonl") + "~*.jsonl"))
+    assert len(found) == 1, (session_id, found)
+    return found[0]
+
+
 def _check_nothing_lost(
     store: SessionStore, originals: dict[str, list[Any]], archive: Path, scratch: Path
 ) -> set[str]:
@@ -108,7 +115,7 @@ def _check_nothing_lost(
             assert store.verify(session_id).ok, session_id
             assert _exported(store, session_id, scratch) == lines, session_id
         else:
-            assert _lines(archive / jsonl_file_name(session_id)) == lines, session_id
+            assert _lines(_archive_of(archive, session_id)) == lines, session_id
     t = tables(store)
     with store.engine.connect() as conn:
         keys = set(conn.execute(select(t.sessions.c.session_key)).scalars())
@@ -136,8 +143,10 @@ def test_a_killed_prune_loses_nothing_and_a_rerun_finishes(
         report = store.prune(updated_before=FUTURE, archive_dir=archive)
         assert report.kept == []
         assert _check_nothing_lost(store, originals, archive, scratch) == set()
+        # One file per session, and nothing the killed run left (temporary files included).
+        assert len(list(archive.iterdir())) == SESSIONS
         # Restore: every archive file imports back to the original session.
         for session_id, lines in originals.items():
-            assert store.import_jsonl(archive / jsonl_file_name(session_id)) == session_id
+            assert store.import_jsonl(_archive_of(archive, session_id)) == session_id
             assert store.verify(session_id).ok
             assert _exported(store, session_id, scratch) == lines

@@ -117,6 +117,7 @@ def test_the_export_header_names_the_row_and_the_stored_header_does_not(backend,
             "createdAt": T0,
             "isSeeded": False,
             "cwd": "/x",
+            "x-session-sql-events": 0,
             "x-session-sql": {
                 "tenant": "acme",
                 "userId": "u",
@@ -127,8 +128,9 @@ def test_the_export_header_names_the_row_and_the_stored_header_does_not(backend,
         }
         store.delete_session("s")
         store.import_jsonl(tmp_path / "s.jsonl")
-        assert "x-session-sql" not in store.load_session("s").header
-        assert "x-session-sql" not in row_of(store, "s")["header"]
+        for key in ("x-session-sql", "x-session-sql-events"):
+            assert key not in store.load_session("s").header
+            assert key not in row_of(store, "s")["header"]
 
 
 def _write(path: Path, header: dict[str, Any]) -> Path:
