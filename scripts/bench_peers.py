@@ -19,6 +19,11 @@ SDK's ``SQLiteSession`` (SQLite only) and ``SQLAlchemySession``, and session_sql
 ``SessionSQLSession``. Prints the median of ``--runs`` runs and each figure's ratio to the
 best peer (raw aside). Needs ``session-sql[openai-agents]`` and aiosqlite. Uses fresh files and
 a fresh schema per run, dropped after; ``--pg ''`` skips PostgreSQL.
+
+Where each row's time goes (sampled profiles of the client per row, the store's native API
+beside the adapter): ``profile_peers.py`` in this directory; the server's side
+(``pg_stat_statements``, ``EXPLAIN (ANALYZE, BUFFERS)``) is in docs/performance.md, "Against
+the peers: where the time goes".
 """
 
 from __future__ import annotations
