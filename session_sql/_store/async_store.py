@@ -41,6 +41,7 @@ from session_sql._store import forwarding, reader, retention
 from session_sql._store.async_handle import AsyncStoredSession, sync_of
 from session_sql._store.backends import backend_for
 from session_sql._store.following import Read, Sleep, Wait
+from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
 from session_sql._store.running import _OffloadedFile, _Runner, _settle
 from session_sql._store.schema import DEFAULT_SCHEMA
@@ -176,7 +177,23 @@ class AsyncSessionStore:
     # (see forwarding): each keeps the sync method's signature, types and docstring.
     repair = forwarding.offloaded(SessionStore.repair)
     delete_session = forwarding.offloaded(SessionStore.delete_session)
-    export_parquet = forwarding.offloaded(SessionStore.export_parquet)
+
+    async def export_parquet(
+        self, directory: str | os.PathLike[str], *, since: str | None = None
+    ) -> ParquetExport:
+        """``SessionStore.export_parquet``; on PostgreSQL the files are written in a worker
+        thread while the rows are read on the loop."""
+        if self._runner.threaded:
+            return await self._runner.call(
+                functools.partial(self._store.export_parquet, directory, since=since)
+            )
+        loop = asyncio.get_running_loop()
+
+        def offload(work: Callable[[], None]) -> None:
+            _OffloadedFile.run(loop, work)
+
+        return await self._runner.call(self._store._export_parquet, directory, since, offload)
+
     vacuum = forwarding.offloaded(SessionStore.vacuum)
     load_session = forwarding.offloaded(SessionStore.load_session)
     messages = forwarding.offloaded(SessionStore.messages)

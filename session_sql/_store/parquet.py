@@ -22,7 +22,7 @@ import importlib
 import json
 import os
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,15 +219,26 @@ def _decode(tenant: str, text: str | None) -> _Cursor:
 # -- writing ------------------------------------------------------------------------------
 
 
+Offload = Callable[[Callable[[], None]], None]
+"""Runs a piece of file I/O (encoding and writing a row group, fsync, rename) to completion:
+inline by default; the async store on PostgreSQL, whose reads run on the event loop, runs it
+in a worker thread so that the loop never waits on the disk."""
+
+
+def _inline(work: Callable[[], None]) -> None:
+    work()
+
+
 class _TableFile:
     """One table's file: rows gathered into columns, written a row group at a time."""
 
-    def __init__(self, target: Path, schema: Any) -> None:
+    def __init__(self, target: Path, schema: Any, offload: Offload = _inline) -> None:
         pa, pq = _arrow()
         self.batch = pa.record_batch
         self.target = target
         self.schema = schema
         self.rows = 0
+        self.offload = offload
         fd, self.tmp = _create_temporary(target)
         self.fh = os.fdopen(fd, "wb")
         self.writer = pq.ParquetWriter(self.fh, schema, compression="zstd")
@@ -245,7 +256,8 @@ class _TableFile:
         if not self.pending:
             return
         columns = [list(c) for c in zip(*self.pending, strict=True)]
-        self.writer.write_batch(self.batch(columns, schema=self.schema))
+        batch = self.batch(columns, schema=self.schema)
+        self.offload(lambda: self.writer.write_batch(batch))
         self.rows += len(self.pending)
         self.pending = []
         self.pending_bytes = 0
@@ -253,11 +265,15 @@ class _TableFile:
     def publish(self) -> None:
         """Write what is left, fsync, and rename over the target."""
         self.flush()
-        self.writer.close()
-        self.fh.flush()
-        os.fsync(self.fh.fileno())
-        self.fh.close()
-        os.replace(self.tmp, self.target)
+
+        def finish() -> None:
+            self.writer.close()
+            self.fh.flush()
+            os.fsync(self.fh.fileno())
+            self.fh.close()
+            os.replace(self.tmp, self.target)
+
+        self.offload(finish)
 
     def discard(self) -> None:
         with contextlib.suppress(Exception):  # already failing: that error is raised
@@ -267,7 +283,10 @@ class _TableFile:
 
 
 def export_parquet(
-    ctx: StoreContext, directory: str | os.PathLike[str], since: str | None = None
+    ctx: StoreContext,
+    directory: str | os.PathLike[str],
+    since: str | None = None,
+    offload: Offload = _inline,
 ) -> ParquetExport:
     """Write the tenant's rows added since ``since`` under ``directory`` (see
     ``SessionStore.export_parquet``)."""
@@ -280,20 +299,27 @@ def export_parquet(
     schemas = _schemas()
     with ExitStack() as stack:
         files: dict[str, _TableFile] = {}
-        try:
+
+        def create() -> None:
             for table in TABLES:
                 (root / table).mkdir(parents=True, exist_ok=True)
-                files[table] = _TableFile(root / table / f"{name}.parquet", schemas[table])
-        except OSError as exc:
+                target = root / table / f"{name}.parquet"
+                files[table] = _TableFile(target, schemas[table], offload)
+
+        def discard() -> None:
             for opened in files.values():
                 opened.discard()
+
+        try:
+            offload(create)
+        except OSError as exc:
+            offload(discard)
             raise _write_error(root, exc) from exc
         done = False
 
         def cleanup() -> None:
             if not done:
-                for opened in files.values():
-                    opened.discard()
+                offload(discard)
 
         stack.callback(cleanup)
         with translate_errors(None), snapshot_tx(ctx.engine) as conn:
@@ -304,8 +330,12 @@ def export_parquet(
             done = True
         except OSError as exc:
             raise _write_error(root, exc) from exc
-    for table in TABLES:
-        _fsync_directory(root / table)
+
+    def fsync_directories() -> None:
+        for table in TABLES:
+            _fsync_directory(root / table)
+
+    offload(fsync_directories)
     after = _Cursor(before.number + 1, heads)
     return ParquetExport(
         cursor=_encode(ctx.tenant, after),

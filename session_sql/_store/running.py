@@ -212,8 +212,13 @@ class _OffloadedFile:
         self._pending: list[str] = []
         self._size = 0
 
+    @staticmethod
+    def run(loop: asyncio.AbstractEventLoop, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the loop's executor, awaited from the greenlet on the loop."""
+        return await_(loop.run_in_executor(None, fn, *args))
+
     def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
-        return await_(self._loop.run_in_executor(None, fn, *args))
+        return self.run(self._loop, fn, *args)
 
     def write(self, text: str) -> int:
         self._pending.append(text)

@@ -328,6 +328,12 @@ class SessionStore:
         """
         return parquet.export_parquet(self._ctx, directory, since)
 
+    def _export_parquet(
+        self, directory: str | os.PathLike[str], since: str | None, offload: parquet.Offload
+    ) -> ParquetExport:
+        """``export_parquet`` with its file I/O run by ``offload`` (the async store's)."""
+        return parquet.export_parquet(self._ctx, directory, since, offload)
+
     def prune(
         self,
         *,

@@ -228,3 +228,38 @@ def test_a_killed_export_leaves_no_file_a_reader_would_take(backend, tmp_path, w
         assert [len(list((out / t).glob("*.parquet"))) for t in TABLES] == [1] * len(TABLES)
         assert result.rows["events"] == 20
         assert len(exported(out, "events")) == 20
+
+
+def test_the_async_export_never_writes_on_the_event_loop(backend, tmp_path, monkeypatch):
+    """SPEC §11.3: no call blocks the loop on I/O. PostgreSQL's async store reads on the
+    loop; the files' row groups, fsyncs and renames go to a worker thread."""
+    import asyncio
+
+    from session_sql import open_async_store
+
+    threads: list[int] = []
+    write_batch = pq.ParquetWriter.write_batch
+    fsync = os.fsync
+
+    def recorded_write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.get_ident())
+        return write_batch(self, *args, **kwargs)
+
+    def recorded_fsync(fd: int) -> None:
+        threads.append(threading.get_ident())
+        fsync(fd)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_batch", recorded_write)
+    monkeypatch.setattr(os, "fsync", recorded_fsync)
+
+    async def main() -> Any:
+        async with open_async_store(backend.url, schema=backend.schema) as store:
+            handle = await store.create_session("s1")
+            await handle.append("todo/write", {"n": 1})
+            threads.clear()  # only the export's
+            loop_thread = threading.get_ident()
+            return loop_thread, await store.export_parquet(tmp_path)
+
+    loop_thread, result = asyncio.run(main())
+    assert result.rows["events"] == 1
+    assert threads and loop_thread not in threads
