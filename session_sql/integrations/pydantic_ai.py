@@ -34,9 +34,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 try:
     from pydantic_ai.messages import ModelMessagesTypeAdapter
@@ -163,7 +163,7 @@ class SessionSQLStepStore:
     async def register_run(self, record: RunRecord) -> None:
         """Store a run's record; a run id already registered raises ``SessionExistsError``
         (a ``ValueError``: ``run_id`` is single-shot)."""
-        data = _run_dict(record)
+        data = _record_dict(record)
 
         def build(run: Run) -> Batch:
             if run.record is not None:
@@ -219,7 +219,7 @@ class SessionSQLStepStore:
     async def append_event(self, event: StepEvent) -> None:
         """Append a step event (dropped when its ``idempotency_key`` is already stored);
         ``run_started`` opens a turn, ``run_completed`` and ``run_failed`` end it."""
-        data = _event_dict(event)
+        data = _record_dict(event)
         key = event.idempotency_key
 
         def build(run: Run) -> Batch | None:
@@ -293,7 +293,7 @@ class SessionSQLStepStore:
 
     async def record_tool_effect(self, record: ToolEffectRecord) -> None:
         """Record a tool call's effect status (the latest record per tool call holds)."""
-        data = _effect_dict(record)
+        data = _record_dict(record)
         await self._write(record.run_id, lambda run: [{"type": PYDANTIC_AI_EFFECT, "data": data}])
 
     async def get_tool_effect(self, *, run_id: str, tool_call_id: str) -> ToolEffectRecord | None:
@@ -415,77 +415,48 @@ def _turn_end(turn: int, reason: str) -> dict[str, Any]:
     return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": reason}}}
 
 
-def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _parsed(value: Any) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
 def _strings(value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in (value or {}).items()}
 
 
-# The records as the harness's JSON stores write them (FileStepStore), key for key.
+# The records as the harness's JSON stores write them (FileStepStore), key for key: a run
+# record, a step event and a tool-effect record are their fields in order, times as ISO text.
+
+_TIMES = frozenset({"started_at", "ended_at", "timestamp"})
+_R = TypeVar("_R", RunRecord, StepEvent, ToolEffectRecord)
 
 
-def _run_dict(record: RunRecord) -> dict[str, Any]:
-    return {
-        "run_id": record.run_id,
-        "conversation_id": record.conversation_id,
-        "parent_run_id": record.parent_run_id,
-        "agent_name": record.agent_name,
-        "metadata": dict(record.metadata),
-        "started_at": record.started_at.isoformat(),
-        "registration_id": record.registration_id,
-    }
+def _record_dict(record: RunRecord | StepEvent | ToolEffectRecord) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif f.name == "metadata":
+            value = dict(value)
+        data[f.name] = value
+    return data
+
+
+def _record_of(cls: type[_R], data: Mapping[str, Any], *required: str) -> _R:
+    """The record ``data`` holds; a ``required`` key it lacks raises ``KeyError``."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        value: Any = data[f.name] if f.name in required else data.get(f.name)
+        if f.name in _TIMES and (value is not None or f.name in required):
+            value = datetime.fromisoformat(value)
+        elif f.name == "metadata":
+            value = _strings(value)
+        values[f.name] = value
+    return cls(**values)
 
 
 def _run_of(data: Mapping[str, Any]) -> RunRecord:
-    return RunRecord(
-        run_id=data["run_id"],
-        conversation_id=data.get("conversation_id"),
-        parent_run_id=data.get("parent_run_id"),
-        agent_name=data.get("agent_name"),
-        metadata=_strings(data.get("metadata")),
-        started_at=datetime.fromisoformat(data["started_at"]),
-        registration_id=data.get("registration_id"),
-    )
-
-
-def _event_dict(event: StepEvent) -> dict[str, Any]:
-    return {
-        "run_id": event.run_id,
-        "kind": event.kind,
-        "step_index": event.step_index,
-        "timestamp": event.timestamp.isoformat(),
-        "conversation_id": event.conversation_id,
-        "parent_run_id": event.parent_run_id,
-        "agent_name": event.agent_name,
-        "tool_call_id": event.tool_call_id,
-        "tool_name": event.tool_name,
-        "error": event.error,
-        "metadata": dict(event.metadata),
-        "idempotency_key": event.idempotency_key,
-    }
+    return _record_of(RunRecord, data, "run_id", "started_at")
 
 
 def _event_of(data: Mapping[str, Any]) -> StepEvent:
-    return StepEvent(
-        run_id=data["run_id"],
-        kind=data["kind"],
-        step_index=data["step_index"],
-        timestamp=datetime.fromisoformat(data["timestamp"]),
-        conversation_id=data.get("conversation_id"),
-        parent_run_id=data.get("parent_run_id"),
-        agent_name=data.get("agent_name"),
-        tool_call_id=data.get("tool_call_id"),
-        tool_name=data.get("tool_name"),
-        error=data.get("error"),
-        metadata=_strings(data.get("metadata")),
-        idempotency_key=data.get("idempotency_key"),
-    )
+    return _record_of(StepEvent, data, "run_id", "kind", "step_index", "timestamp")
 
 
 def _snapshot_dict(snapshot: ContinuableSnapshot, seqs: list[int]) -> dict[str, Any]:
@@ -516,27 +487,7 @@ def _snapshot_of(run: Run, data: Mapping[str, Any]) -> ContinuableSnapshot:
     )
 
 
-def _effect_dict(record: ToolEffectRecord) -> dict[str, Any]:
-    return {
-        "tool_call_id": record.tool_call_id,
-        "tool_name": record.tool_name,
-        "run_id": record.run_id,
-        "status": record.status,
-        "started_at": record.started_at.isoformat(),
-        "ended_at": _time(record.ended_at),
-        "idempotency_key": record.idempotency_key,
-        "effect_summary": record.effect_summary,
-    }
-
-
 def _effect_of(data: Mapping[str, Any]) -> ToolEffectRecord:
-    return ToolEffectRecord(
-        tool_call_id=data["tool_call_id"],
-        tool_name=data["tool_name"],
-        run_id=data["run_id"],
-        status=data["status"],
-        started_at=datetime.fromisoformat(data["started_at"]),
-        ended_at=_parsed(data.get("ended_at")),
-        idempotency_key=data.get("idempotency_key"),
-        effect_summary=data.get("effect_summary"),
+    return _record_of(
+        ToolEffectRecord, data, "tool_call_id", "tool_name", "run_id", "status", "started_at"
     )
