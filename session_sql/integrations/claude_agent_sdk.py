@@ -52,7 +52,6 @@ from session_sql import (
     SessionInfo,
     SessionNotFoundError,
     loopsafe,
-    open_async_store,
     thaw,
 )
 from session_sql.integrations import CLAUDE_ENTRY, CLAUDE_SUMMARY
@@ -71,6 +70,7 @@ from session_sql.integrations._claude_mapping import (
     plan,
     store_id,
 )
+from session_sql.integrations._opening import open_with_types
 
 __all__ = ["SessionSQLSessionStore"]
 
@@ -137,10 +137,8 @@ class SessionSQLSessionStore(SessionStore):
         """A store on ``url`` (``open_async_store``'s options), closed on exit; a ``catalog``
         given there gains the integration's types."""
         catalog = open_store_options.pop("catalog", None)
-        if catalog is not None:
-            missing = [t for t in (CLAUDE_ENTRY, CLAUDE_SUMMARY) if t not in catalog]
-            catalog = catalog.extend(missing) if missing else catalog
-        async with open_async_store(url, catalog=catalog, **open_store_options) as store:
+        types = (CLAUDE_ENTRY, CLAUDE_SUMMARY)
+        async with open_with_types(url, catalog, open_store_options, types) as store:
             yield cls(store)
 
     @property

@@ -62,7 +62,6 @@ from session_sql import (
     SessionNotFoundError,
     SessionStore,
     loopsafe,
-    open_async_store,
 )
 from session_sql.catalog import default_catalog
 from session_sql.integrations import (
@@ -74,6 +73,7 @@ from session_sql.integrations import (
     PYDANTIC_AI_SNAPSHOT,
     PYDANTIC_AI_STEP,
 )
+from session_sql.integrations._opening import open_with_types
 from session_sql.integrations._pydantic_ai_mapping import (
     LABEL_CONVERSATION,
     LABEL_PARENT,
@@ -143,12 +143,8 @@ class SessionSQLStepStore:
         """A step store on a store of its own (``open_async_store``'s options), closed on
         exit; a ``catalog`` given there gains the integration's types."""
         catalog = open_store_options.pop("catalog", None) or default_catalog()
-        missing = [t for t in LOG_ONLY if t not in catalog]
-        if missing:
-            catalog = catalog.extend(missing)
-        if PYDANTIC_AI_MESSAGE not in catalog:
-            catalog = catalog.extend([PYDANTIC_AI_MESSAGE], items=True)
-        async with open_async_store(url, catalog=catalog, **open_store_options) as store:
+        items = [PYDANTIC_AI_MESSAGE]
+        async with open_with_types(url, catalog, open_store_options, LOG_ONLY, items) as store:
             yield cls(store)
 
     @property
