@@ -27,6 +27,7 @@ from .. import builders as shared
 from ..builders import *  # noqa: F403  (the shared builders, re-exported)
 
 __all__ = [
+    "FUTURE",
     "Dump",
     "HandleState",
     "Recorder",
@@ -35,6 +36,7 @@ __all__ = [
     "dump_tables",
     "event_rows",
     "execute",
+    "exported",
     "failing_trigger",
     "recorded",
     "refused",
@@ -49,6 +51,9 @@ __all__ += shared.__all__
 # -- the database underneath ------------------------------------------------------------------
 
 Dump = dict[str, list[tuple[str | None, ...]]]
+
+FUTURE = 4_000_000_000_000
+"""After every clock reading of the tests: ``updated_before=FUTURE`` selects every session."""
 
 
 def dump_tables(store: SessionStore) -> Dump:
