@@ -9,6 +9,7 @@ command at the current backend through ``SESSION_SQL_URL`` / ``SESSION_SQL_SCHEM
 from __future__ import annotations
 
 import os
+import pty
 import subprocess
 import sys
 import uuid
@@ -86,6 +87,34 @@ class Cli:
             cwd=self.cwd,
             env={**os.environ, **self.env},
         )
+
+    def on_a_terminal(self, *args: str) -> tuple[subprocess.CompletedProcess[bytes], bytes]:
+        """Run the console script with stderr on a pseudo-terminal 100 columns wide: the run
+        (stdout captured) and everything drawn on the terminal."""
+        controller, terminal = pty.openpty()
+        try:
+            done = subprocess.run(
+                [str(SCRIPT), *args],
+                stdout=subprocess.PIPE,
+                stderr=terminal,
+                cwd=self.cwd,
+                env={**os.environ, **self.env, "COLUMNS": "100"},
+                timeout=120,
+                check=False,
+            )
+            os.close(terminal)
+            drawn = b""
+            while True:
+                try:
+                    chunk = os.read(controller, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                drawn += chunk
+        finally:
+            os.close(controller)
+        return done, drawn
 
     def store(self) -> SessionStore:
         return open_store(self.url, schema=self.schema)

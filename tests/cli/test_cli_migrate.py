@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import subprocess
 
 import pytest
 from sqlalchemy import delete
@@ -139,29 +136,9 @@ def test_the_progress_bar_is_drawn_on_a_terminal_unless_quiet(sqlite_cli, quiet)
     with sqlite_cli.store() as store:
         for n in range(3):
             tool_turn(store.create_session(f"s{n}"), 1)
-    controller, terminal = pty.openpty()
-    try:
-        done = subprocess.run(
-            [str(SCRIPT), "migrate", "--to", _target(sqlite_cli), *(["-q"] if quiet else [])],
-            stdout=subprocess.PIPE,
-            stderr=terminal,
-            cwd=sqlite_cli.cwd,
-            env={**os.environ, **sqlite_cli.env, "COLUMNS": "100"},
-            timeout=120,
-            check=False,
-        )
-        os.close(terminal)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(controller)
+    done, drawn = sqlite_cli.on_a_terminal(
+        "migrate", "--to", _target(sqlite_cli), *(["-q"] if quiet else [])
+    )
     assert done.returncode == 0
     assert b"3 copied" in done.stdout
     assert (b"sessions" in drawn and b"events" in drawn) is not quiet

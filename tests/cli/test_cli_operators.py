@@ -4,9 +4,6 @@ counts in words and with separators, and errors without pydantic's headings."""
 from __future__ import annotations
 
 import json
-import os
-import pty
-import subprocess
 
 import pytest
 from pydantic import BaseModel, field_validator
@@ -102,28 +99,6 @@ def test_export_all_draws_a_progress_bar_on_a_terminal_only(sqlite_cli, tmp_path
             say(store.create_session(f"s{n}"), "hello")
     piped = sqlite_cli.script("export", "--all", str(tmp_path / "piped"))
     assert piped.code == 0 and "exporting sessions" not in piped.stderr
-    controller, terminal = pty.openpty()
-    try:
-        done = subprocess.run(
-            [str(SCRIPT), "export", "--all", str(tmp_path / "drawn")],
-            stdout=subprocess.PIPE,
-            stderr=terminal,
-            cwd=sqlite_cli.cwd,
-            env={**os.environ, **sqlite_cli.env, "COLUMNS": "100"},
-            timeout=120,
-            check=False,
-        )
-        os.close(terminal)
-        drawn = b""
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            drawn += chunk
-    finally:
-        os.close(controller)
+    done, drawn = sqlite_cli.on_a_terminal("export", "--all", str(tmp_path / "drawn"))
     assert done.returncode == 0
     assert b"exporting sessions" in drawn and b"exported 3 sessions" in drawn

@@ -160,13 +160,18 @@ async def main(steps: int, pg_url: str | None) -> None:
         )
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=200)
+def bench_arguments(doc: str, count: str, default: int) -> argparse.ArgumentParser:
+    """A bench's command line: how many rounds (``--<count>``) and ``--url-pg``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", maxsplit=1)[0])
+    parser.add_argument(f"--{count}", type=int, default=default)
     parser.add_argument(
         "--url-pg",
         default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
         help="a PostgreSQL server to create (and drop) two schemas in; '' to skip",
     )
-    options = parser.parse_args()
+    return parser
+
+
+if __name__ == "__main__":
+    options = bench_arguments(__doc__, "steps", 200).parse_args()
     asyncio.run(main(options.steps, options.url_pg or None))

@@ -17,7 +17,6 @@ event, tool-effect record, snapshot). Needs asyncpg (``pip install -e '.[test,de
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import statistics
@@ -50,7 +49,7 @@ from pydantic_ai_harness.step_persistence import (
 
 from session_sql.integrations.pydantic_ai import SessionSQLStepStore
 
-from .lg_bench import pg_bytes, pg_schema, sqlite_bytes, words
+from .lg_bench import bench_arguments, pg_bytes, pg_schema, sqlite_bytes, words
 
 RUN = "bench-run"
 Opener = Callable[[], Any]
@@ -226,12 +225,5 @@ async def main(cycles: int, pg_url: str | None) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cycles", type=int, default=100)
-    parser.add_argument(
-        "--url-pg",
-        default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
-        help="a PostgreSQL server to create (and drop) two schemas in; '' to skip",
-    )
-    args = parser.parse_args()
+    args = bench_arguments(__doc__, "cycles", 100).parse_args()
     asyncio.run(main(args.cycles, args.url_pg or None))

@@ -13,43 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.pool import NullPool
 
 from session_sql import open_store
 from session_sql.errors import SchemaMismatchError
 
 from ..store.analytics_data import PRUNE_EVERY, TURN, append_session
 from .test_privileges import text_role, writer_grants
+from .test_row_security import _count as _tenants_in
+from .test_row_security import _run
 
 pytestmark = pytest.mark.postgresql
 
 VIEWS = ("surface_messages", "tool_calls", "turns", "replacements", "source_event_seqs")
 TABLES = ("sessions", "events", "surface")
-
-
-def _run(engine: Any, statements: list[str]) -> None:
-    with engine.begin() as conn:
-        for statement in statements:
-            conn.execute(text(statement))
-
-
-def _tenants_in(url: str, schema: str, relation: str, setting: str | None) -> dict[str, int]:
-    """Rows of ``relation`` per tenant, read with raw SQL as the role of ``url``."""
-    engine = create_engine(url, poolclass=NullPool)
-    try:
-        with engine.begin() as conn:
-            if setting is not None:
-                conn.execute(
-                    text("SELECT set_config('session_sql.tenant', :t, true)"), {"t": setting}
-                )
-            rows = conn.execute(text(f'SELECT tenant FROM "{schema}".{relation}')).scalars()
-            counts: dict[str, int] = {}
-            for tenant in rows:
-                counts[tenant] = counts.get(tenant, 0) + 1
-            return counts
-    finally:
-        engine.dispose()
 
 
 def _store_with_two_tenants(

@@ -1,8 +1,10 @@
-"""Fixtures of the store suite: a ``store`` on the current backend, and a second, empty one."""
+"""Fixtures of the store suite: a ``store`` on the current backend, a second, empty one, and
+an empty ``archive`` directory."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -86,3 +88,11 @@ def other_store(backend, tmp_path, request) -> Iterator[SessionStore]:
     with admin.begin() as conn:
         conn.execute(text("SET LOCAL lock_timeout = '10s'"))
         conn.execute(DropSchema(schema, cascade=True, if_exists=True))
+
+
+@pytest.fixture
+def archive(tmp_path: Path) -> Path:
+    """An empty archive directory (the SQLite store lives beside it)."""
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    return folder

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from .. import builders as shared
 from ..builders import *  # noqa: F403  (the shared builders, re-exported)
 
 __all__ = [
+    "FUTURE",
     "Dump",
     "HandleState",
     "Recorder",
@@ -34,6 +36,7 @@ __all__ = [
     "dump_tables",
     "event_rows",
     "execute",
+    "exported",
     "failing_trigger",
     "recorded",
     "refused",
@@ -48,6 +51,9 @@ __all__ += shared.__all__
 # -- the database underneath ------------------------------------------------------------------
 
 Dump = dict[str, list[tuple[str | None, ...]]]
+
+FUTURE = 4_000_000_000_000
+"""After every clock reading of the tests: ``updated_before=FUTURE`` selects every session."""
 
 
 def dump_tables(store: SessionStore) -> Dump:
@@ -244,3 +250,12 @@ def event_rows(store: SessionStore, session_id: str) -> list[Any]:
     query = select(e).where(e.c.session_key == key_of(store, session_id)).order_by(e.c.seq)
     with store.engine.connect() as conn:
         return list(conn.execute(query))
+
+
+def exported(store: SessionStore, tmp_path: Path) -> list[str]:
+    """``s1``'s export, as lines; ``s1`` is deleted again."""
+    store.create_session("s1", seed=shared.tool_turn_log())
+    path = tmp_path / "s1.jsonl"
+    store.export_jsonl("s1", path)
+    store.delete_session("s1")
+    return path.read_text(encoding="utf-8").splitlines(keepends=True)

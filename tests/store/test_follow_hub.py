@@ -185,6 +185,20 @@ def _say(handle: Any, mark: str) -> int:
     return int(handle.append("user/message", user_message(mark, id=mark), surface_op="append").seq)
 
 
+def _finish(crowd: _Crowd, handle: Any, last: int) -> None:
+    """End every follower at ``last`` and wait for them all."""
+    crowd.finish_at(last)
+    _say(handle, "e-final")  # wakes the followers that waited before finish_at
+    crowd.join()
+
+
+def _every_follower_got_up_to(crowd: _Crowd, last: int) -> None:
+    """No follower failed, and each got seqs 0..``last`` in order, each once."""
+    assert crowd.errors == []
+    for seen in crowd.seen:
+        assert seen[: last + 1] == list(range(last + 1))
+
+
 def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_pool(
     backend, crowd_factory, request
 ):
@@ -218,15 +232,12 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
         for i in range(1, 21):
             last = _say(handle, f"e{i}")
             time.sleep(0.01)
-        crowd.finish_at(last)
-        _say(handle, "e-final")  # wakes the followers that waited before finish_at
-        crowd.join()
+        _finish(crowd, handle, last)
     finally:
         most = watch.stop() if watch is not None else {}
         writer.close()
-    assert crowd.errors == []
+    _every_follower_got_up_to(crowd, last)
     for seen in crowd.seen:
-        assert seen[: last + 1] == list(range(last + 1))
         assert seen == list(range(len(seen)))  # and nothing out of order past it
     if backend.name == "postgresql":
         assert most[crowd.sync_apps] <= POOL_SIZE + HUB, most
@@ -260,15 +271,11 @@ def _crowd_of_a_default_store(
         last = 0
         for i in range(1, 4):
             last = _say(handle, f"e{i}")
-        crowd.finish_at(last)
-        _say(handle, "e-final")  # wakes the followers that waited before finish_at
-        crowd.join()
+        _finish(crowd, handle, last)
     finally:
         most = watch.stop() if watch is not None else {}
         writer.close()
-    assert crowd.errors == []
-    for seen in crowd.seen:
-        assert seen[: last + 1] == list(range(last + 1))
+    _every_follower_got_up_to(crowd, last)
     for apps, connections in most.items():
         assert HUB <= connections <= DEFAULT_POOL + KEPT + HUB, (apps, most)
 

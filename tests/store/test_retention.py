@@ -22,7 +22,7 @@ from session_sql import (
 )
 from session_sql._store import retention
 
-from .store_builders import dump_tables, execute, refused, say, surface_table, tables, wires
+from .store_builders import FUTURE, dump_tables, execute, refused, say, surface_table, tables, wires
 from .test_store_jsonl_metadata import NEW_AT_CREATION, fill, row_of
 
 BOTH_APIS = True
@@ -30,16 +30,6 @@ SYNC_ONLY = ("test_a_session_appended_to_after_its_selection_is_kept",)
 DAY = 86_400_000
 NOW = 1_700_000_000_000
 """Before any real clock reading of these tests: what a writer appends now is newer."""
-FUTURE = 4_000_000_000_000
-"""After every clock reading of these tests: ``updated_before=FUTURE`` selects every session."""
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> Path:
-    """An empty archive directory (the SQLite store lives beside it)."""
-    folder = tmp_path / "archive"
-    folder.mkdir()
-    return folder
 
 
 def age(store: Any, session_id: str, updated_at: int) -> None:

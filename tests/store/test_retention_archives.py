@@ -19,19 +19,10 @@ from sqlalchemy import select
 from session_sql import jsonl_file_name, open_store
 from session_sql._store import retention
 
-from .store_builders import say, tables, wires
+from .store_builders import FUTURE, say, tables, wires
 
 BOTH_APIS = True
 ROOT = Path(__file__).resolve().parents[2]
-FUTURE = 4_000_000_000_000
-"""After every clock reading of these tests: ``updated_before=FUTURE`` selects every session."""
-
-
-@pytest.fixture
-def archive(tmp_path: Path) -> Path:
-    folder = tmp_path / "archive"
-    folder.mkdir()
-    return folder
 
 
 def files(folder: Path) -> list[str]:

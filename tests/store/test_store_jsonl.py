@@ -31,6 +31,7 @@ from .store_builders import (
     answer,
     dump_tables,
     execute,
+    exported,
     key_of,
     refused,
     say,
@@ -152,19 +153,11 @@ def test_export_to_a_text_stream(store):
     assert events == json.loads(json.dumps(wires(store.events("s1"))))
 
 
-def _exported(store: SessionStore, tmp_path: Path) -> list[str]:
-    store.create_session("s1", seed=tool_turn_log())
-    path = tmp_path / "s1.jsonl"
-    store.export_jsonl("s1", path)
-    store.delete_session("s1")
-    return path.read_text(encoding="utf-8").splitlines(keepends=True)
-
-
 @pytest.mark.parametrize("kind", ["half-a-line", "missing-brace", "garbage-line"])
 def test_a_torn_tail_is_dropped_with_a_warning(store, tmp_path, kind):
     """A file that does not state its length (a log a writer was appending to, not an
     export, which does: tests/store/test_store_jsonl_truncated.py)."""
-    lines = _exported(store, tmp_path)
+    lines = exported(store, tmp_path)
     header = json.loads(lines[0])
     del header["x-session-sql-events"]
     lines[0] = json.dumps(header) + "\n"
@@ -184,7 +177,7 @@ def test_a_torn_tail_is_dropped_with_a_warning(store, tmp_path, kind):
 
 @pytest.mark.parametrize("bad", ["{not json\n", '{"type":\n', "[1, 2\n"])
 def test_a_complete_bad_last_line_is_corruption_not_a_torn_tail(store, tmp_path, bad):
-    lines = [*_exported(store, tmp_path), bad]
+    lines = [*exported(store, tmp_path), bad]
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(lines), encoding="utf-8")
     with refused(store, CorruptSessionError, match=f"line {len(lines)}") as info:
@@ -193,7 +186,7 @@ def test_a_complete_bad_last_line_is_corruption_not_a_torn_tail(store, tmp_path,
 
 
 def test_blank_lines_are_skipped_on_import(store, tmp_path):
-    lines = _exported(store, tmp_path)
+    lines = exported(store, tmp_path)
     events = [json.loads(line) for line in lines[1:]]
     padded = [*lines[:3], "\n", *lines[3:6], " \r\n", *lines[6:], "\n", "\n"]
     path = tmp_path / "blank.jsonl"
@@ -204,7 +197,7 @@ def test_blank_lines_are_skipped_on_import(store, tmp_path):
 
 
 def test_a_bad_middle_line_is_corruption_naming_the_line(store, tmp_path):
-    lines = _exported(store, tmp_path)
+    lines = exported(store, tmp_path)
     lines[5] = lines[5][:20] + "\n"
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(lines), encoding="utf-8")
@@ -214,7 +207,7 @@ def test_a_bad_middle_line_is_corruption_naming_the_line(store, tmp_path):
 
 
 def test_an_invalid_event_line_is_corruption_naming_the_line(store, tmp_path):
-    lines = _exported(store, tmp_path)
+    lines = exported(store, tmp_path)
     event = json.loads(lines[3])
     event["seq"] = 99
     lines[3] = json.dumps(event) + "\n"
@@ -226,7 +219,7 @@ def test_an_invalid_event_line_is_corruption_naming_the_line(store, tmp_path):
 
 
 def test_import_refusals(store, tmp_path):
-    lines = _exported(store, tmp_path)
+    lines = exported(store, tmp_path)
     path = tmp_path / "s1.jsonl"
     path.write_text("".join(lines), encoding="utf-8")
     store.import_jsonl(path)

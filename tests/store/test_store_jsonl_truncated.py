@@ -10,23 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from session_sql import CorruptSessionError, InvalidHeaderError, SessionStore
+from session_sql import CorruptSessionError, InvalidHeaderError
 from session_sql.errors import TornTailWarning
 from session_sql.jsonl import JsonlReader
 
-from .store_builders import refused, tool_turn_log, wires
+from .store_builders import exported, refused, wires
 
 BOTH_APIS = True
 EVENTS_KEY = "x-session-sql-events"
-
-
-def exported(store: SessionStore, tmp_path: Path) -> list[str]:
-    """``s1``'s export, as lines; ``s1`` is deleted again."""
-    store.create_session("s1", seed=tool_turn_log())
-    path = tmp_path / "s1.jsonl"
-    store.export_jsonl("s1", path)
-    store.delete_session("s1")
-    return path.read_text(encoding="utf-8").splitlines(keepends=True)
 
 
 def write(tmp_path: Path, lines: list[str]) -> Path:

@@ -6,6 +6,7 @@ again under the same id is another session, never spliced into the stream."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,12 +28,9 @@ def lives(events: Any) -> set[str]:
     return {e.data["life"] for e in events if e.type == "todo/write"}
 
 
-@pytest.mark.parametrize("recreated", [False, True], ids=["deleted", "recreated"])
-def test_events_mid_stream_end_when_the_session_is_deleted(store, monkeypatch, recreated):
-    monkeypatch.setattr(reader, "STREAM_BATCH", 3)
-    store.create_session("s1", seed=seed("old"))
-    stream = store.events("s1")
-    first = [next(stream) for _ in range(3)]  # the first page
+def rest_after_deletion(store: Any, stream: Iterator[Any], recreated: bool) -> list[Any]:
+    """Delete ``s1`` (and create it again when ``recreated``), then read the rest of
+    ``stream``: the events it still gives before it ends with ``SessionNotFoundError``."""
     store.delete_session("s1")
     if recreated:
         store.create_session("s1", seed=seed("new", 12))
@@ -40,6 +38,16 @@ def test_events_mid_stream_end_when_the_session_is_deleted(store, monkeypatch, r
     with pytest.raises(SessionNotFoundError, match="deleted while it was read"):
         for event in stream:
             got.append(event)
+    return got
+
+
+@pytest.mark.parametrize("recreated", [False, True], ids=["deleted", "recreated"])
+def test_events_mid_stream_end_when_the_session_is_deleted(store, monkeypatch, recreated):
+    monkeypatch.setattr(reader, "STREAM_BATCH", 3)
+    store.create_session("s1", seed=seed("old"))
+    stream = store.events("s1")
+    first = [next(stream) for _ in range(3)]  # the first page
+    got = rest_after_deletion(store, stream, recreated)
     assert lives(first + got) == {"old"}  # nothing of the new session spliced in
 
 
@@ -106,13 +114,7 @@ def test_the_quick_reader_stream_ends_when_its_session_is_deleted(tmp_path, monk
         try:
             stream = quick_reader.events("s1")
             first = [next(stream) for _ in range(3)]
-            store.delete_session("s1")
-            if recreated:
-                store.create_session("s1", seed=seed("new", 12))
-            got: list[Any] = []
-            with pytest.raises(SessionNotFoundError, match="deleted while it was read"):
-                for event in stream:
-                    got.append(event)
+            got = rest_after_deletion(store, stream, recreated)
             assert lives(first + got) == {"old"}
             if recreated:
                 assert lives(quick_reader.events("s1")) == {"new"}
