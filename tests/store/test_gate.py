@@ -700,7 +700,7 @@ def test_any_change_to_the_catalog_sends_the_gate_back_to_reflection(
 def test_a_store_of_another_ddl_with_the_same_version_is_reflected(backend, engine, monkeypatch):
     """What one build recorded does not vouch for another build's expectations."""
     ensure_schema(engine, backend.schema)
-    import session_sql._store.backends.postgresql as pg
+    import session_sql._store.backends.pg_catalog as pg
     from session_sql._store import quick
 
     monkeypatch.setattr(pg, "DDL_DIGEST", "another build")

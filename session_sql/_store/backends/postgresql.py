@@ -37,7 +37,6 @@ from sqlalchemy import (
     func,
     literal,
     select,
-    text,
     true,
     type_coerce,
 )
@@ -50,6 +49,7 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePoo
 from sqlalchemy.util import await_
 
 from session_sql._store import pool_queue
+from session_sql._store.backends import pg_catalog
 from session_sql._store.backends.base import (
     COUNT_DIGITS,
     AsyncListener,
@@ -61,15 +61,11 @@ from session_sql._store.backends.prepared import forgetting_rollback
 from session_sql._store.backends.refused import explain_refused_connection
 from session_sql._store.opening_failures import driver_cause
 from session_sql._store.schema import (
-    DDL_DIGEST,
     DEFAULT_TENANT_SETTING,
     NAMING_CONVENTION,
-    TENANT_POLICY,
     TENANT_SETTING,
     JSONText,
     default_tenant_flag,
-    meta_rows,
-    view_names,
 )
 from session_sql.errors import (
     ConcurrencyError,
@@ -357,87 +353,6 @@ def _is_json(column: Any) -> bool:
     return isinstance(column.type, JSONText)
 
 
-_ROW_SECURITY: Final = text(
-    "SELECT c.relname, c.relrowsecurity, EXISTS (SELECT 1 FROM pg_policy p "
-    "WHERE p.polrelid = c.oid AND p.polname = :policy) AS has_policy "
-    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = :schema AND c.relname = ANY(:names)"
-)
-
-# The views that read with their owner's rights: without ``security_invoker`` a view bypasses
-# the row-level security of the tables it reads for every role that may select from it.
-_OWNER_RIGHTS_VIEWS: Final = text(
-    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-    "WHERE n.nspname = :schema AND c.relkind = 'v' AND c.relname = ANY(:names) "
-    "AND NOT EXISTS (SELECT 1 FROM pg_options_to_table(c.reloptions) o "
-    "WHERE o.option_name = 'security_invoker' AND CAST(o.option_value AS BOOLEAN)) "
-    "ORDER BY c.relname"
-)
-
-
-# Everything of the store's tables and views that the gate checks, as the server prints it,
-# one line an object, in one order: the relations and their options, columns, constraints,
-# indexes, view texts and the tenant policy. Printed with ``search_path`` set to
-# ``pg_catalog`` alone, so that every role prints the same text. Anything changed or added on
-# them by hand (an index, a column, a view, an option) changes it, and the gate then reflects
-# as before. Each part is an index search of the catalogs by name or by the relations' oids.
-_CATALOG_TEXT: Final = text(
-    """
-WITH r AS (
-  SELECT c.oid, c.relname, c.relkind, c.relrowsecurity, c.relforcerowsecurity, c.reloptions
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-   WHERE n.nspname = :schema AND c.relname = ANY(:names)
-)
-SELECT string_agg(item, E'\n' ORDER BY item) FROM (
-  SELECT format('rel %s %s %s %s %s', relname, relkind, relrowsecurity, relforcerowsecurity,
-                reloptions) FROM r
-  UNION ALL
-  SELECT format('col %s %s %s %s %s %s %s %s %s', r.relname, a.attnum, a.attname,
-                format_type(a.atttypid, a.atttypmod), a.attnotnull, a.attgenerated,
-                a.attidentity, pg_get_expr(d.adbin, d.adrelid), a.attcollation)
-    FROM r JOIN pg_attribute a ON a.attrelid = r.oid
-    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-   WHERE a.attnum > 0 AND NOT a.attisdropped
-  UNION ALL
-  SELECT format('con %s %s %s', r.relname, k.conname, pg_get_constraintdef(k.oid))
-    FROM r JOIN pg_constraint k ON k.conrelid = r.oid
-  UNION ALL
-  SELECT format('idx %s', pg_get_indexdef(i.indexrelid))
-    FROM r JOIN pg_index i ON i.indrelid = r.oid
-  UNION ALL
-  SELECT format('view %s %s', relname, pg_get_viewdef(oid)) FROM r WHERE relkind = 'v'
-  UNION ALL
-  SELECT format('pol %s %s %s %s %s %s', r.relname, p.polname, p.polcmd, p.polpermissive,
-                pg_get_expr(p.polqual, p.polrelid), pg_get_expr(p.polwithcheck, p.polrelid))
-    FROM r JOIN pg_policy p ON p.polrelid = r.oid WHERE p.polname = :policy
-) AS items(item)
-"""
-)
-_CATALOG_KEY: Final = "catalog_digest"
-"""The ``session_sql_meta`` row recording, at creation, the digest of this build's DDL and of
-the catalog the server made of it (``_catalog_digest``)."""
-
-
-def _catalog_text(conn: Connection, tables: SchemaTables) -> str | None:
-    """The live catalog of the store's schema (``_CATALOG_TEXT``), or ``None`` when the schema
-    does not exist. Leaves ``search_path`` as it found it."""
-    # The old path first: a target list is evaluated in order.
-    was = conn.exec_driver_sql(
-        "SELECT current_setting('search_path'), set_config('search_path', 'pg_catalog', true)"
-    ).scalar_one()
-    try:
-        names = [*(t.name for t in tables.base_tables), *view_names(tables)]
-        params = {"schema": tables.metadata.schema, "names": names, "policy": TENANT_POLICY}
-        return conn.execute(_CATALOG_TEXT, params).scalar_one_or_none()
-    finally:
-        conn.execute(text("SELECT set_config('search_path', :was, true)"), {"was": was})
-
-
-def _catalog_digest(catalog: str) -> str:
-    """sha256 of this build's DDL (``schema.DDL_DIGEST``) and the catalog the server made."""
-    return hashlib.sha256(f"{DDL_DIGEST}\n{catalog}".encode()).hexdigest()
-
-
 class PostgreSQLBackend(Backend):
     """PostgreSQL through psycopg 3 (sync, or async for the async store)."""
 
@@ -672,46 +587,13 @@ class PostgreSQLBackend(Backend):
         return expected == live
 
     def structure_differences(self, conn: Connection, tables: SchemaTables) -> list[str]:
-        """Row-level security is on for the three tables, each with its tenant policy
-        (policies an administrator added beside it are allowed)."""
-        names = [t.name for t in (tables.sessions, tables.events, tables.surface)]
-        params = {"policy": TENANT_POLICY, "schema": tables.metadata.schema, "names": names}
-        found = {row.relname: row for row in conn.execute(_ROW_SECURITY, params)}
-        out: list[str] = []
-        for name in names:
-            row = found.get(name)
-            if row is None:
-                continue  # a missing table is reported already
-            if not row.relrowsecurity:
-                out.append(f"{name}: row-level security is not enabled")
-            if not row.has_policy:
-                out.append(f"{name}: missing row-level security policy {TENANT_POLICY}")
-        views = {"schema": tables.metadata.schema, "names": view_names(tables)}
-        out.extend(
-            f"view {name}: reads with its owner's rights, bypassing row-level security "
-            f"(ALTER VIEW {name} SET (security_invoker = true))"
-            for name in conn.execute(_OWNER_RIGHTS_VIEWS, views).scalars()
-        )
-        return out
+        return pg_catalog.structure_differences(conn, tables)
 
     def vouches_for_schema(self, conn: Connection, tables: SchemaTables) -> bool:
-        """The server prints its catalog in its own way, so the text this build's DDL became
-        is recorded when the store is created (``record_schema``) and compared here: equal,
-        this build made exactly this catalog and its gate checked it then."""
-        catalog = _catalog_text(conn, tables)
-        meta = tables.meta
-        if catalog is None or f"\ncol {meta.name} 2 value text" not in "\n" + catalog:
-            return False  # no meta table to read (a failed read would end the transaction)
-        rows = {str(k): str(v) for k, v in conn.execute(select(meta.c.key, meta.c.value))}
-        return rows.get(_CATALOG_KEY) == _catalog_digest(catalog) and all(
-            rows.get(row["key"]) == row["value"] for row in meta_rows()
-        )
+        return pg_catalog.vouches_for_schema(conn, tables)
 
     def record_schema(self, conn: Connection, tables: SchemaTables) -> None:
-        catalog = _catalog_text(conn, tables)
-        assert catalog is not None  # just created
-        row = {"key": _CATALOG_KEY, "value": _catalog_digest(catalog)}
-        conn.execute(pg_insert(tables.meta).values(row))
+        pg_catalog.record_schema(conn, tables)
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
         """A role kept to one tenant would see no session, or only some, and a migration

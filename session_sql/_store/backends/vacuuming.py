@@ -37,10 +37,13 @@ def store_bytes(engine: Engine, tables: Sequence[Table]) -> int:
         path = engine.url.database or ""
         return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
     preparer = engine.dialect.identifier_preparer
-    names = [preparer.format_table(t) for t in tables]
-    sizes = " + ".join(f"pg_total_relation_size('{n}')" for n in names)
+    names = [preparer.format_table(t) for t in tables]  # quoted, as regclass reads them
+    total = text(
+        "SELECT sum(pg_total_relation_size(CAST(n AS regclass))) "
+        "FROM unnest(CAST(:names AS text[])) AS n"
+    )
     with engine.connect() as conn:
-        return int(conn.execute(text(f"SELECT {sizes}")).scalar_one())
+        return int(conn.execute(total, {"names": names}).scalar_one())
 
 
 def reclaimable_pages(engine: Engine) -> int:
@@ -99,7 +102,8 @@ def _postgresql(engine: Engine, tables: Sequence[Table], *, full: bool) -> Vacuu
     options = "FULL, ANALYZE" if full else "ANALYZE"
     # VACUUM cannot run in a transaction block.
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(f"VACUUM ({options}) {names}")
+        # Identifiers quoted by the dialect; there are no values.
+        conn.exec_driver_sql("VACUUM (" + options + ") " + names)
     if full:
         return Vacuumed(f"VACUUM ({options})")
     return Vacuumed(
