@@ -9,6 +9,6 @@ the file is exactly this build's store, and the caller then opens the store
 
 from __future__ import annotations
 
-from session_sql._store.quick import QuickReader, StoreReads, open_quick
+from session_sql._store.backends.sqlite.quick import QuickReader, StoreReads, open_quick
 
 __all__ = ["QuickReader", "StoreReads", "open_quick"]

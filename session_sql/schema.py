@@ -8,7 +8,7 @@ Importing this module loads SQLAlchemy; ``import session_sql`` does not.
 
 from __future__ import annotations
 
-from session_sql._store.backends import sqlite_pragmas
+from session_sql._store.database import sqlite_pragmas
 from session_sql._store.schema import DEFAULT_SCHEMA, SchemaTables, render_ddl, tables_for
 from session_sql._store.views import AnalyticsView, views_for
 

@@ -24,7 +24,7 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import DropSchema
 
-from session_sql._store.backends import make_engine
+from session_sql._store.database import make_engine
 
 DEFAULT_LOCAL_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ENV_URL = "SESSION_SQL_TEST_POSTGRES_URL"

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Engine, column, insert, table
 
 from session_sql import DEFAULT_CATALOG, SessionEvent, thaw
-from session_sql._store.backends import write_tx
+from session_sql._store.database import write_tx
 from session_sql.jsoncodec import dumps_compact, dumps_frozen
 from session_sql.surface import Replay
 

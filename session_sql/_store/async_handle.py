@@ -15,7 +15,7 @@ from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
 from session_sql._store import fastpath, forwarding
-from session_sql._store.backends import read_tx, translate_errors
+from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.opening import StoredLog
 from session_sql._store.running import _Runner, _settle, _Uninterrupted
 from session_sql._store.writer import Prepared, StoredSession
@@ -24,7 +24,7 @@ from session_sql.events import SessionEvent, SurfaceOp
 from session_sql.pending import Item, batch_items
 
 if TYPE_CHECKING:
-    from session_sql._store.backends.connections import AsyncWriteConnections
+    from session_sql._store.backends.postgresql.connections import AsyncWriteConnections
 
 
 class AsyncStoredSession:

@@ -39,7 +39,7 @@ from typing import IO, Any, TypeVar
 from session_sql import loopsafe
 from session_sql._store import forwarding, reader, retention
 from session_sql._store.async_handle import AsyncStoredSession, sync_of
-from session_sql._store.backends import backend_for
+from session_sql._store.database import backend_for
 from session_sql._store.following import Read, Sleep, Wait
 from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
@@ -117,7 +117,7 @@ class AsyncSessionStore:
                     self._runner.shutdown()
                     raise
                 if not self._runner.threaded:  # PostgreSQL: psycopg's, imported once opened
-                    from session_sql._store.backends.connections import (  # noqa: PLC0415
+                    from session_sql._store.backends.postgresql.connections import (  # noqa: PLC0415
                         AsyncWriteConnections,
                     )
 

@@ -12,7 +12,15 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, insert
 
-from session_sql._store.appends import (
+from session_sql._store.context import StoreContext
+from session_sql._store.database import write_tx
+from session_sql._store.rows import (
+    EVENT_VALUE_COLUMNS,
+    NEW_SESSION_KEY,
+    SURFACE_COLUMNS,
+    with_session_key,
+)
+from session_sql._store.transactions import (
     AppendDialect,
     AppendPart,
     Check,
@@ -23,14 +31,6 @@ from session_sql._store.appends import (
     surface_ops,
     surface_upkeep,
     whole,
-)
-from session_sql._store.backends import write_tx
-from session_sql._store.context import StoreContext
-from session_sql._store.rows import (
-    EVENT_VALUE_COLUMNS,
-    NEW_SESSION_KEY,
-    SURFACE_COLUMNS,
-    with_session_key,
 )
 from session_sql.errors import SessionExistsError, StoreError
 
@@ -180,7 +180,7 @@ class BulkWriter:
         self.cursor = conn.connection.cursor()
         self.copy = dialect.copy_allowed(self.cursor, ctx)
         if self.copy:  # PostgreSQL's (its appends are loaded: ``dialect`` is them)
-            from session_sql._store.appends.postgresql import copy_statement  # noqa: PLC0415
+            from session_sql._store.backends.postgresql.appending import copy_statement  # noqa: PLC0415
 
             self._copy_statement = copy_statement
 

@@ -9,13 +9,13 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from session_sql._store import statistics
-from session_sql._store.backends import (
+from session_sql._store.context import StoreContext
+from session_sql._store.database import (
     backend_for,
     database_label,
     make_engine,
     translate_errors,
 )
-from session_sql._store.context import StoreContext
 from session_sql._store.gate import ensure_schema
 from session_sql._store.metadata import check_tenant
 from session_sql._store.schema import tables_for

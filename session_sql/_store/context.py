@@ -35,8 +35,8 @@ from sqlalchemy import update as sa_update
 from sqlalchemy.engine import Dialect
 
 from session_sql._store import following
-from session_sql._store.backends import Backend, backend_for
-from session_sql._store.backends.idle import IdleConnection
+from session_sql._store.database import Backend, backend_for
+from session_sql._store.idle import IdleConnection
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
@@ -50,7 +50,7 @@ from session_sql.errors import PermanentStoreError
 from session_sql.session import Clock
 
 if TYPE_CHECKING:
-    from session_sql._store.backends.listening import ListenHub
+    from session_sql._store.backends.postgresql.listening import ListenHub
 
 
 class Statements:
@@ -536,7 +536,7 @@ class StoreContext:
         with self._hub_lock:
             if self._hub is None:
                 # Imported here: it needs psycopg, which an SQLite store never imports.
-                from session_sql._store.backends.listening import ListenHub  # noqa: PLC0415
+                from session_sql._store.backends.postgresql.listening import ListenHub  # noqa: PLC0415
 
                 self._hub = ListenHub(self)
             return self._hub

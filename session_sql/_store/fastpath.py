@@ -24,20 +24,20 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import Connection
 
 from session_sql._store import bulk, statistics
-from session_sql._store.appends import AppendDialect, AppendPart, SurfaceOp
 from session_sql._store.bulk import INSERT_CHUNK
 from session_sql._store.context import Compiled, StoreContext
+from session_sql._store.transactions import AppendDialect, AppendPart, SurfaceOp
 from session_sql.events import SessionEvent
 from session_sql.surface import Transition
 
 if TYPE_CHECKING:
-    from session_sql._store.appends.postgresql import COPY_MIN_ROWS
-    from session_sql._store.appends.postgresql_async import (
+    from session_sql._store.backends.postgresql.appending import COPY_MIN_ROWS
+    from session_sql._store.backends.postgresql.appending_async import (
         StoredHead,
         append_async,
         read_new_async,
     )
-    from session_sql._store.backends.idle import IdleConnection
+    from session_sql._store.idle import IdleConnection
 
 __all__ = [
     "COPY_MIN_ROWS",
@@ -58,10 +58,10 @@ __all__ = [
 ]
 
 _POSTGRESQL_NAMES: Final = {
-    "COPY_MIN_ROWS": "postgresql",
-    "StoredHead": "postgresql_async",
-    "append_async": "postgresql_async",
-    "read_new_async": "postgresql_async",
+    "COPY_MIN_ROWS": "appending",
+    "StoredHead": "appending_async",
+    "append_async": "appending_async",
+    "read_new_async": "appending_async",
 }
 """PostgreSQL's names, by module of ``appends``: imported when first asked for, so that a
 process using only SQLite never imports psycopg (docs/performance.md, "CLI startup")."""
@@ -73,7 +73,9 @@ def __getattr__(name: str) -> Any:
     module = _POSTGRESQL_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"session_sql._store.appends.{module}"), name)
+    value = getattr(
+        importlib.import_module(f"session_sql._store.backends.postgresql.{module}"), name
+    )
     globals()[name] = value
     return value
 

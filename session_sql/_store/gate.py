@@ -30,7 +30,7 @@ from sqlalchemy.engine.reflection import ObjectKind
 from sqlalchemy.exc import CompileError
 from sqlalchemy.types import TypeEngine
 
-from session_sql._store.backends import (
+from session_sql._store.database import (
     backend_for,
     create_tx,
     snapshot_tx,

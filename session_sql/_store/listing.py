@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, false, func, not_, or_, select
 
-from session_sql._store.backends import read_tx, translate_errors
 from session_sql._store.context import StoreContext
+from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.metadata import HIDDEN_LABEL
 from session_sql._store.stored import (
     INFO_COLUMNS,

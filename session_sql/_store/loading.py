@@ -13,8 +13,8 @@ from sqlalchemy import Connection
 
 from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store import fastpath, reader
-from session_sql._store.backends import read_tx, snapshot_tx, translate_errors
 from session_sql._store.context import StoreContext
+from session_sql._store.database import read_tx, snapshot_tx, translate_errors
 from session_sql._store.metadata import (
     EXPORT_KEY,
     Metadata,

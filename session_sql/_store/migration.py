@@ -32,7 +32,7 @@ from typing import Any, Literal
 import orjson
 from sqlalchemy import Engine, select
 
-from session_sql._store.backends import (
+from session_sql._store.database import (
     backend_for,
     make_engine,
     read_tx,

@@ -31,8 +31,8 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, Text, cast, select
 
-from session_sql._store.backends import snapshot_tx, translate_errors
 from session_sql._store.context import StoreContext
+from session_sql._store.database import snapshot_tx, translate_errors
 from session_sql._store.listing import own
 from session_sql._store.views import view_table, views_for
 from session_sql.errors import ConfigurationError, InvalidArgumentError, PermanentStoreError

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from session_sql._store import fastpath
-from session_sql._store.backends import read_tx, snapshot_tx, translate_errors
 from session_sql._store.context import MISSING, StoreContext
+from session_sql._store.database import read_tx, snapshot_tx, translate_errors
 from session_sql._store.fastpath import fetch_rows
 from session_sql._store.following import Follower, Read, Sleep, Wait
 from session_sql._store.stored import event_from_row, project_row

@@ -35,8 +35,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy import Connection, and_, delete, func, or_, select, tuple_
 
-from session_sql._store.backends import read_tx, translate_errors, write_tx
 from session_sql._store.context import StoreContext
+from session_sql._store.database import read_tx, translate_errors, write_tx
 from session_sql._store.listing import own
 from session_sql._store.metadata import check_labels, check_user_id
 from session_sql.arguments import clamp, int_arg

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from sqlalchemy import Table, Text, cast
 
-from session_sql._store.backends import dumps_json
+from session_sql._store.database import dumps_json
 from session_sql.errors import (
     InvalidEventError,
     InvalidHeaderError,

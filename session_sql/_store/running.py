@@ -22,7 +22,7 @@ from sqlalchemy.util import await_, greenlet_spawn
 from session_sql.errors import PermanentStoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.backends.connections import AsyncWriteConnections
+    from session_sql._store.backends.postgresql.connections import AsyncWriteConnections
 
 T = TypeVar("T")
 

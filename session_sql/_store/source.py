@@ -41,7 +41,7 @@ from sqlalchemy import (
     tuple_,
 )
 
-from session_sql._store.backends import (
+from session_sql._store.database import (
     backend_for,
     database_label,
     make_engine,

@@ -16,8 +16,8 @@ from typing import Final
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from session_sql._store.backends import analyze, read_tx
 from session_sql._store.context import StoreContext
+from session_sql._store.database import analyze, read_tx
 from session_sql.errors import SessionSQLError
 
 __all__ = ["CHECK_EVERY_EVENTS", "appended", "closing", "refresh_if_stale"]

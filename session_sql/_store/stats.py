@@ -24,8 +24,8 @@ from sqlalchemy import (
     true,
 )
 
-from session_sql._store.backends import backend_for
 from session_sql._store.backends.base import COUNT_DIGITS
+from session_sql._store.database import backend_for
 from session_sql._store.schema import SchemaTables
 from session_sql.errors import CorruptSessionError, SessionNotFoundError
 

@@ -20,8 +20,7 @@ from session_sql._store import (
     vacuum,
     verifying,
 )
-from session_sql._store.backends import read_tx, snapshot_tx, translate_errors, write_tx
-from session_sql._store.backends.vacuuming import reclaimable_pages
+from session_sql._store.database import read_tx, snapshot_tx, translate_errors, write_tx
 from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
 from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
@@ -30,6 +29,7 @@ from session_sql._store.stats import StoreStats, collect_stats
 from session_sql._store.stored import SessionInfo, frozen_header
 from session_sql._store.transfer import NO_METADATA, ImportSource
 from session_sql._store.vacuum import VacuumReport
+from session_sql._store.vacuuming import reclaimable_pages
 from session_sql._store.verifying import VerifyReport
 from session_sql._store.writer import Prepared, StoredSession, append_together
 from session_sql.arguments import int_arg, last_arg, lookup_id, seq_bound, timeout_arg

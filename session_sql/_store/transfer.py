@@ -12,9 +12,9 @@ from sqlalchemy import Text, cast, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from session_sql._store import reader
-from session_sql._store.backends import analyze, snapshot_tx, translate_errors, write_tx
 from session_sql._store.bulk import insert_session_row
 from session_sql._store.context import StoreContext
+from session_sql._store.database import analyze, snapshot_tx, translate_errors, write_tx
 from session_sql._store.importer import ImportFold
 from session_sql._store.listing import own
 from session_sql._store.loading import new_row

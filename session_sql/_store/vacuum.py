@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from session_sql._store.backends import translate_errors
-from session_sql._store.backends.vacuuming import store_bytes, vacuum
 from session_sql._store.context import StoreContext
+from session_sql._store.database import translate_errors
 from session_sql._store.retention import VACUUM_PAGES
+from session_sql._store.vacuuming import store_bytes, vacuum
 
 __all__ = ["VacuumReport", "run"]
 

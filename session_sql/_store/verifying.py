@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 from pydantic import BaseModel, ConfigDict
 
 from session_sql._store import reader
-from session_sql._store.backends import snapshot_tx, translate_errors
 from session_sql._store.context import StoreContext
+from session_sql._store.database import snapshot_tx, translate_errors
 from session_sql._store.loading import session_row
 from session_sql._store.rows import stored_problems
 from session_sql._store.stored import event_from_row, frozen_header

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from session_sql._store import fastpath
-from session_sql._store.backends import read_tx, translate_errors
 from session_sql._store.context import StoreContext
+from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.metadata import title_of
 from session_sql._store.opening import StoredLog, read_log, read_open
 from session_sql._store.rows import stored_problems

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from session_sql._store.backends import sqlite_pragmas
+from session_sql._store.database import sqlite_pragmas
 from session_sql.cli import bench
 
 from .conftest import Cli

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import delete
 
 from session_sql import SCHEMA_VERSION, Session, open_store
-from session_sql._store.backends import make_engine, write_tx
+from session_sql._store.database import make_engine, write_tx
 from session_sql._store.schema import tables_for
 
 from ..legacy_schema import create_legacy_store, insert_legacy_session

@@ -34,14 +34,14 @@ HEAVY = (
 CLI_EXTRAS = ("session_sql.cli.bench", "session_sql.cli.demo", "session_sql.cli._bench_raw")
 POSTGRESQL_ONLY = (
     "psycopg",
-    "session_sql._store.appends.postgresql",
-    "session_sql._store.appends.postgresql_async",
-    "session_sql._store.backends.connections",
-    "session_sql._store.backends.listening",
-    "session_sql._store.backends.postgresql",
-    "session_sql._store.backends.prepared",
-    "session_sql._store.backends.refused",
-    "session_sql._store.pool_queue",
+    "session_sql._store.backends.postgresql.appending",
+    "session_sql._store.backends.postgresql.appending_async",
+    "session_sql._store.backends.postgresql.connections",
+    "session_sql._store.backends.postgresql.listening",
+    "session_sql._store.backends.postgresql.backend",
+    "session_sql._store.backends.postgresql.prepared",
+    "session_sql._store.backends.postgresql.refused",
+    "session_sql._store.backends.postgresql.pool_queue",
 )
 """What only a PostgreSQL store uses: imported when one is opened, never for SQLite."""
 
@@ -105,7 +105,9 @@ def test_reading_commands_on_sqlite_load_no_sqlalchemy(sqlite_cli):
     )
     for args in readings:
         modules = loaded(sqlite_cli, *args)
-        assert "session_sql._store.quick" in modules, args  # (the check sees the reader)
+        assert "session_sql._store.backends.sqlite.quick" in modules, (
+            args
+        )  # (the check sees the reader)
         assert among(modules, ("sqlalchemy", "session_sql._store.store", *POSTGRESQL_ONLY)) == []
 
 
@@ -120,5 +122,5 @@ def test_reading_commands_on_sqlite_load_neither_psycopg_nor_the_postgresql_back
         store.close()
     for args in (["tail", "startup", "-f", "--timeout", "0"], ["ls", "--tenant", "acme"]):
         modules = loaded(sqlite_cli, *args)
-        assert "session_sql._store.backends.sqlite" in modules, args  # (the store was used)
+        assert "session_sql._store.backends.sqlite.backend" in modules, args  # (the store was used)
         assert among(modules, POSTGRESQL_ONLY) == [], args

@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 
 from session_sql import StoreError, open_async_store, open_store
-from session_sql._store.backends import listening
+from session_sql._store.backends.postgresql import listening
 
 from .reliability_builders import user_message
 

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from session_sql import open_store
-from session_sql._store.backends import listening, postgresql
+from session_sql._store.backends.postgresql import backend as postgresql
+from session_sql._store.backends.postgresql import listening
 
 from .reliability_builders import user_message
 from .test_follower_bound import _Followers

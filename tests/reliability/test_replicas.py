@@ -36,7 +36,7 @@ from session_sql import (
     open_async_store,
     open_store,
 )
-from session_sql._store.backends import listening
+from session_sql._store.backends.postgresql import listening
 from session_sql._store.following import (
     CATCH_UP_MAX,
     POLL_MAX,

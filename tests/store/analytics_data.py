@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine, insert, text
 
-from session_sql._store.backends import write_tx
+from session_sql._store.database import write_tx
 from session_sql._store.schema import tables_for
 from session_sql.jsonl import dumps_line
 

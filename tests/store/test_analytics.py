@@ -18,7 +18,7 @@ from sqlalchemy import Engine, event, text
 
 from session_sql import open_store
 from session_sql._store import transfer as transfer_module
-from session_sql._store.backends import analyze, read_tx
+from session_sql._store.database import analyze, read_tx
 from session_sql._store.schema import tables_for
 from session_sql.cli.demo import record_demo
 from tests.builders import begin_turn, call_tool, end_turn, reply, say

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from session_sql import CorruptSessionError
-from session_sql._store.appends import AppendPart, classify, taken_key
+from session_sql._store.transactions import AppendPart, classify, taken_key
 
 PARTS = [AppendPart(f"s{i}", i + 1, {}, [], [], 0, 0) for i in range(3)]
 

@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
 from session_sql import InvalidEventError, Replace
-from session_sql._store.backends.postgresql import POSTGRESQL
-from session_sql._store.backends.sqlite import SQLITE
+from session_sql._store.backends.postgresql.backend import POSTGRESQL
+from session_sql._store.backends.sqlite.backend import SQLITE
 from session_sql._store.context import CompiledStatements, Statements
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql._store.schema import tables_for

@@ -22,7 +22,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.schema import DropSchema
 
 from session_sql import StoreError, open_async_store, open_store
-from session_sql._store.backends import listening
+from session_sql._store.backends.postgresql import listening
 
 from ..builders import user_message
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from session_sql._store.backends.listening import listen_statement
+from session_sql._store.backends.postgresql.listening import listen_statement
 from session_sql._store.following import (
     LISTEN_MAX,
     POLL_MAX,

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, event, inspect, select, update
 from sqlalchemy.schema import DropSchema
 
-from session_sql._store.backends import make_engine, read_tx, target_schema, write_tx
+from session_sql._store.database import make_engine, read_tx, target_schema, write_tx
 from session_sql._store.gate import ensure_schema
 from session_sql._store.schema import SCHEMA_VERSION, render_ddl, tables_for
 from session_sql.errors import (
@@ -700,8 +700,8 @@ def test_any_change_to_the_catalog_sends_the_gate_back_to_reflection(
 def test_a_store_of_another_ddl_with_the_same_version_is_reflected(backend, engine, monkeypatch):
     """What one build recorded does not vouch for another build's expectations."""
     ensure_schema(engine, backend.schema)
-    import session_sql._store.backends.pg_catalog as pg
-    from session_sql._store import quick
+    import session_sql._store.backends.postgresql.catalog as pg
+    from session_sql._store.backends.sqlite import quick
 
     monkeypatch.setattr(pg, "DDL_DIGEST", "another build")
     monkeypatch.setattr(quick, "SCHEMA_DIGEST", "another build")

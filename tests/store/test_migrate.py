@@ -42,7 +42,7 @@ from session_sql import (
 )
 from session_sql._store import migration
 from session_sql._store import source as source_module
-from session_sql._store.backends import make_engine, write_tx
+from session_sql._store.database import make_engine, write_tx
 from session_sql._store.importer import IMPORT_BATCH
 from session_sql._store.schema import tables_for
 

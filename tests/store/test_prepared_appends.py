@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import text
 
 from session_sql import ConcurrencyError, CorruptSessionError, open_async_store, open_store
-from session_sql._store.appends import postgresql as pg_appends
-from session_sql._store.backends.prepared import prepared_on
+from session_sql._store.backends.postgresql import appending as pg_appends
+from session_sql._store.backends.postgresql.prepared import prepared_on
 from tests.builders import user_message
 
 pytestmark = pytest.mark.parametrize(

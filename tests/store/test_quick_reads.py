@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from session_sql import SessionNotFoundError, SessionSQLError, SessionStore, StoreError, open_store
-from session_sql._store import quick
-from session_sql._store.quick import QuickReader, open_quick, schema_digest
+from session_sql._store.backends.sqlite import quick
+from session_sql._store.backends.sqlite.quick import QuickReader, open_quick, schema_digest
 from session_sql._store.schema import DEFAULT_SCHEMA, meta_rows
 from session_sql.cli.demo import record_demo
 

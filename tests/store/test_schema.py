@@ -16,7 +16,8 @@ from sqlalchemy import Engine, UniqueConstraint, insert, inspect, select, text
 from sqlalchemy.schema import DropSchema
 
 from session_sql._store import schema as schema_mod
-from session_sql._store.backends import (
+from session_sql._store.backends.postgresql import backend as pg_backend
+from session_sql._store.database import (
     backend_for,
     dumps_json,
     make_engine,
@@ -25,7 +26,6 @@ from session_sql._store.backends import (
     translate_errors,
     write_tx,
 )
-from session_sql._store.backends import postgresql as pg_backend
 from session_sql._store.gate import ensure_schema
 from session_sql._store.schema import (
     SCHEMA_VERSION,

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine.reflection import Inspector
 
 from session_sql import open_async_store, open_store
-from session_sql._store.backends import make_engine
+from session_sql._store.database import make_engine
 from session_sql._store.gate import ensure_schema
 
 # The race is PostgreSQL's: on SQLite, BEGIN IMMEDIATE serialises the whole first open.

@@ -15,8 +15,8 @@ from sqlalchemy import Engine
 
 from session_sql import open_store
 from session_sql._store import statistics
-from session_sql._store.backends import read_tx
-from session_sql._store.backends import sqlite as sqlite_backend
+from session_sql._store.backends.sqlite import backend as sqlite_backend
+from session_sql._store.database import read_tx
 from tests.docs.test_docs_sql import recipes
 from tests.store.analytics_data import TURN, append_session
 from tests.store.test_analytics import VIEW_QUERIES, _analyzed, _explain

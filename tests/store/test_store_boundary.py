@@ -306,7 +306,7 @@ def test_handles_and_iterators_of_a_closed_store_fail_the_same_way(backend, tmp_
 def test_an_internal_sqlalchemy_error_becomes_a_store_error(store):
     # An error SQLAlchemy raises itself (here: ``one()`` of an empty result) is translated
     # like a driver error, so it cannot escape a public call as a SQLAlchemy type.
-    from session_sql._store.backends import read_tx, translate_errors
+    from session_sql._store.database import read_tx, translate_errors
 
     with pytest.raises(StoreError) as info, translate_errors(), read_tx(store.engine) as conn:
         conn.execute(text("SELECT 1 WHERE 1 = 0")).one()

@@ -324,7 +324,10 @@ def test_a_sqlite_store_never_imports_psycopg_or_the_postgresql_backend(tmp_path
     )
     assert done.returncode == 0, done.stderr
     loaded = done.stdout.split()
-    assert "session_sql._store.backends.sqlite" in loaded
-    postgresql_only = ("psycopg", "session_sql._store.backends.postgresql")
-    postgresql_only += ("session_sql._store.appends.postgresql", "session_sql._store.pool_queue")
+    assert "session_sql._store.backends.sqlite.backend" in loaded
+    postgresql_only = ("psycopg", "session_sql._store.backends.postgresql.backend")
+    postgresql_only += (
+        "session_sql._store.backends.postgresql.appending",
+        "session_sql._store.backends.postgresql.pool_queue",
+    )
     assert [m for m in loaded if m.split(".")[0] == "psycopg" or m in postgresql_only] == []

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from session_sql import SessionNotFoundError, open_async_store, open_store
-from session_sql._store import quick, reader
-from session_sql._store.quick import open_quick
+from session_sql._store import reader
+from session_sql._store.backends.sqlite import quick
+from session_sql._store.backends.sqlite.quick import open_quick
 
 
 def seed(life: str, count: int = 8) -> list[dict[str, Any]]:

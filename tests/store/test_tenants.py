@@ -27,7 +27,7 @@ from session_sql import (
     open_async_store,
     open_store,
 )
-from session_sql._store.backends.listening import HubListener
+from session_sql._store.backends.postgresql.listening import HubListener
 
 from .async_facade import SyncFacade
 from .store_builders import refused, reply, say, tables

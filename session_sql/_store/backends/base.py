@@ -16,17 +16,24 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar, cast
 
-from sqlalchemy import ColumnElement, Connection, Engine, FromClause, Insert, Select, Table
+from sqlalchemy import ColumnElement, Connection, Engine, FromClause, Insert, Select, Table, exc
 from sqlalchemy.engine import URL
 
 from session_sql.errors import ConfigurationError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.appends import AppendDialect
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
+    from session_sql._store.transactions import AppendDialect
 
-__all__ = ["AsyncListener", "Backend", "EngineOptions", "Listener", "synchronous_mode"]
+__all__ = [
+    "AsyncListener",
+    "Backend",
+    "EngineOptions",
+    "Listener",
+    "driver_cause",
+    "synchronous_mode",
+]
 
 T = TypeVar("T")
 
@@ -43,6 +50,12 @@ def synchronous_mode(synchronous: str) -> str:
             f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}", option="synchronous"
         )
     return str(mode)
+
+
+def driver_cause(error: StoreError) -> BaseException | None:
+    """The driver's exception behind a translated ``error`` (``None`` when there is none)."""
+    orig = error.__cause__
+    return orig.orig if isinstance(orig, exc.DBAPIError) else orig
 
 
 COUNT_DIGITS: Final = 10
@@ -104,7 +117,7 @@ class Backend(ABC):
     none by itself; PostgreSQL's autovacuum analyzes): ``_store.statistics``."""
 
     appends_module: ClassVar[str]
-    """The module of ``session_sql._store.appends`` that holds this database's append
+    """The module of ``session_sql._store.transactions`` that holds this database's append
     transactions."""
 
     @functools.cached_property
@@ -112,7 +125,9 @@ class Backend(ABC):
         """The module holding this database's append transactions (``appends.*``),
         which the append path (``fastpath``) runs. Imported on first use: they import the
         store context, which imports this package."""
-        module = importlib.import_module(f"session_sql._store.appends.{self.appends_module}")
+        module = importlib.import_module(
+            f"session_sql._store.backends.{self.appends_module}.appending"
+        )
         return cast("AppendDialect", module)
 
     # -- engines -----------------------------------------------------------------------

@@ -48,18 +48,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
 from sqlalchemy.util import await_
 
-from session_sql._store import pool_queue
-from session_sql._store.backends import pg_catalog
 from session_sql._store.backends.base import (
     COUNT_DIGITS,
     AsyncListener,
     Backend,
     EngineOptions,
     Listener,
+    driver_cause,
 )
-from session_sql._store.backends.prepared import forgetting_rollback
-from session_sql._store.backends.refused import explain_refused_connection
-from session_sql._store.opening_failures import driver_cause
+from session_sql._store.backends.postgresql import catalog as pg_catalog
+from session_sql._store.backends.postgresql import pool_queue
+from session_sql._store.backends.postgresql.prepared import forgetting_rollback
+from session_sql._store.backends.postgresql.refused import explain_refused_connection
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
     NAMING_CONVENTION,
@@ -479,7 +479,7 @@ class PostgreSQLBackend(Backend):
     def listener(self, ctx: StoreContext, session_id: str) -> Listener | None:
         # Imported here: the listeners translate errors with the package's wrapper, which
         # dispatches to this module.
-        from session_sql._store.backends.listening import HubListener  # noqa: PLC0415
+        from session_sql._store.backends.postgresql.listening import HubListener  # noqa: PLC0415
 
         return HubListener.open(ctx, session_id)
 
@@ -489,7 +489,7 @@ class PostgreSQLBackend(Backend):
         session_id: str,
         call: Callable[[Callable[[], Any]], Awaitable[Any]],
     ) -> AsyncListener | None:
-        from session_sql._store.backends.listening import AsyncHubListener  # noqa: PLC0415
+        from session_sql._store.backends.postgresql.listening import AsyncHubListener  # noqa: PLC0415
 
         return await AsyncHubListener.open(ctx, session_id)
 
@@ -599,7 +599,7 @@ class PostgreSQLBackend(Backend):
         """A role kept to one tenant would see no session, or only some, and a migration
         must see them all."""
         # Imported here: the package imports this module.
-        from session_sql._store.backends import read_tx, translate_errors  # noqa: PLC0415
+        from session_sql._store.database import read_tx, translate_errors  # noqa: PLC0415
 
         label = self.database_label(engine)
         name = engine.dialect.identifier_preparer.format_table(sessions)

@@ -24,7 +24,16 @@ from psycopg import sql as pgsql
 from sqlalchemy import Table
 from sqlalchemy.util import await_
 
-from session_sql._store.appends import (
+from session_sql._store.backends.postgresql import appending_async as pg_async
+from session_sql._store.backends.postgresql.backend import PG_IDLE, PG_INERROR, pipeline
+from session_sql._store.backends.postgresql.prepared import (
+    forget_prepared,
+    know_prepared,
+    prepared_on,
+)
+from session_sql._store.context import Compiled, StoreContext
+from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
+from session_sql._store.transactions import (
     AppendPart,
     Check,
     Planned,
@@ -40,11 +49,6 @@ from session_sql._store.appends import (
     surface_upkeep,
     whole,
 )
-from session_sql._store.appends import postgresql_async as pg_async
-from session_sql._store.backends.postgresql import PG_IDLE, PG_INERROR, pipeline
-from session_sql._store.backends.prepared import forget_prepared, know_prepared, prepared_on
-from session_sql._store.context import Compiled, StoreContext
-from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 
 _log = logging.getLogger("session_sql")
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlalchemy.pool import QueuePool
 
-from session_sql._store.backends import backend_for
+from session_sql._store.database import backend_for
 
 __all__ = ["IdleConnection"]
 

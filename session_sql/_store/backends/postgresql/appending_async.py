@@ -12,11 +12,11 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-from session_sql._store.appends import AppendPart
-from session_sql._store.appends import postgresql as pg
-from session_sql._store.backends.postgresql import PG_INERROR
-from session_sql._store.backends.prepared import forget_prepared
+from session_sql._store.backends.postgresql import appending as pg
+from session_sql._store.backends.postgresql.backend import PG_INERROR
+from session_sql._store.backends.postgresql.prepared import forget_prepared
 from session_sql._store.context import StoreContext
+from session_sql._store.transactions import AppendPart
 
 
 async def append_async(

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
-from session_sql._store.backends.postgresql import PG_IDLE, is_quiet
+from session_sql._store.backends.postgresql.backend import PG_IDLE, is_quiet
 from session_sql.errors import PermanentStoreError
 
 __all__ = ["AsyncWriteConnections"]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from session_sql._store.appends import (
+from session_sql._store.context import StoreContext
+from session_sql._store.transactions import (
     AppendPart,
     Check,
     Planned,
@@ -25,7 +26,6 @@ from session_sql._store.appends import (
     surface_ops,
     whole,
 )
-from session_sql._store.context import StoreContext
 from session_sql.errors import SessionSQLError
 
 

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
+from session_sql._store.backends.sqlite.errors import translate
 from session_sql._store.metadata import HIDDEN_LABEL
-from session_sql._store.sqlite_errors import translate
 from session_sql._store.stored import (
     INFO_COLUMNS,
     ListingFilters,

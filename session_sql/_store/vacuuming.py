@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, Table, text
 
-from session_sql._store.backends import backend_for
-from session_sql._store.backends.sqlite import INCREMENTAL_VACUUM
+from session_sql._store.backends.sqlite.backend import INCREMENTAL_VACUUM
+from session_sql._store.database import backend_for
 
 __all__ = ["Vacuumed", "reclaimable_pages", "store_bytes", "vacuum"]
 

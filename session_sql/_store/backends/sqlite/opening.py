@@ -10,12 +10,11 @@ import sqlite3
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
-from sqlalchemy import exc
 from sqlalchemy.engine import URL
 
-from session_sql.errors import PermanentStoreError, StoreError
+from session_sql.errors import PermanentStoreError
 
-__all__ = ["driver_cause", "explain_wal_reader"]
+__all__ = ["explain_wal_reader"]
 
 
 _WAL_READER_FAILURES: Final = frozenset(
@@ -27,12 +26,6 @@ _WAL_READER_FAILURES: Final = frozenset(
     }
 )
 """SQLite's answers when a WAL reader cannot create or map the ``-shm`` file."""
-
-
-def driver_cause(error: StoreError) -> BaseException | None:
-    """The driver's exception behind a translated ``error`` (``None`` when there is none)."""
-    orig = error.__cause__
-    return orig.orig if isinstance(orig, exc.DBAPIError) else orig
 
 
 def _medium_file(url: URL) -> tuple[str, str] | None:

@@ -45,17 +45,18 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 
-from session_sql._store import quick
 from session_sql._store.backends.base import (
     COUNT_DIGITS,
     AsyncListener,
     Backend,
     EngineOptions,
     Listener,
+    driver_cause,
     synchronous_mode,
 )
-from session_sql._store.opening_failures import driver_cause, explain_wal_reader
-from session_sql._store.sqlite_errors import translate
+from session_sql._store.backends.sqlite import quick
+from session_sql._store.backends.sqlite.errors import translate
+from session_sql._store.backends.sqlite.opening import explain_wal_reader
 from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:

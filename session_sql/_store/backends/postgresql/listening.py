@@ -36,7 +36,7 @@ from psycopg import sql
 from sqlalchemy.util import greenlet_spawn
 
 from session_sql._store import following
-from session_sql._store.backends import translate_errors
+from session_sql._store.database import translate_errors
 from session_sql.errors import PermanentStoreError, TransientStoreError
 
 if TYPE_CHECKING:

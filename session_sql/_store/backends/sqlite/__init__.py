@@ -1,0 +1,1 @@
+"""SQLite's package: its backend, append transaction, error translation and quick reader."""
