@@ -2,7 +2,8 @@
 
 It holds a ``StoredSession`` and runs that handle's very append (``PendingAppend``) and
 refresh with their I/O awaited: in the runner's worker threads (SQLite), or natively on
-psycopg's async connections (PostgreSQL: ``fastpath.append_async``, ``read_new_async``).
+psycopg's async connections (PostgreSQL: ``backends.postgresql.appending.append_parts_async``,
+``reading.read_new_async``: the sync store's very transactions, driven by the async loop).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
-from session_sql._store import fastpath, forwarding
+from session_sql._store import forwarding, statistics
 from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.opening import StoredLog
 from session_sql._store.running import _Runner, _settle, _Uninterrupted
@@ -136,13 +137,15 @@ class AsyncStoredSession:
 
     async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, list[Any]]:
         """``_read_new`` on PostgreSQL: one query on a kept connection
-        (``fastpath.read_new_async``), with the same checks of the row."""
+        (``reading.read_new_async``), with the same checks of the row."""
+        from session_sql._store.backends.postgresql.reading import read_new_async  # noqa: PLC0415
+
         sync = self._sync
         raw = await writers.take()
         try:
             with translate_errors(sync.id):
-                found = await fastpath.read_new_async(
-                    sync._ctx, writers.cursor(raw), sync.id, sync.seq
+                found = await read_new_async(
+                    sync._ctx.writes, writers.cursor(raw), sync.id, sync.seq
                 )
         finally:
             await writers.give(raw)
@@ -174,26 +177,41 @@ class AsyncStoredSession:
 
     async def _persist_async(self, pending: Prepared) -> None:
         """``_persist`` on PostgreSQL: the same transaction, on a natively awaited connection
-        (``fastpath.append_async``); the lost-race diagnosis is the sync store's own."""
+        (``persist_together_async``)."""
         writers = self._runner.writers
         assert writers is not None
-        sync = self._sync
-        part = sync._append_part(pending)
-        with translate_errors(sync.id):
-            raw = await writers.take()
-            try:
-                moved = await fastpath.append_async(sync._ctx, writers.cursor(raw), part)
-            finally:
-                await writers.give(raw)
-        if not moved:
-            await greenlet_spawn(self._diagnose_lost_race)
-
-    def _diagnose_lost_race(self) -> None:
-        sync = self._sync
-        with translate_errors(sync.id), read_tx(sync._ctx.engine) as conn:
-            sync._raise_lost_race(conn)
+        await persist_together_async(writers, [pending])
 
 
 def sync_of(handle: object) -> object:
     """The ``StoredSession`` an async handle writes through (anything else as it is)."""
     return handle._sync if isinstance(handle, AsyncStoredSession) else handle
+
+
+async def persist_together_async(
+    writers: AsyncWriteConnections, writes: Sequence[Prepared]
+) -> None:
+    """``writer.persist_together`` on PostgreSQL's kept async connections: the same
+    transactions (``appending.append_parts_async``), natively awaited; the lost-race
+    diagnosis is the sync store's own."""
+    from session_sql._store.backends.postgresql.appending import (  # noqa: PLC0415
+        append_parts_async,
+    )
+
+    ctx = writes[0].session._ctx
+    parts = [pending.session._append_part(pending) for pending in writes]
+    with translate_errors(writes[0].session.id if len(writes) == 1 else None):
+        raw = await writers.take()
+        try:
+            lost = await append_parts_async(ctx.writes, writers.cursor(raw), parts)
+        finally:
+            await writers.give(raw)
+    if lost is None:
+        statistics.appended(ctx, sum(len(p.events) for p in parts))
+        return
+    await greenlet_spawn(_diagnose_lost_race, writes[lost].session)
+
+
+def _diagnose_lost_race(loser: StoredSession) -> None:
+    with translate_errors(loser.id), read_tx(loser._ctx.engine) as conn:
+        loser._raise_lost_race(conn)

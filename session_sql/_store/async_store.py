@@ -36,14 +36,16 @@ from collections.abc import (
 )
 from typing import IO, Any, TypeVar
 
+from sqlalchemy import make_url
+
 from session_sql import loopsafe
 from session_sql._store import forwarding, reader, retention
-from session_sql._store.async_handle import AsyncStoredSession, sync_of
+from session_sql._store.async_handle import AsyncStoredSession, persist_together_async, sync_of
 from session_sql._store.database import backend_for
 from session_sql._store.following import Read, Sleep, Wait
 from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
-from session_sql._store.running import _OffloadedFile, _Runner, _settle
+from session_sql._store.running import _OffloadedFile, _Runner, _settle, _Uninterrupted
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.store import SessionInfo, SessionStore, open_store
 from session_sql._store.writer import (
@@ -56,7 +58,12 @@ from session_sql._store.writer import (
 )
 from session_sql.arguments import seq_bound, timeout_arg
 from session_sql.catalog import Catalog
-from session_sql.errors import ConcurrencyError, InvalidArgumentError, SessionNotFoundError
+from session_sql.errors import (
+    ConcurrencyError,
+    InvalidArgumentError,
+    SessionNotFoundError,
+    StoreError,
+)
 from session_sql.events import SessionEvent
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.pending import abandon_all, commit_all
@@ -82,7 +89,7 @@ class AsyncSessionStore:
         options: dict[str, Any],
     ) -> None:
         self.url = url
-        backend = backend_for(url)
+        self._backend = backend = backend_for(url)
         self._opening = functools.partial(
             open_store,
             url,
@@ -113,6 +120,17 @@ class AsyncSessionStore:
                 cancelled = await _settle(opening)
                 try:
                     opened = opening.result()
+                except StoreError as exc:
+                    self._runner.shutdown()
+                    if self._runner.threaded:
+                        raise
+                    # On the loop the backend could not ask the server why (it blocks):
+                    # asked here, from a worker thread.
+                    explain = self._backend.explain_open_failure
+                    clearer = await asyncio.to_thread(explain, make_url(self.url), exc)
+                    if clearer is None:
+                        raise
+                    raise clearer from exc
                 except BaseException:
                     self._runner.shutdown()
                     raise
@@ -311,7 +329,14 @@ class AsyncSessionStore:
             cancelled = False
             result: T | None = None
             try:
-                if persist is not None or prepared:
+                writers = self._runner.writers
+                if persist is None and prepared and writers is not None:
+                    native = _Uninterrupted(persist_together_async(writers, prepared))
+                    try:
+                        await native  # its error, with nothing changed
+                    finally:
+                        cancelled = native.cancelled
+                elif persist is not None or prepared:
                     persisted = self._runner.submit(persist or persist_together, prepared)
                     cancelled = await _settle(persisted)
                     result = persisted.result()  # the persist step's error, nothing changed

@@ -1,8 +1,9 @@
 """Writing a new session's rows: a whole session in one transaction (:func:`insert_session`,
 with appends to other sessions in it), and an import's batches (:class:`BulkWriter`).
 
-The dialect's inserts come from its module (``appends.AppendDialect``), which ``fastpath``
-picks; so does the appends' outcome (``appends.classify``).
+The database's inserts are its backend's (``Backend.insert_rows``, ``insert_nodes``, ``COPY``
+where it has it); the appends to other sessions are ``transactions.counted_append``, run
+statement by statement in the new session's transaction (``database.run_in_transaction``).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Table, insert
 
+from session_sql._store import statistics
 from session_sql._store.context import StoreContext
-from session_sql._store.database import write_tx
+from session_sql._store.database import run_in_transaction, write_tx
 from session_sql._store.rows import (
     EVENT_VALUE_COLUMNS,
     NEW_SESSION_KEY,
@@ -21,16 +23,12 @@ from session_sql._store.rows import (
     with_session_key,
 )
 from session_sql._store.transactions import (
-    AppendDialect,
     AppendPart,
-    Check,
-    classify,
+    Planned,
+    counted_append,
     event_rows,
-    first_short,
-    queue_head,
+    execute_run,
     surface_ops,
-    surface_upkeep,
-    whole,
 )
 from session_sql.errors import SessionExistsError, StoreError
 
@@ -64,29 +62,28 @@ def insert_session_row(conn: Connection, ctx: StoreContext, row: Mapping[str, An
 
 def insert_session(
     ctx: StoreContext,
-    dialect: AppendDialect,
     row: Mapping[str, Any],
     event_rows: Sequence[tuple[Any, ...]],
     surface_rows: Sequence[tuple[int, int]],
     parts: Sequence[AppendPart] = (),
 ) -> Inserted:
     """Write a whole new session (its ``sessions`` row, events, surface rows) in one transaction,
-    with the appends ``parts`` to other sessions in it (as ``fastpath.append_parts`` does them).
+    with the appends ``parts`` to other sessions in it (as ``writer.append_parts`` does them).
 
     ``event_rows`` are ``rows.event_values`` rows (the JSON text already serialised and
     checked; their ``session_key`` is replaced by the new row's); raises
     ``SessionExistsError`` when the id is taken.
     """
     try:
-        key = _insert_session(ctx, dialect, row, event_rows, surface_rows, parts)
+        key = _insert_session(ctx, row, event_rows, surface_rows, parts)
     except _LostRaceError as lost:
         return Inserted(lost.index, NEW_SESSION_KEY)
+    statistics.appended(ctx, len(event_rows) + sum(len(p.events) for p in parts))
     return Inserted(None, key)
 
 
 def _insert_session(
     ctx: StoreContext,
-    dialect: AppendDialect,
     row: Mapping[str, Any],
     event_rows: Sequence[tuple[Any, ...]],
     surface_rows: Sequence[tuple[int, int]],
@@ -101,7 +98,7 @@ def _insert_session(
         key = insert_session_row(conn, ctx, row)
         for i in range(0, len(event_rows), INSERT_CHUNK):
             chunk = with_session_key(event_rows[i : i + INSERT_CHUNK], key)
-            insert_events(conn, ctx, dialect, chunk)
+            insert_events(conn, ctx, chunk)
         for i in range(0, len(surface_rows), INSERT_CHUNK):
             conn.execute(
                 insert(t.surface),
@@ -110,54 +107,39 @@ def _insert_session(
                     for pos, seq in surface_rows[i : i + INSERT_CHUNK]
                 ],
             )
-        for i, part in enumerate(parts):
-            heads, checks = _append_in(conn, ctx, dialect, part)
-            if not whole([part], heads, checks):
-                # Raises CorruptSessionError for rows past the head; either way the whole
-                # transaction rolls back.
-                classify([part], [h.rowcount for h in heads], at=first_short(checks))
-                raise _LostRaceError(i)
+        if parts:
+            # Raises CorruptSessionError for rows past a head; either way the whole
+            # transaction rolls back.
+            lost = run_in_transaction(conn, _appends(ctx, parts))
+            if lost is not None:
+                raise _LostRaceError(lost)
     # After the commit: the wake-ups' transaction writes nothing (see Backend.wake).
     woken = [(session_id, int(row["head_seq"]))] if event_rows else []
     ctx.backend.wake(ctx, woken + [(p.session_id, p.head) for p in parts])
     return key
 
 
-def _append_in(
-    conn: Connection, ctx: StoreContext, dialect: AppendDialect, part: AppendPart
-) -> tuple[list[Any], list[Check]]:
-    """One append part in ``conn``'s transaction, statement by statement, up to the first
-    that says it cannot be written: its head update cursor and counted inserts, for
-    ``appends.whole`` and ``appends.classify``."""
-    raw = conn.connection
-    heads: list[Any] = []
-    if queue_head(ctx, raw, part, heads).rowcount != 1:
-        return heads, []
-    rows = event_rows(ctx, part)
-    cur = raw.cursor()
-    try:
-        dialect.insert_rows(cur, ctx, rows)
-        checks: list[Check] = [(cur, len(rows), 0)]
-        if cur.rowcount != len(rows):
-            return heads, checks
-        ops = surface_ops(ctx, part.session_key, part.transitions, part.next_pos)
-        surface_upkeep(ctx, raw, cur, part, ops, 0, checks)
-        checks = checks[1:]  # cur's count is the upkeep's now
-    finally:
-        cur.close()
-    return heads, checks
+def _appends(ctx: StoreContext, parts: Sequence[AppendPart]) -> Any:
+    """The appends of ``parts`` as ``transactions.counted_append``, statement by statement
+    (each part's head update read before its inserts), left for the caller to commit."""
+    w = ctx.writes
+    backend = ctx.backend
+    planned = []
+    for p in parts:
+        values = event_rows(w, p)
+        ops = surface_ops(w, p.session_key, p.transitions, p.next_pos)
+        planned.append(Planned(p, backend.insert_run(ctx, values), len(values), ops))
+    return counted_append(w, parts, planned, stepwise=True, commit=False)
 
 
-def insert_events(
-    conn: Connection, ctx: StoreContext, dialect: AppendDialect, rows: Sequence[tuple[Any, ...]]
-) -> None:
+def insert_events(conn: Connection, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
     """Insert ``rows.event_values`` rows of a new session in ``conn``'s transaction, on its
     DBAPI connection. Raises ``StoreError`` unless every row went in."""
     if not rows:
         return
     cursor = conn.connection.cursor()
     try:
-        dialect.insert_rows(cursor, ctx, rows)
+        execute_run(cursor, ctx.backend.insert_run(ctx, rows))
         if cursor.rowcount != len(rows):  # a new session's seqs cannot be taken
             raise StoreError(f"inserted {cursor.rowcount} of {len(rows)} event rows")
     finally:
@@ -174,15 +156,11 @@ class BulkWriter:
     whole (``StoreError``).
     """
 
-    def __init__(self, conn: Connection, ctx: StoreContext, dialect: AppendDialect) -> None:
+    def __init__(self, conn: Connection, ctx: StoreContext) -> None:
         self.ctx = ctx
-        self.dialect = dialect
+        self.backend = ctx.backend
         self.cursor = conn.connection.cursor()
-        self.copy = dialect.copy_allowed(self.cursor, ctx)
-        if self.copy:  # PostgreSQL's (its appends are loaded: ``dialect`` is them)
-            from session_sql._store.backends.postgresql.appending import copy_statement  # noqa: PLC0415
-
-            self._copy_statement = copy_statement
+        self.copy = self.backend.copy_allowed(self.cursor, ctx)
 
     def close(self) -> None:
         self.cursor.close()
@@ -194,7 +172,7 @@ class BulkWriter:
         if self.copy:
             self._copy(self.ctx.tables.events, EVENT_VALUE_COLUMNS, rows)
             return
-        self.dialect.insert_rows(self.cursor, self.ctx, rows)
+        execute_run(self.cursor, self.backend.insert_run(self.ctx, rows))
         self._check(len(rows), "event")
 
     def surface(self, session_key: int, rows: Sequence[tuple[int, int]]) -> None:
@@ -206,13 +184,11 @@ class BulkWriter:
         if self.copy:
             self._copy(self.ctx.tables.surface, SURFACE_COLUMNS, values)
             return
-        self.dialect.insert_nodes(self.cursor, self.ctx, values)
+        execute_run(self.cursor, self.backend.nodes_run(self.ctx, values))
         self._check(len(rows), "surface")
 
     def _copy(self, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
-        with self.cursor.copy(self._copy_statement(table, columns)) as copy:
-            for row in rows:
-                copy.write_row(row)
+        self.backend.copy_rows(self.cursor, table, columns, rows)
         self._check(len(rows), table.name)
 
     def _check(self, count: int, what: str) -> None:

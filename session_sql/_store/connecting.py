@@ -72,7 +72,7 @@ def connect(
         ) from exc
     except StoreError as exc:
         _dispose(engine, replicas)
-        clearer = backend.explain_open_failure(engine, exc)
+        clearer = backend.explain_open_failure(engine.url, exc)
         if clearer is None:
             raise
         raise clearer from exc

@@ -45,6 +45,7 @@ from session_sql._store.schema import (
     default_tenant_flag,
     tables_for,
 )
+from session_sql._store.transactions import Writes
 from session_sql.catalog import Catalog
 from session_sql.errors import PermanentStoreError
 from session_sql.session import Clock
@@ -152,8 +153,8 @@ class Statements:
             )
             .order_by(e.c.seq)
         )
-        # The async store's refresh on PostgreSQL (``fastpath.read_new_async``): the row's
-        # head columns (``fastpath.StoredHead``) and the events past a seq up to its head, as
+        # The async store's refresh on PostgreSQL (``backends.postgresql.reading``): the row's
+        # head columns (``reading.StoredHead``) and the events past a seq up to its head, as
         # one statement, so from one snapshot.
         head = (
             s.c.head_seq,
@@ -476,7 +477,7 @@ class StoreContext:
         """Every row this store reads or writes is this tenant's."""
         self.statements = statements_for(tables.metadata.schema, self.backend, tenant)
         self.idle = IdleConnection(engine, tenant)
-        """The connection kept for single-statement reads (see ``fastpath.surface_tail``)."""
+        """The connection kept for single-statement reads (see ``reader.surface_tail``)."""
         self._replica_idle = tuple(IdleConnection(r, tenant) for r in self.replicas)
         self._turn = itertools.count()
         self.parsed = Kept()
@@ -547,6 +548,17 @@ class StoreContext:
             hub = self._hub
         if hub is not None:
             hub.close()
+
+    @functools.cached_property
+    def writes(self) -> Writes:
+        """What the append transactions need of this store (``transactions.Writes``)."""
+        notes = None
+        if self.backend.listens:
+
+            def notes(heads: Iterable[tuple[str, int]]) -> list[dict[str, str]]:
+                return self.wake_notes(heads)
+
+        return Writes(self.compiled, self.tables, self.tenant, self.max_event_bytes, notes)
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:

@@ -25,6 +25,16 @@ from sqlalchemy.engine import URL, Dialect
 
 from session_sql._store.backends.base import Backend, EngineOptions, synchronous_mode
 from session_sql._store.backends.sqlite.backend import SQLITE, sqlite_pragmas
+from session_sql._store.transactions import (
+    ROLLBACK,
+    Flow,
+    Instruction,
+    Reply,
+    Send,
+    T,
+    drive,
+    execute_run,
+)
 from session_sql.errors import ConfigurationError, SessionSQLError, StoreError, TransientStoreError
 from session_sql.jsoncodec import dumps_compact
 
@@ -41,8 +51,10 @@ __all__ = [
     "create_tx",
     "database_label",
     "dumps_json",
+    "fetch_rows",
     "make_engine",
     "read_tx",
+    "run_in_transaction",
     "snapshot_tx",
     "sqlite_pragmas",
     "store_label",
@@ -320,3 +332,43 @@ def _translate_driver_error(
         if isinstance(orig, backend.driver_error):
             return backend.translate_error(orig, session_id, database)
     return StoreError(f"database error: {orig}", session_id=session_id)
+
+
+def fetch_rows(conn: Connection, stmt: Any, params: dict[str, Any]) -> list[Any]:
+    """The rows (plain tuples) of a compiled read on ``conn``, inside its transaction.
+
+    The driver SQL goes through ``exec_driver_sql`` (so connection events still see it), and
+    the rows are fetched from the DBAPI cursor: a page of 1,000 events skips SQLAlchemy's
+    result processing (columns are read as the driver returns them: see
+    ``stored.event_from_row``).
+    """
+    result = conn.exec_driver_sql(stmt.sql, stmt.bind(params))
+    try:
+        return list(result.cursor.fetchall())
+    finally:
+        result.close()
+
+
+def run_in_transaction(conn: Connection, flow: Flow[T]) -> T:
+    """Drive ``flow`` statement by statement inside ``conn``'s open transaction, which the
+    caller ends: the flow's ``ROLLBACK`` is left to it (the flow then returns or raises, and
+    the caller's transaction rolls back), and the flow must not commit."""
+    cursor = conn.connection.cursor()
+
+    def run(instruction: Instruction) -> Reply:
+        if instruction is ROLLBACK:
+            return Reply([])
+        assert isinstance(instruction, Send), instruction
+        counts: list[int] = []
+        try:
+            for one in instruction.runs:
+                counts.append(execute_run(cursor, one))
+        except Exception as exc:
+            return Reply(counts, error=exc)
+        return Reply(counts)
+
+    try:
+        return drive(flow, run)
+    finally:
+        flow.close()
+        cursor.close()

@@ -18,7 +18,7 @@ __all__ = ["IdleConnection"]
 
 class IdleConnection:
     """One DBAPI connection a store keeps outside its pool, idle and in autocommit, for reads
-    that need a single statement (the tail reads of ``fastpath``).
+    that need a single statement (the tail reads of ``reader.surface_tail``).
 
     A checkout from the pool costs more than such a read: PostgreSQL's pre-ping is a round
     trip, and the pool's events and reset run each time. This connection skips all that, and

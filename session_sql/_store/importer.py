@@ -2,7 +2,7 @@
 
 Every event gets the checks of any logged event (envelope, expected seq, catalog and data
 rules, the inherited-marker rule, surface planning); the rows go in as tuples in batches
-(``fastpath.BulkWriter``: ``executemany`` on SQLite, ``COPY`` on PostgreSQL where row security
+(``bulk.BulkWriter``: ``executemany`` on SQLite, ``COPY`` on PostgreSQL where row security
 allows it), and the surface rows once the log is complete. Memory follows the surface and one
 batch, not the file.
 """
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from session_sql._store import fastpath
+from session_sql._store import bulk
 from session_sql._store.context import StoreContext
 from session_sql._store.rows import event_values
 from session_sql._store.stored import event_from_row
@@ -50,7 +50,7 @@ class ImportFold:
         self.inherited = 0
         self.batch: list[SessionEvent] = []
         self.rows: list[tuple[Any, ...]] = []  # rows.event_values: the JSON text checked
-        self.writer = fastpath.BulkWriter(conn, ctx)
+        self.writer = bulk.BulkWriter(conn, ctx)
 
     def add(self, raw: Any, position: int, source: ImportSource) -> None:
         """Check and fold one event; ``source.corrupt`` says where a bad one was read."""

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import Connection
 
 from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
-from session_sql._store import fastpath, reader
+from session_sql._store import bulk, reader
 from session_sql._store.context import StoreContext
 from session_sql._store.database import read_tx, snapshot_tx, translate_errors
 from session_sql._store.metadata import (
@@ -189,7 +189,7 @@ def insert_session(
     )
     parts = [pending.session._append_part(pending) for pending in prepared]
     with translate_errors(session_id):
-        inserted = fastpath.insert_session(ctx, row, event_rows, surface_rows, parts)
+        inserted = bulk.insert_session(ctx, row, event_rows, surface_rows, parts)
     if inserted.lost is not None:
         loser = prepared[inserted.lost].session
         with translate_errors(loser.id), read_tx(ctx.engine) as conn:

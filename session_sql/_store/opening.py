@@ -20,8 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, cast, overload
 
 from session_sql._store.context import MISSING, StoreContext
-from session_sql._store.database import snapshot_tx, translate_errors
-from session_sql._store.fastpath import fetch_rows
+from session_sql._store.database import fetch_rows, snapshot_tx, translate_errors
 from session_sql._store.reader import MAX_SEQ, event_rows_in
 from session_sql._store.stored import event_from_row
 from session_sql.catalog import NODE_TYPES

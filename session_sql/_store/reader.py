@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
-from session_sql._store import fastpath
 from session_sql._store.context import MISSING, StoreContext
-from session_sql._store.database import read_tx, snapshot_tx, translate_errors
-from session_sql._store.fastpath import fetch_rows
+from session_sql._store.database import fetch_rows, read_tx, snapshot_tx, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait
 from session_sql._store.stored import event_from_row, project_row
 from session_sql.errors import (
@@ -21,6 +19,9 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenList
 from session_sql.messages import SurfaceMessage
+
+if TYPE_CHECKING:
+    from session_sql._store.idle import IdleConnection
 
 FOLLOW_BATCH = 500
 STREAM_BATCH = 1000
@@ -88,7 +89,7 @@ def surface_messages(
         return []
     if last is not None:
         with translate_errors(session_id):
-            rows = fastpath.surface_tail(ctx, session_id, MAX_SEQ, last)
+            rows = surface_tail(ctx, session_id, MAX_SEQ, last)
         if not rows:  # empty, or no such session: a second look tells which
             check_session(ctx, session_id)
         rows.reverse()
@@ -130,7 +131,7 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
         # or are the whole surface. Otherwise (no rows: does the session exist? more pages
         # needed) the read starts again in one snapshot.
         with translate_errors(session_id):
-            newest = fastpath.surface_tail(ctx, session_id, MAX_SEQ, last)
+            newest = surface_tail(ctx, session_id, MAX_SEQ, last)
         for _, seq, type_, data in newest:
             message = _project_kept(ctx, session_id, seq, type_, data)
             if message is not None and len(found) < last:
@@ -182,7 +183,7 @@ def stream_events(
 ) -> Iterator[SessionEvent]:
     """Events in seq order (``to_seq`` exclusive), one read per page so memory stays bounded.
 
-    The pages are fetched as plain tuples (``fastpath.fetch_rows``). The first page's
+    The pages are fetched as plain tuples (``database.fetch_rows``). The first page's
     transaction reads the session's key, and every page is read by that key: a session
     deleted and created again under its id mid-stream is never spliced in. The last page
     (a short one) is followed by a check that the session still exists, so a stream whose
@@ -369,3 +370,47 @@ def follow(
     finally:
         if listener is not None:
             listener.close()
+
+
+def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) -> list[Any]:
+    """``(pos, seq, type, data)`` of the last ``limit`` surface rows before position ``before``,
+    newest first: the tail read, one statement on a DBAPI cursor.
+
+    One statement reads one consistent snapshot on both backends, so it needs no explicit
+    transaction; this takes the Core connection and BEGIN/COMMIT overhead off the interactive
+    read (a framework's ``get_items(limit=10)``, an agent's ``messages(last=20)``). It runs on
+    the store's idle connection (``idle.IdleConnection``: no checkout, no pre-ping round
+    trip), or, when that is in use, not kept, broken, or checkouts are watched by listeners,
+    on a pooled connection.
+    """
+    c = ctx.compiled.surface_tail
+    params = c.bind({**c.defaults, "b_id": session_id, "b_before": before, "b_limit": limit})
+    engine, idle = ctx.reads()  # a store-level read: a standby's when the store has them
+    rows = None if engine.pool.dispatch.checkout else _on_idle(idle, c.sql, params)
+    if rows is not None:
+        return rows
+    raw = engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        ctx.backend.begin_read(ctx, raw)
+        cur.execute(c.sql, params)
+        return list(cur.fetchall())
+    finally:
+        raw.close()  # back to the pool, which resets (rolls back) it
+
+
+def _on_idle(idle: IdleConnection, sql: str, params: Any) -> list[Any] | None:
+    """The rows of one statement run on the idle connection; None when it is not available
+    or the read failed (``borrow`` then discards the connection; the pool reads again)."""
+    try:
+        with idle.borrow() as dbapi:
+            if dbapi is None:
+                return None
+            cursor = dbapi.cursor()
+            try:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+    except Exception:  # a broken connection, most likely: the pool's path reports the rest
+        return None

@@ -14,7 +14,6 @@ from typing import Any, Final
 
 from sqlalchemy import Table, Text, cast
 
-from session_sql._store.database import dumps_json
 from session_sql.errors import (
     InvalidEventError,
     InvalidHeaderError,
@@ -22,6 +21,7 @@ from session_sql.errors import (
 from session_sql.events import (
     SessionEvent,
 )
+from session_sql.jsoncodec import dumps_compact as dumps_json
 from session_sql.jsoncodec import dumps_frozen
 from session_sql.jsonvalue import json_depth
 from session_sql.session import check_json_size

@@ -29,7 +29,6 @@ from session_sql._store.stats import StoreStats, collect_stats
 from session_sql._store.stored import SessionInfo, frozen_header
 from session_sql._store.transfer import NO_METADATA, ImportSource
 from session_sql._store.vacuum import VacuumReport
-from session_sql._store.vacuuming import reclaimable_pages
 from session_sql._store.verifying import VerifyReport
 from session_sql._store.writer import Prepared, StoredSession, append_together
 from session_sql.arguments import int_arg, last_arg, lookup_id, seq_bound, timeout_arg
@@ -230,7 +229,8 @@ class SessionStore:
         rows, or the next delete); the delete is committed, so a failure here only logs."""
         try:
             with translate_errors():
-                worth = reclaimable_pages(self._ctx.engine) >= retention.VACUUM_PAGES
+                ctx = self._ctx
+                worth = ctx.backend.reclaimable_pages(ctx.engine) >= retention.VACUUM_PAGES
             if worth:
                 retention.reclaim(self._ctx)
         except StoreError as exc:

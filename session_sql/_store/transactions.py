@@ -1,12 +1,18 @@
-"""What every append transaction shares, whatever the dialect: the parts, their rows, and the
-one rule that says what a failed append means.
+"""The store's append transactions, written once and without I/O.
+
+A transaction is a *flow*: a generator that yields what to run (a :class:`Send` of
+statements, a :class:`Query`, a :class:`Copy`, :data:`COMMIT`, :data:`ROLLBACK`) and is sent
+back a :class:`Reply` (row counts, rows, or the error the statement raised). The databases'
+packages drive flows on their drivers: SQLite's loop (``backends/sqlite/appending.py``),
+PostgreSQL's sync and async loops (``backends/postgresql/driving.py``). So the transactions,
+their outcome rule and PostgreSQL's prepared-statement retry are written once, whatever runs
+them, in the manner of psycopg's own generators.
 
 An append transaction writes one or more :class:`AppendPart`: per session, a conditional head
 update (``Statements.advance``: it matches only the head the writer expected), the event rows
 (``rows.event_values``), the surface statements of the planner's Transitions
-(:func:`surface_ops`) and, on PostgreSQL, a ``NOTIFY``. The dialects run them differently
-(``appends/sqlite.py``, ``appends/postgresql.py``, ``appends/postgresql_async.py``)
-and every one of them decides its outcome with :func:`classify`:
+(:func:`surface_ops`) and, on PostgreSQL, a wake-up after the commit. Every flow decides its
+outcome with :func:`classify`:
 
 **The rule.** A part whose head update matched no row lost the race: another writer appended
 first (or the session is gone), so nothing is written and the caller raises
@@ -16,40 +22,113 @@ the writer expected until the transaction ends, so no other writer can add rows 
 taken key among its inserts (SQLSTATE 23505, or SQLite's primary key or unique constraint, or an
 ``ON CONFLICT DO NOTHING`` insert that counts short) is a row *already* past the head:
 ``CorruptSessionError``, nothing written. A unique violation on ``events`` seen without a matched
-head update (``backends.translate_errors``' generic reading of a statement) is the lost race:
+head update (``database.translate_errors``' generic reading of a statement) is the lost race:
 ``ConcurrencyError``.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+import logging
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
 
-from session_sql._store.context import StoreContext
 from session_sql._store.rows import event_values
 from session_sql.errors import CorruptSessionError, StoreError
 from session_sql.events import SessionEvent
 from session_sql.surface import AppendNode, ReplaceNodes, Transition
 
+if TYPE_CHECKING:
+    from session_sql._store.context import CompiledStatements
+    from session_sql._store.schema import SchemaTables
+
 T = TypeVar("T")
 
+_log = logging.getLogger("session_sql")
 
-def on_pooled(ctx: StoreContext, run: Callable[[Any, Any], T]) -> T:
-    """``run(raw, dbapi)`` on a connection checked out of the pool for one transaction (the
-    DBAPI connection; an async engine's adapts psycopg's AsyncConnection to it), then
-    returned: the pool resets it, or drops it when the transaction invalidated it."""
-    raw = ctx.engine.raw_connection()
-    try:
-        dbapi = raw.dbapi_connection
-        assert dbapi is not None
-        return run(raw, dbapi)
-    finally:
-        raw.close()
+
+# --------------------------------------------------------------------------------------------
+# What a flow asks for, and what it is told
+
+
+class Run(NamedTuple):
+    """One statement: ``params`` is one parameter set, or a list of them (``many``)."""
+
+    sql: Any  # driver SQL text (or, for PostgreSQL's COPY, a composed statement)
+    params: Any = None
+    many: bool = False
+    fetch: bool = False  # the reply carries this statement's rows
+
+
+class Send(NamedTuple):
+    """Statements to run in order in the open transaction (one pipeline where the driver has
+    them); the reply has each one's row count."""
+
+    runs: list[Run]
+
+
+class Query(NamedTuple):
+    """PostgreSQL: one query of several statements, bound on the client, sent as it is; the
+    reply has the rows of its last result when ``last_rows``."""
+
+    text: str
+    last_rows: bool = False
+
+
+class Copy(NamedTuple):
+    """PostgreSQL: ``COPY ... FROM STDIN`` of ``rows``; the reply has the count."""
+
+    statement: Any
+    rows: Sequence[tuple[Any, ...]]
+
+
+class End(enum.Enum):
+    """The end of the open transaction."""
+
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+
+
+COMMIT: Final = End.COMMIT
+ROLLBACK: Final = End.ROLLBACK
+"""A rollback on a connection that broke does nothing (the server has rolled back)."""
+
+Instruction = Send | Query | Copy | End
+
+
+class Reply(NamedTuple):
+    """What running an instruction gave: row counts (``-1`` not known), rows, or an error
+    (the instruction's first: the statements after it did not run, or ran in vain)."""
+
+    counts: list[int]
+    rows: list[Any] | None = None
+    error: Exception | None = None
+    broken: bool = False  # the connection is lost (the driver discards it)
+
+
+Flow = Generator[Instruction, Reply, T]
+
+
+# --------------------------------------------------------------------------------------------
+# What an append writes
+
+
+@dataclass(frozen=True, slots=True)
+class Writes:
+    """What an append transaction needs of its store (``StoreContext.writes``): compiled
+    statements, the tenant its rows carry, the size limit, and the wake-up's parameters when
+    the store listens."""
+
+    compiled: CompiledStatements
+    tables: SchemaTables
+    tenant: str
+    max_event_bytes: int | None
+    wake_notes: Callable[[Iterable[tuple[str, int]]], list[dict[str, str]]] | None
 
 
 class AppendPart(NamedTuple):
-    """One session's share of an append transaction (see ``fastpath.append_parts``)."""
+    """One session's share of an append transaction (``writer.StoredSession._append_part``)."""
 
     session_id: str
     session_key: int  # the session's number in ``events`` and ``surface``
@@ -58,32 +137,6 @@ class AppendPart(NamedTuple):
     transitions: list[Transition]
     next_pos: int
     head: int
-
-
-class AppendDialect(Protocol):
-    """What a dialect's module provides to ``fastpath`` (which picks one per store)."""
-
-    def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
-        """Append ``parts`` in one transaction: ``None`` once committed, or the index of the
-        part whose writer lost the race; raises ``CorruptSessionError`` (see :func:`classify`)."""
-        ...
-
-    def insert_rows(self, cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert ``rows.event_values`` rows on ``cur``; the caller checks ``cur.rowcount``."""
-        ...
-
-    def insert_nodes(self, cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Insert surface rows ``(session_key, pos, event_seq, tenant)`` on ``cur``; the caller
-        checks ``cur.rowcount``."""
-        ...
-
-    def copy_allowed(self, cur: Any, ctx: StoreContext) -> bool:
-        """Whether ``cur`` (in its transaction) may write a new session's rows by ``COPY``."""
-        ...
-
-    def begin_read(self, ctx: StoreContext, raw: Any) -> None:
-        """Start a read on the pooled connection ``raw``: the tenant setting, if any."""
-        ...
 
 
 class SurfaceOp(enum.Enum):
@@ -95,11 +148,11 @@ class SurfaceOp(enum.Enum):
 
 
 def surface_ops(
-    ctx: StoreContext, session_key: int, transitions: list[Transition], next_pos: int
+    w: Writes, session_key: int, transitions: list[Transition], next_pos: int
 ) -> list[tuple[SurfaceOp, Any]]:
     """The planner's Transitions as batches of driver parameters, in order."""
-    c = ctx.compiled
-    tenant = ctx.tenant
+    c = w.compiled
+    tenant = w.tenant
     ops: list[tuple[SurfaceOp, Any]] = []
     pending: list[Any] = []
     for t in transitions:
@@ -136,10 +189,10 @@ def surface_ops(
     return ops
 
 
-def event_rows(ctx: StoreContext, part: AppendPart) -> list[tuple[Any, ...]]:
+def event_rows(w: Writes, part: AppendPart) -> list[tuple[Any, ...]]:
     """The part's ``events`` rows (``rows.event_values``: checked against the store's limits,
     so an event too big raises ``InvalidEventError`` before anything is sent)."""
-    tenant, key, limit = ctx.tenant, part.session_key, ctx.max_event_bytes
+    tenant, key, limit = w.tenant, part.session_key, w.max_event_bytes
     return [event_values(tenant, key, e, limit) for e in part.events]
 
 
@@ -147,103 +200,190 @@ class Planned(NamedTuple):
     """A part ready for a counted transaction: its event insert and surface batches."""
 
     part: AppendPart
-    insert_sql: str
-    args: list[Any]  # one execution per entry
+    insert: Run  # the event rows' insert (one statement, or ``many``)
     expected: int  # the event rows the insert must write
     ops: list[tuple[SurfaceOp, Any]]
 
 
-Check = tuple[Any, int, int]
-"""A counted insert: its cursor, the rows it must have written, and its part's index."""
+def head_run(w: Writes, part: AppendPart) -> Run:
+    """The part's conditional head update."""
+    advance = w.compiled.advance
+    return Run(advance.sql, advance.bind(part.advance))
 
 
-def queue_head(ctx: StoreContext, raw: Any, part: AppendPart, heads: list[Any]) -> Any:
-    """Run (or queue, in a pipeline) the part's conditional head update on a cursor of its
-    own, kept in ``heads`` so that :func:`classify` can read its row count."""
-    c = ctx.compiled
-    cur = raw.cursor()
-    heads.append(cur)
-    cur.execute(c.advance.sql, c.advance.bind(part.advance))
-    return cur
-
-
-def queue_rows(
-    ctx: StoreContext, raw: Any, cur: Any, planned: Planned, index: int, checks: list[Check]
-) -> None:
-    """Run (or queue) a planned part's event insert and surface upkeep; each counted insert
-    goes in ``checks``."""
-    event_cur = raw.cursor()
-    if len(planned.args) == 1:
-        event_cur.execute(planned.insert_sql, planned.args[0])
-    else:
-        event_cur.executemany(planned.insert_sql, planned.args)
-    checks.append((event_cur, planned.expected, index))
-    surface_upkeep(ctx, raw, cur, planned.part, planned.ops, index, checks)
-
-
-def surface_upkeep(
-    ctx: StoreContext,
-    raw: Any,
-    cur: Any,
-    part: AppendPart,
-    ops: list[tuple[SurfaceOp, Any]],
-    index: int,
-    checks: list[Check],
-) -> None:
-    """Queue one part's surface statements on ``cur``, in the caller's pipeline or
-    transaction. Inserted nodes get a cursor per batch, whose count the caller checks
-    (``checks``). Followers are woken after the commit (``Backend.wake``), never inside it."""
-    c = ctx.compiled
+def upkeep_runs(w: Writes, ops: list[tuple[SurfaceOp, Any]]) -> tuple[list[Run], list[int]]:
+    """A part's surface statements, and the count each must reach (``-1``: not counted; the
+    node inserts are, to the row)."""
+    c = w.compiled
+    runs: list[Run] = []
+    expected: list[int] = []
     for op, params in ops:
         if op is SurfaceOp.INSERT_NODES:
-            batch_cur = raw.cursor()
-            batch_cur.executemany(c.insert_node.sql, params)
-            checks.append((batch_cur, len(params), index))
+            runs.append(Run(c.insert_node.sql, params, many=True))
+            expected.append(len(params))
         elif op is SurfaceOp.DROP_NODES:
-            cur.executemany(c.drop_node.sql, params)
+            runs.append(Run(c.drop_node.sql, params, many=True))
+            expected.append(-1)
         else:
-            cur.execute(c.retarget_node.sql, params)
+            runs.append(Run(c.retarget_node.sql, params))
+            expected.append(-1)
+    return runs, expected
+
+
+def wake_runs(w: Writes, heads: Iterable[tuple[str, int]]) -> list[Run]:
+    """The wake-ups of the followers of each ``(session id, head)`` (none when the store does
+    not listen)."""
+    if w.wake_notes is None:
+        return []
+    notify = w.compiled.notify
+    return [Run(notify.sql, notify.bind(n)) for n in w.wake_notes(heads)]
+
+
+# --------------------------------------------------------------------------------------------
+# The flows
+
+
+Check = tuple[int, int, int]
+"""A counted insert: the rows it wrote, the rows it was given, and its part's index."""
+
+
+def counted_append(
+    w: Writes,
+    parts: Sequence[AppendPart],
+    planned: Sequence[Planned],
+    *,
+    begin: Sequence[Run] = (),
+    stepwise: bool,
+    commit: bool = True,
+) -> Flow[int | None]:
+    """The counted append transaction: ``None`` once committed, or the index of the part
+    whose writer lost the race (nothing written); ``CorruptSessionError`` raised for rows
+    past a matched head (see the module's rule).
+
+    ``begin`` runs first (SQLite's ``BEGIN IMMEDIATE``, PostgreSQL's tenant setting).
+    ``stepwise`` (SQLite, whose ``BEGIN IMMEDIATE`` holds the database's write lock) reads
+    each part's head update before running its inserts, and stops at the first that lost;
+    otherwise (a PostgreSQL pipeline) every statement is sent at once, the inserts' ``ON
+    CONFLICT DO NOTHING`` keeping a taken key from aborting it, and the counts are read when
+    it has synced. Without ``commit`` the caller's transaction is left open (and to the
+    caller to end) once every part is whole; it is rolled back otherwise.
+    """
+    heads: list[int] = []
+    checks: list[Check] = []
+    reply: Reply
+    if stepwise:
+        if begin:
+            reply = yield Send(list(begin))
+            if reply.error is not None:
+                return (yield from _failed(parts, heads, reply.error))
+        for i, p in enumerate(planned):
+            reply = yield Send([head_run(w, p.part)])
+            if reply.error is not None:
+                return (yield from _failed(parts, heads, reply.error))
+            heads.append(reply.counts[0])
+            if reply.counts[0] != 1:
+                break  # a lost race: nothing more to run
+            runs, expected = _rows_runs(w, p)
+            reply = yield Send(runs)
+            if reply.error is not None:
+                return (yield from _failed(parts, heads, reply.error))
+            checks += _checks(reply.counts, expected, i)
+    else:
+        runs = list(begin)
+        at_heads: list[int] = []
+        counted: list[tuple[int, int, int]] = []  # (run index, expected, part)
+        for i, p in enumerate(planned):
+            at_heads.append(len(runs))
+            runs.append(head_run(w, p.part))
+            part_runs, expected = _rows_runs(w, p)
+            counted += [(len(runs) + k, n, i) for k, n in enumerate(expected) if n >= 0]
+            runs += part_runs
+        reply = yield Send(runs)
+        heads = [reply.counts[k] for k in at_heads]  # those read, even when one failed
+        if reply.error is not None:
+            return (yield from _failed(parts, heads, reply.error))
+        checks = [(reply.counts[k], n, i) for k, n, i in counted]
+    if not whole(parts, heads, checks):
+        yield ROLLBACK
+        return classify(parts, heads, at=first_short(checks))
+    if commit:
+        reply = yield COMMIT
+        if reply.error is not None:
+            return (yield from _failed(parts, heads, reply.error))
+        yield from wake_after_commit(w, parts)
+    return None
+
+
+def _rows_runs(w: Writes, p: Planned) -> tuple[list[Run], list[int]]:
+    runs, expected = upkeep_runs(w, p.ops)
+    return [p.insert, *runs], [p.expected, *expected]
+
+
+def _checks(counts: list[int], expected: list[int], index: int) -> list[Check]:
+    return [(count, n, index) for count, n in zip(counts, expected, strict=True) if n >= 0]
+
+
+def _failed(
+    parts: Sequence[AppendPart], heads: Sequence[int], error: Exception, at: int | None = None
+) -> Flow[int]:
+    """After a statement of an append transaction raised ``error``: roll back, then
+    :func:`classify` it (``at`` the part whose statements were running, if known)."""
+    yield ROLLBACK
+    return classify(parts, heads, at=at, error=error)
+
+
+def wake_after_commit(w: Writes, parts: Sequence[AppendPart]) -> Flow[None]:
+    """Wake the followers of ``parts`` after their transaction committed: one ``pg_notify``
+    per part in a transaction of its own, which writes nothing (no WAL flush while it holds
+    the notify lock). The appends are durable already, so a failure is logged, never raised:
+    a follower that misses it finds the events at its next poll (``following``)."""
+    runs = wake_runs(w, ((p.session_id, p.head) for p in parts))
+    if not runs:
+        return
+    reply = yield Send(runs)
+    if reply.error is None:
+        reply = yield COMMIT
+    if reply.error is not None:
+        _log.warning("waking the followers after an append failed: %s", reply.error)
+        yield ROLLBACK
+
+
+def whole(parts: Sequence[AppendPart], heads: Sequence[int], checks: Sequence[Check]) -> bool:
+    """Whether a transaction whose statements all ran may commit: every part's head update
+    matched and every counted insert wrote its rows (else it is rolled back and classified)."""
+    return (
+        len(heads) == len(parts)
+        and all(h == 1 for h in heads)
+        and all(count == n for count, n, _ in checks)
+    )
 
 
 def first_short(checks: Sequence[Check]) -> int | None:
     """The part of the first counted insert that wrote fewer rows than it was given."""
-    return next((index for cur, count, index in checks if cur.rowcount != count), None)
+    return next((index for count, n, index in checks if count != n), None)
 
 
-def whole(parts: Sequence[AppendPart], heads: list[Any], checks: list[Check]) -> bool:
-    """Whether a transaction whose statements all ran may commit: every part's head update
-    matched and every counted insert wrote its rows (else :func:`refuse` it)."""
-    return (
-        len(heads) == len(parts)
-        and all(h.rowcount == 1 for h in heads)
-        and all(cur.rowcount == count for cur, count, _ in checks)
-    )
+def drive(flow: Flow[T], run: Callable[[Instruction], Reply]) -> T:
+    """Run ``flow`` to its end with ``run`` doing each instruction (a database's sync loop)."""
+    try:
+        instruction = next(flow)
+        while True:
+            instruction = flow.send(run(instruction))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
-def refuse(dbapi: Any, parts: Sequence[AppendPart], heads: list[Any], checks: list[Check]) -> int:
-    """Roll back a transaction that is not :func:`whole`, and :func:`classify` it."""
-    dbapi.rollback()
-    return classify(parts, [h.rowcount for h in heads], at=first_short(checks))
-
-
-def abandon(
-    raw: Any,
-    dbapi: Any,
-    parts: Sequence[AppendPart],
-    heads: list[Any],
-    exc: BaseException,
-    at: int | None = None,
-) -> int:
-    """After a statement of an append transaction raised ``exc``: a lost connection is
-    discarded (not returned to the pool, where its reset would fail, or, without pre-ping, the
-    next append would get it; the server has rolled back already), else the transaction is
-    rolled back and the failure classified (:func:`classify`, ``at`` the part whose statements
-    were running, if known)."""
-    if getattr(dbapi, "broken", False):  # psycopg: the connection is lost
-        raw.invalidate()
-        raise exc
-    dbapi.rollback()
-    return classify(parts, [h.rowcount for h in heads], at=at, error=exc)
+def execute_run(cursor: Any, run: Run) -> int:
+    """One of a flow's statements on a DBAPI cursor, as the loops that run statements one by
+    one do (SQLite's; one inside an open transaction, ``database.run_in_transaction``); its
+    row count."""
+    if run.many:
+        cursor.executemany(run.sql, run.params)
+    elif run.params is None:
+        cursor.execute(run.sql)
+    else:
+        cursor.execute(run.sql, run.params)
+    return int(cursor.rowcount)
 
 
 def classify(

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from session_sql._store.context import StoreContext
 from session_sql._store.database import translate_errors
 from session_sql._store.retention import VACUUM_PAGES
-from session_sql._store.vacuuming import store_bytes, vacuum
 
 __all__ = ["VacuumReport", "run"]
 
@@ -29,7 +28,8 @@ def run(ctx: StoreContext, *, full: bool) -> VacuumReport:
     t = ctx.tables
     tables = [t.sessions, t.events, t.surface]
     with translate_errors():
-        before = store_bytes(ctx.engine, tables)
-        done = vacuum(ctx.engine, tables, full=full, pages=VACUUM_PAGES)
-        after = store_bytes(ctx.engine, tables)
+        backend, engine = ctx.backend, ctx.engine
+        before = backend.store_bytes(engine, tables)
+        done = backend.vacuum(engine, tables, full=full, pages=VACUUM_PAGES)
+        after = backend.store_bytes(engine, tables)
     return VacuumReport(ctx.backend.name, done.action, before, after, done.notes)

@@ -14,13 +14,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from session_sql._store import fastpath
+from session_sql._store import statistics
 from session_sql._store.context import StoreContext
 from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.metadata import title_of
 from session_sql._store.opening import StoredLog, read_log, read_open
 from session_sql._store.rows import stored_problems
 from session_sql._store.stored import event_from_row, frozen_header
+from session_sql._store.transactions import AppendPart
 from session_sql.errors import (
     ConcurrencyError,
     CorruptSessionError,
@@ -101,7 +102,7 @@ class StoredSession(Session):
     def _persist(self, pending: PendingAppend[Any]) -> None:
         persist_together([pending])
 
-    def _append_part(self, pending: PendingAppend[Any]) -> fastpath.AppendPart:
+    def _append_part(self, pending: PendingAppend[Any]) -> AppendPart:
         """This handle's share of an append transaction: its rows and its conditional update."""
         ctx = self._ctx
         events, transitions = pending.events, pending.transitions
@@ -122,7 +123,7 @@ class StoredSession(Session):
             "b_now": ctx.clock(),
             "b_title": title_of(events),
         }
-        return fastpath.AppendPart(
+        return AppendPart(
             self.id, self._session_key, advance, events, transitions, state.next_pos, head
         )
 
@@ -221,7 +222,7 @@ def persist_together(writes: Sequence[Prepared]) -> None:
     ctx = writes[0].session._ctx
     parts = [pending.session._append_part(pending) for pending in writes]
     with translate_errors(writes[0].session.id if len(writes) == 1 else None):
-        failed = fastpath.append_parts(ctx, parts)
+        failed = append_parts(ctx, parts)
     if failed is not None:
         loser = writes[failed].session
         with translate_errors(loser.id), read_tx(ctx.engine) as conn:
@@ -293,3 +294,13 @@ def committed_lists(writes: Any, prepared: list[Prepared]) -> list[list[SessionE
     """The committed events of each pair of ``writes``, in its order (empty batches: [])."""
     by_id = {pending.session.id: pending.events for pending in prepared}
     return [by_id.get(pair[0].id, []) for pair in writes]
+
+
+def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
+    """Append to several sessions in one transaction (the database's, ``Backend.append_parts``):
+    all commit or none does. ``None`` once committed, or the index of the first part whose
+    head update matched no row (nothing written: that session's writer lost a race)."""
+    lost = ctx.backend.append_parts(ctx, parts)
+    if lost is None:
+        statistics.appended(ctx, sum(len(p.events) for p in parts))
+    return lost

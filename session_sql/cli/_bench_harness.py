@@ -15,9 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-from psycopg import sql
-from sqlalchemy import make_url
+from sqlalchemy import create_engine, make_url
+from sqlalchemy.schema import DropSchema
 
 from session_sql import SessionStore, open_store
 from session_sql.cli._bench_raw import Raw, RawPostgres, RawSQLite
@@ -160,6 +159,9 @@ def bench_targets(url: str | None) -> Iterator[list[Target]]:
 
 
 def _drop_schema(url: str, schema: str) -> None:
-    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    engine = create_engine(make_url(url).set(drivername="postgresql+psycopg"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(DropSchema(schema, cascade=True, if_exists=True))
+    finally:
+        engine.dispose()

@@ -1,5 +1,5 @@
 """The async store's appends on PostgreSQL: kept psycopg ``AsyncConnection``s, natively
-awaited (``fastpath.append_async``). What the pool's pre-ping and checkin did for the sync
+awaited (``appending.append_parts_async``). What the pool's pre-ping and checkin did for the sync
 store must still hold: a connection the server dropped is replaced, nothing is left behind at
 close, and every outcome is the sync store's."""
 
@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from session_sql import AsyncSessionStore, ConcurrencyError, StoreError, open_async_store
-from session_sql._store import fastpath
+from session_sql._store.backends.postgresql import appending
 
 from ..store.store_builders import user_message
 
@@ -132,13 +132,13 @@ def test_an_append_runs_in_its_callers_task_on_a_kept_cursor(pg_backend, monkeyp
     """No task of its own per append (its start and end cost loop iterations), and one
     client-binding cursor per kept connection, made once."""
     seen: list[tuple[Any, Any]] = []
-    real = fastpath.append_async
+    real = appending.append_parts_async
 
-    async def watched(ctx: Any, cur: Any, part: Any) -> bool:
+    async def watched(writes: Any, cur: Any, parts: Any) -> int | None:
         seen.append((asyncio.current_task(), cur))
-        return await real(ctx, cur, part)
+        return await real(writes, cur, parts)
 
-    monkeypatch.setattr(fastpath, "append_async", watched)
+    monkeypatch.setattr(appending, "append_parts_async", watched)
 
     async def body(store: AsyncSessionStore) -> None:
         handle = await store.create_session("s")

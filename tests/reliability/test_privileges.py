@@ -29,7 +29,7 @@ from sqlalchemy.schema import DropSchema
 
 import session_sql
 from session_sql import Replace, StoreError, open_store
-from session_sql._store.fastpath import COPY_MIN_ROWS
+from session_sql._store.backends.postgresql.appending import COPY_MIN_ROWS
 
 from .reliability_builders import assert_store_consistent, assistant_data, user_message
 

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine, Text, cast, event, select
 
 from session_sql import Session, SessionEvent, SessionStore
-from session_sql._store import fastpath
+from session_sql._store import reader
 from session_sql._store.schema import tables_for
 
 from .. import builders as shared
@@ -108,7 +108,7 @@ def recorded(engine: Engine) -> Iterator[Recorder]:
     def on_statement(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
         rec.executed.append((statement, parameters))
 
-    real_tail = fastpath.surface_tail
+    real_tail = reader.surface_tail
 
     def tail(ctx: Any, session_id: str, before: int, limit: int) -> list[Any]:
         if ctx.engine is engine:
@@ -118,11 +118,11 @@ def recorded(engine: Engine) -> Iterator[Recorder]:
         return real_tail(ctx, session_id, before, limit)
 
     event.listen(engine, "before_cursor_execute", on_statement)
-    fastpath.surface_tail = tail  # type: ignore[assignment]
+    reader.surface_tail = tail  # type: ignore[assignment]
     try:
         yield rec
     finally:
-        fastpath.surface_tail = real_tail  # type: ignore[assignment]
+        reader.surface_tail = real_tail  # type: ignore[assignment]
         event.remove(engine, "before_cursor_execute", on_statement)
 
 

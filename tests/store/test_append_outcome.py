@@ -1,4 +1,4 @@
-"""The one rule for what a failed append transaction means (``appends.classify``), on its
+"""The one rule for what a failed append transaction means (``transactions.classify``), on its
 own (no database): a head update that matched no row is a lost race, whatever else failed; a
 taken key under a matched head is a row already past the head; anything else is re-raised."""
 

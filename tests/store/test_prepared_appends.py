@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from session_sql import ConcurrencyError, CorruptSessionError, open_async_store, open_store
-from session_sql._store.backends.postgresql import appending as pg_appends
+from session_sql._store.backends.postgresql import one_query as pg_appends
 from session_sql._store.backends.postgresql.prepared import prepared_on
 from tests.builders import user_message
 

@@ -24,7 +24,7 @@ import pytest
 from psycopg import sql
 
 from session_sql import ConcurrencyError, SessionStore, open_async_store, open_store
-from session_sql._store.backends.postgresql import appending as pg_appends
+from session_sql._store.backends.postgresql import one_query as pg_appends
 from session_sql._store.context import StoreContext
 
 # LISTEN/NOTIFY is PostgreSQL's (a SQLite store's followers poll).

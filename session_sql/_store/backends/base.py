@@ -9,12 +9,10 @@ it works on.
 
 from __future__ import annotations
 
-import functools
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, FromClause, Insert, Select, Table, exc
 from sqlalchemy.engine import URL
@@ -24,13 +22,14 @@ from session_sql.errors import ConfigurationError, SessionSQLError, StoreError
 if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
-    from session_sql._store.transactions import AppendDialect
+    from session_sql._store.transactions import AppendPart, Run
 
 __all__ = [
     "AsyncListener",
     "Backend",
     "EngineOptions",
     "Listener",
+    "Vacuumed",
     "driver_cause",
     "synchronous_mode",
 ]
@@ -75,6 +74,14 @@ class EngineOptions:
     async_driver: bool
 
 
+@dataclass(frozen=True)
+class Vacuumed:
+    """What a vacuum did: its kind (the SQL it ran) and notes on what is left to do."""
+
+    action: str
+    notes: tuple[str, ...] = ()
+
+
 class Listener(Protocol):
     """A follower's wake-up source: a connection LISTENing for commits (sync)."""
 
@@ -116,19 +123,35 @@ class Backend(ABC):
     """Whether the planner statistics go stale unless the store refreshes them (SQLite writes
     none by itself; PostgreSQL's autovacuum analyzes): ``_store.statistics``."""
 
-    appends_module: ClassVar[str]
-    """The module of ``session_sql._store.transactions`` that holds this database's append
-    transactions."""
+    # -- the append transactions (the package's ``appending``) --------------------------
 
-    @functools.cached_property
-    def appends(self) -> AppendDialect:
-        """The module holding this database's append transactions (``appends.*``),
-        which the append path (``fastpath``) runs. Imported on first use: they import the
-        store context, which imports this package."""
-        module = importlib.import_module(
-            f"session_sql._store.backends.{self.appends_module}.appending"
-        )
-        return cast("AppendDialect", module)
+    @abstractmethod
+    def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
+        """Append ``parts`` in one transaction: ``None`` once committed, or the index of the
+        part whose writer lost the race; raises ``CorruptSessionError`` (see
+        ``transactions.classify``)."""
+
+    @abstractmethod
+    def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
+        """The insert of ``rows.event_values`` rows, counted by whoever runs it."""
+
+    @abstractmethod
+    def nodes_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
+        """The insert of surface rows ``(session_key, pos, event_seq, tenant)``, counted."""
+
+    @abstractmethod
+    def copy_allowed(self, cur: Any, ctx: StoreContext) -> bool:
+        """Whether ``cur`` (in its transaction) may write a new session's rows by ``COPY``."""
+
+    def copy_rows(
+        self, cur: Any, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        """``COPY`` ``rows`` into ``table`` on ``cur`` (where ``copy_allowed`` said so)."""
+        raise NotImplementedError(f"{self.name} has no COPY")
+
+    @abstractmethod
+    def begin_read(self, ctx: StoreContext, raw: Any) -> None:
+        """Start a read on the pooled connection ``raw``: the tenant setting, if any."""
 
     # -- engines -----------------------------------------------------------------------
 
@@ -166,7 +189,7 @@ class Backend(ABC):
         """The database file, or ``None`` (in memory, or a server)."""
 
     @abstractmethod
-    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+    def explain_open_failure(self, url: URL, error: StoreError) -> StoreError | None:
         """A clearer error for a store that could not be opened, or ``None`` to keep
         ``error`` (see ``opening_failures``)."""
 
@@ -191,10 +214,6 @@ class Backend(ABC):
     @abstractmethod
     def begin_snapshot(self, conn: Connection) -> None:
         """Prepare ``conn`` so that its next transaction reads one snapshot throughout."""
-
-    @abstractmethod
-    def begin_raw_write(self, cursor: Any) -> None:
-        """Open a write transaction on a pooled DBAPI connection's cursor."""
 
     @abstractmethod
     def lock_schema_init(self, conn: Connection, schema: str | None) -> None:
@@ -298,6 +317,21 @@ class Backend(ABC):
         """After a prune: give the space of deleted rows back as this database can without a
         long exclusive lock (SQLite: incremental vacuum, ``pages`` per transaction; PostgreSQL:
         autovacuum does it). Raises driver errors (wrap in ``translate_errors``)."""
+
+    @abstractmethod
+    def store_bytes(self, engine: Engine, tables: Sequence[Table]) -> int:
+        """The store's size on disk (``SessionStore.vacuum``'s before and after)."""
+
+    @abstractmethod
+    def reclaimable_pages(self, engine: Engine) -> int:
+        """Free pages an incremental vacuum would give back now (0 where there is none)."""
+
+    @abstractmethod
+    def vacuum(
+        self, engine: Engine, tables: Sequence[Table], *, full: bool, pages: int
+    ) -> Vacuumed:
+        """Give the store's free space back as this database can (``pages``: an incremental
+        step's size); ``full`` rewrites, under an exclusive lock."""
 
     @abstractmethod
     def labels_match(

@@ -14,8 +14,7 @@ import functools
 import hashlib
 import logging
 import select as io_select
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -46,7 +45,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
-from sqlalchemy.util import await_
+from sqlalchemy.util.concurrency import in_greenlet
 
 from session_sql._store.backends.base import (
     COUNT_DIGITS,
@@ -54,32 +53,33 @@ from session_sql._store.backends.base import (
     Backend,
     EngineOptions,
     Listener,
+    Vacuumed,
     driver_cause,
 )
+from session_sql._store.backends.postgresql import appending, pool_queue, vacuuming
 from session_sql._store.backends.postgresql import catalog as pg_catalog
-from session_sql._store.backends.postgresql import pool_queue
+from session_sql._store.backends.postgresql.errors import translate
+from session_sql._store.backends.postgresql.one_query import tenant_params
 from session_sql._store.backends.postgresql.prepared import forgetting_rollback
 from session_sql._store.backends.postgresql.refused import explain_refused_connection
+from session_sql._store.rows import SURFACE_COLUMNS
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
-    NAMING_CONVENTION,
     TENANT_SETTING,
     JSONText,
     default_tenant_flag,
 )
+from session_sql._store.transactions import Run
 from session_sql.errors import (
-    ConcurrencyError,
     ConfigurationError,
-    PermanentStoreError,
-    SessionExistsError,
     SessionSQLError,
     StoreError,
-    TransientStoreError,
 )
 
 if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
+    from session_sql._store.transactions import AppendPart
 
 __all__ = [
     "PG_IDLE",
@@ -88,21 +88,12 @@ __all__ = [
     "SET_TENANT",
     "PostgreSQLBackend",
     "is_quiet",
-    "pipeline",
 ]
 
 _log = logging.getLogger("session_sql")
 PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
 PG_INERROR: Final = psycopg.pq.TransactionStatus.INERROR
 _PQ_OK: Final = psycopg.pq.ConnStatus.OK
-
-# Driver errors are mapped by constraint name, and the names come from the naming convention.
-# A session id is unique per tenant by ``uq_sessions_id_tenant``.
-ID_SESSIONS: Final = NAMING_CONVENTION["uq"] % {
-    "table_name": "sessions",
-    "column_0_N_name": "id_tenant",
-}
-PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,84 +245,6 @@ SET_TENANT: Final = _set_tenant_sql("true")
 """``SET LOCAL`` of the tenant settings with bound values (what row-level security reads)."""
 
 
-@contextmanager
-def pipeline(driver_connection: Any) -> Iterator[None]:
-    """psycopg's pipeline mode on a pooled connection, sync or async (one round trip).
-
-    On an async engine's connection (inside ``greenlet_spawn``) the async pipeline is entered
-    and left through ``await_``, so the statements in the block queue exactly as they do on a
-    sync connection, and the sync happens on the event loop.
-    """
-    if not isinstance(driver_connection, psycopg.AsyncConnection):
-        with driver_connection.pipeline():
-            yield
-        return
-    manager = driver_connection.pipeline()
-    await_(manager.__aenter__())
-    try:
-        yield
-    except BaseException as error:
-        if not await_(manager.__aexit__(type(error), error, error.__traceback__)):
-            raise
-    else:
-        await_(manager.__aexit__(None, None, None))
-
-
-# --------------------------------------------------------------------------------------------
-# Error translation
-
-_CONNECTION_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03"})
-# The branch of the other SQLSTATEs whose cause says what to do. Retrying may succeed after a
-# serialization failure, a deadlock, a statement timeout (or cancel), too many connections or
-# no memory; it fails the same way on a full disk, a database or role that does not exist, a
-# refused login or a missing privilege.
-_ERROR_KINDS: Final[dict[str, type[StoreError]]] = {
-    **dict.fromkeys(("40001", "40P01", "57014", "53300", "53200"), TransientStoreError),
-    **dict.fromkeys(("53100", "3D000", "28000", "28P01", "42501"), PermanentStoreError),
-}
-
-
-# duplicate_prepared_statement, invalid_sql_statement_name (the statement is not there).
-_PREPARED_STATEMENT_SQLSTATES: Final = frozenset({"42P05", "26000"})
-
-
-def translate(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
-    """The session_sql error for a psycopg error, by SQLSTATE and constraint name."""
-    sqlstate = orig.sqlstate or ""
-    constraint = orig.diag.constraint_name
-    if sqlstate == "23505" and constraint == ID_SESSIONS:
-        return SessionExistsError.for_session(session_id)
-    if sqlstate == "23505" and constraint == PK_EVENTS:
-        return ConcurrencyError.appended_first(session_id)
-    if (
-        sqlstate.startswith("08")
-        or sqlstate in _CONNECTION_SQLSTATES
-        or (not sqlstate and isinstance(orig, psycopg.OperationalError))
-    ):
-        return TransientStoreError(
-            f"cannot reach the PostgreSQL server: {orig}", session_id=session_id
-        )
-    if sqlstate == "55P03":  # lock_not_available: lock_timeout expired
-        what = f"session {session_id!r}" if session_id else "the database object"
-        return TransientStoreError(
-            f"{what} is locked by another transaction for longer than lock_timeout_ms; nothing "
-            "was written: retry later, or end the transaction holding the lock",
-            session_id=session_id,
-        )
-    if sqlstate == "25006":
-        return PermanentStoreError(f"database is read-only: {orig}", session_id=session_id)
-    if sqlstate in _PREPARED_STATEMENT_SQLSTATES:
-        return PermanentStoreError(
-            f"PostgreSQL error (SQLSTATE {sqlstate}): {orig}; the server connection changed "
-            "under a prepared statement, as behind a transaction-pooling proxy (PgBouncer in "
-            "transaction mode): open the store with connect_args={'prepare_threshold': None}",
-            session_id=session_id,
-        )
-    label = f"SQLSTATE {sqlstate}" if sqlstate else type(orig).__name__
-    kind = _ERROR_KINDS.get(sqlstate, StoreError)
-    return kind(f"PostgreSQL error ({label}): {orig}", session_id=session_id)
-
-
 # --------------------------------------------------------------------------------------------
 # Statements
 
@@ -366,7 +279,45 @@ class PostgreSQLBackend(Backend):
     async_threads = False
     stale_statistics = False
 
-    appends_module = "postgresql"
+    def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
+        return appending.append_parts(ctx, parts)
+
+    def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
+        """One statement over column arrays (``Statements.insert_events_unnest``)."""
+        unnest = ctx.compiled.insert_events_unnest
+        assert unnest is not None
+        return Run(unnest.sql, appending.unnest_values(rows))
+
+    def nodes_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
+        named = [dict(zip(SURFACE_COLUMNS, row, strict=True)) for row in rows]
+        return Run(ctx.compiled.insert_node.sql, named, many=True)  # pyformat: named
+
+    def copy_rows(
+        self, cur: Any, table: Table, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
+    ) -> None:
+        with cur.copy(appending.copy_statement(table, columns)) as copy:
+            for row in rows:
+                copy.write_row(row)
+
+    def copy_allowed(self, cur: Any, ctx: StoreContext) -> bool:
+        """``COPY`` needs the sync driver's cursor (the async engine's adapted one has none),
+        and no row-level security on ``events`` for this role (``COPY FROM`` refuses it)."""
+        if not hasattr(cur, "copy"):
+            return False
+        cur.execute(appending.ROW_SECURITY_ACTIVE, (appending.qualified(ctx.tables.events),))
+        row = cur.fetchone()
+        return row is not None and not row[0]
+
+    def begin_read(self, ctx: StoreContext, raw: Any) -> None:
+        """The tenant setting first, in one pipeline with psycopg's ``BEGIN`` (the read's
+        rows are then fetched outside it); on the async engine, through its adapter."""
+        set_tenant, params = ctx.compiled.set_tenant.sql, tenant_params(ctx.writes)
+        driver = raw.driver_connection
+        if isinstance(driver, psycopg.AsyncConnection):
+            raw.cursor().execute(set_tenant, params)
+            return
+        with driver.pipeline():
+            raw.cursor().execute(set_tenant, params)
 
     # -- engines -----------------------------------------------------------------------
 
@@ -393,10 +344,11 @@ class PostgreSQLBackend(Backend):
 
         def on_begin(conn: Connection) -> None:
             driver = conn.connection.driver_connection
-            with pipeline(driver):
-                done = driver.execute(SET_TENANT, values)  # type: ignore[union-attr]
-                if isinstance(driver, psycopg.AsyncConnection):
-                    await_(done)
+            if isinstance(driver, psycopg.AsyncConnection):  # SQLAlchemy's adapter awaits it
+                conn.connection.dbapi_connection.cursor().execute(SET_TENANT, values)  # type: ignore[union-attr]
+                return
+            with driver.pipeline():  # type: ignore[union-attr]
+                driver.execute(SET_TENANT, values)  # type: ignore[union-attr]
 
         event.listen(engine, "begin", on_begin)
 
@@ -415,7 +367,9 @@ class PostgreSQLBackend(Backend):
     def database_file(self, engine: Engine) -> str | None:
         return None
 
-    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
+    def explain_open_failure(self, url: URL, error: StoreError) -> StoreError | None:
+        if in_greenlet():  # the async store opening on its loop asks from a thread instead
+            return None
         return explain_refused_connection(driver_cause(error))
 
     def same_store(
@@ -437,9 +391,6 @@ class PostgreSQLBackend(Backend):
     def begin_snapshot(self, conn: Connection) -> None:
         # Under READ COMMITTED each statement takes a fresh snapshot.
         conn.execution_options(isolation_level="REPEATABLE READ")
-
-    def begin_raw_write(self, cursor: Any) -> None:
-        return  # psycopg opens the transaction implicitly with the first statement
 
     def lock_schema_init(self, conn: Connection, schema: str | None) -> None:
         """A transaction-level advisory lock on a key derived from the schema name, so that
@@ -575,6 +526,17 @@ class PostgreSQLBackend(Backend):
         table's next rows) once no transaction can see them; only ``VACUUM FULL`` gives it
         back to the file system, under an exclusive lock (docs/operations.md)."""
         return
+
+    def store_bytes(self, engine: Engine, tables: Sequence[Table]) -> int:
+        return vacuuming.store_bytes(engine, tables)
+
+    def reclaimable_pages(self, engine: Engine) -> int:
+        return 0  # autovacuum keeps the space for new rows
+
+    def vacuum(
+        self, engine: Engine, tables: Sequence[Table], *, full: bool, pages: int
+    ) -> Vacuumed:
+        return vacuuming.vacuum(engine, tables, full=full)
 
     def labels_match(
         self, labels: ColumnElement[Any], wanted: Mapping[str, str]

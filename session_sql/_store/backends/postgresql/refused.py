@@ -4,14 +4,11 @@ using only SQLite never imports."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 from typing import Any, Final
 
 import psycopg
-from sqlalchemy.util import await_
-from sqlalchemy.util.concurrency import in_greenlet
 
 from session_sql.errors import PermanentStoreError
 
@@ -22,12 +19,10 @@ _MAINTENANCE_DATABASES: Final = ("postgres", "template1")
 
 def explain_refused_connection(orig: BaseException | None) -> PermanentStoreError | None:
     """PostgreSQL: libpq gives no SQLSTATE for a refused connection, so a second connection
-    to a maintenance database asks the server whether the database exists."""
+    to a maintenance database asks the server whether the database exists. It blocks: the
+    async store asks from a worker thread (``AsyncSessionStore._open``)."""
     if not (isinstance(orig, psycopg.OperationalError) and not orig.sqlstate and orig.pgconn):
         return None
-    if in_greenlet():  # an async store opening on the event loop: ask off the loop
-        loop = asyncio.get_running_loop()
-        return await_(loop.run_in_executor(None, _ask_maintenance_database, orig.pgconn))
     return _ask_maintenance_database(orig.pgconn)
 
 

@@ -1,96 +1,103 @@
-"""SQLite's append transaction: ``BEGIN IMMEDIATE`` (``Backend.begin_raw_write``), then each
-part's head update, read at once, its event rows and surface upkeep, every insert counted
-(``ON CONFLICT DO NOTHING``), and the outcome by ``appends.classify``.
+"""SQLite's append transaction and the loop that runs the store's flows on ``sqlite3``.
 
-The write lock is the database's, taken by ``BEGIN IMMEDIATE``: a head update that matches
-no row is a lost race known before anything else of the part runs, so the transaction stops
-there.
+The transaction is ``transactions.counted_append`` run stepwise: ``BEGIN IMMEDIATE`` takes the
+database's write lock, so a head update that matches no row is a lost race known before
+anything else of the part runs, and the transaction stops there. Every insert is counted
+(``ON CONFLICT DO NOTHING``) and the outcome is ``transactions.classify``'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from session_sql._store.context import StoreContext
 from session_sql._store.transactions import (
+    ROLLBACK,
     AppendPart,
-    Check,
+    End,
+    Flow,
+    Instruction,
     Planned,
-    abandon,
+    Reply,
+    Run,
+    Send,
+    T,
+    counted_append,
+    drive,
     event_rows,
-    on_pooled,
-    queue_head,
-    queue_rows,
-    refuse,
+    execute_run,
     surface_ops,
-    whole,
 )
 from session_sql.errors import SessionSQLError
 
+if TYPE_CHECKING:
+    from session_sql._store.context import StoreContext
+
+BEGIN_WRITE = "BEGIN IMMEDIATE"
+
 
 def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
-    """Append ``parts`` in one transaction (``appends.AppendDialect.append_parts``).
+    """Append ``parts`` in one transaction (``Backend.append_parts``).
 
     It runs on the store's idle connection when it is free, as a tail read does (no checkout,
     no reset: the transaction ends in a commit or a rollback either way), else on a pooled
     connection; when checkouts are watched by listeners, always on a pooled one.
     """
-    insert_sql = ctx.compiled.insert_event_values
+    w = ctx.writes
+    insert_sql = w.compiled.insert_event_values
     planned = []
     for p in parts:
-        values = event_rows(ctx, p)
-        ops = surface_ops(ctx, p.session_key, p.transitions, p.next_pos)
-        planned.append(Planned(p, insert_sql, values, len(values), ops))
+        values = event_rows(w, p)
+        ops = surface_ops(w, p.session_key, p.transitions, p.next_pos)
+        planned.append(Planned(p, Run(insert_sql, values, many=True), len(values), ops))
+    flow = counted_append(w, parts, planned, begin=[Run(BEGIN_WRITE)], stepwise=True)
     if not ctx.engine.pool.dispatch.checkout:
         refused: SessionSQLError | None = None
         with ctx.idle.borrow() as idle:
             if idle is not None:
                 try:
-                    return _transaction(ctx, idle, idle, parts, planned)
+                    return run_flow(flow, idle)
                 except SessionSQLError as exc:  # after its rollback: the connection is fine,
                     refused = exc  # so it is kept (an error inside borrow() discards it)
         if refused is not None:
             raise refused
-    return on_pooled(ctx, lambda raw, dbapi: _transaction(ctx, raw, dbapi, parts, planned))
-
-
-def _transaction(
-    ctx: StoreContext, raw: Any, dbapi: Any, parts: Sequence[AppendPart], planned: list[Planned]
-) -> int | None:
-    """The transaction on ``raw`` (a pooled connection, or the idle DBAPI connection,
-    ``dbapi`` itself), which it leaves outside any transaction."""
-    cur = raw.cursor()
-    heads: list[Any] = []
-    checks: list[Check] = []
-    ctx.backend.begin_raw_write(cur)
+    raw = ctx.engine.raw_connection()
     try:
-        for i, p in enumerate(planned):
-            if queue_head(ctx, raw, p.part, heads).rowcount != 1:
-                break  # a lost race: nothing more to run
-            queue_rows(ctx, raw, cur, p, i, checks)
-        if whole(parts, heads, checks):
-            dbapi.commit()
-            return None
-    except BaseException as exc:
-        return abandon(raw, dbapi, parts, heads, exc)
-    return refuse(dbapi, parts, heads, checks)
+        return run_flow(flow, raw.dbapi_connection)
+    finally:
+        raw.close()  # back to the pool, which resets it
 
 
-def insert_rows(cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
-    """``executemany`` of the prepared insert; the caller checks the count."""
-    cur.executemany(ctx.compiled.insert_event_values, rows)
+def run_flow(flow: Flow[T], conn: Any) -> T:
+    """Drive ``flow`` on ``conn`` (a ``sqlite3`` connection outside any transaction), which it
+    leaves outside any transaction: an interrupt, or an error the flow raises, rolls back."""
+    cur = conn.cursor()
+    try:
+        return drive(flow, lambda instruction: _run(conn, cur, instruction))
+    except BaseException:
+        conn.rollback()
+        raise
+    finally:
+        flow.close()
+        cur.close()
 
 
-def insert_nodes(cur: Any, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> None:
-    """``executemany`` of the prepared surface insert (it binds the tuples as they are)."""
-    cur.executemany(ctx.compiled.insert_node.sql, rows)
-
-
-def copy_allowed(cur: Any, ctx: StoreContext) -> bool:
-    """SQLite has no ``COPY``."""
-    return False
-
-
-def begin_read(ctx: StoreContext, raw: Any) -> None:
-    """Nothing: SQLite has no tenant setting (the statements filter by tenant)."""
+def _run(conn: Any, cur: Any, instruction: Instruction) -> Reply:
+    """One instruction on ``sqlite3``: statements in order, each one's row count."""
+    if isinstance(instruction, End):
+        if instruction is ROLLBACK:
+            conn.rollback()
+            return Reply([])
+        try:
+            conn.commit()
+        except Exception as exc:
+            return Reply([], error=exc)
+        return Reply([])
+    assert isinstance(instruction, Send)
+    counts: list[int] = []
+    try:
+        for run in instruction.runs:
+            counts.append(execute_run(cur, run))
+    except Exception as exc:
+        return Reply(counts, error=exc)
+    return Reply(counts)

@@ -4,11 +4,12 @@ WAL, foreign keys, a busy timeout and ``synchronous`` are set on every connectio
 own transaction handling is switched off so that we emit ``BEGIN`` ourselves — ``BEGIN
 IMMEDIATE`` for writes (the write lock is taken up front, so a transaction never has to
 upgrade a read lock, which SQLite refuses with ``SQLITE_BUSY`` without waiting) and a deferred
-``BEGIN`` for reads. ``begin_raw_write`` is the same ``BEGIN IMMEDIATE`` for the fast path's
-DBAPI connection. An in-memory database is one connection, which every thread shares in turn
-(a pool of exactly that connection). WAL is switched on by ``prepare_store`` once the schema
-gate has accepted (or created) the store, never on connect, so opening a database that is not
-ours changes nothing in it. Followers poll: nothing notifies them.
+``BEGIN`` for reads (the append transaction, ``appending``, begins with the same ``BEGIN
+IMMEDIATE`` on its DBAPI connection). An in-memory database is one connection, which every
+thread shares in turn (a pool of exactly that connection). WAL is switched on by
+``prepare_store`` once the schema gate has accepted (or created) the store, never on connect,
+so opening a database that is not ours changes nothing in it. Followers poll: nothing
+notifies them.
 """
 
 from __future__ import annotations
@@ -51,28 +52,30 @@ from session_sql._store.backends.base import (
     Backend,
     EngineOptions,
     Listener,
+    Vacuumed,
     driver_cause,
     synchronous_mode,
 )
-from session_sql._store.backends.sqlite import quick
+from session_sql._store.backends.sqlite import appending, quick, vacuuming
+from session_sql._store.backends.sqlite.appending import BEGIN_WRITE
 from session_sql._store.backends.sqlite.errors import translate
 from session_sql._store.backends.sqlite.opening import explain_wal_reader
+from session_sql._store.backends.sqlite.vacuuming import INCREMENTAL_VACUUM
+from session_sql._store.transactions import Run
 from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
     from session_sql._store.schema import SchemaTables
+    from session_sql._store.transactions import AppendPart
 
 __all__ = ["SQLITE", "SQLiteBackend", "sqlite_pragmas"]
 
 WRITE_OPTION: Final = "session_sql_write"
 """Execution option that makes the ``begin`` hook emit ``BEGIN IMMEDIATE``."""
 
-BEGIN_WRITE: Final = "BEGIN IMMEDIATE"
 BEGIN_READ: Final = "BEGIN"
 
-INCREMENTAL_VACUUM: Final = 2
-"""``PRAGMA auto_vacuum``'s value for INCREMENTAL."""
 RECLAIM_MAX_PAUSE: Final = 0.2
 """The longest pause between two incremental vacuum steps, in seconds."""
 RECLAIM_BUSY_MS: Final = 100
@@ -196,7 +199,20 @@ class SQLiteBackend(Backend):
     async_threads = True
     stale_statistics = True
 
-    appends_module = "sqlite"
+    def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
+        return appending.append_parts(ctx, parts)
+
+    def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
+        return Run(ctx.compiled.insert_event_values, rows, many=True)
+
+    def nodes_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
+        return Run(ctx.compiled.insert_node.sql, rows, many=True)  # binds the tuples as they are
+
+    def copy_allowed(self, cur: Any, ctx: StoreContext) -> bool:
+        return False  # SQLite has no COPY
+
+    def begin_read(self, ctx: StoreContext, raw: Any) -> None:
+        return  # no tenant setting: the statements filter by tenant
 
     # -- engines -----------------------------------------------------------------------
 
@@ -281,8 +297,8 @@ class SQLiteBackend(Backend):
         file = engine.url.database
         return None if _in_memory(file) else file
 
-    def explain_open_failure(self, engine: Engine, error: StoreError) -> StoreError | None:
-        return explain_wal_reader(engine.url, driver_cause(error))
+    def explain_open_failure(self, url: URL, error: StoreError) -> StoreError | None:
+        return explain_wal_reader(url, driver_cause(error))
 
     def same_store(
         self, engine: Engine, schema: str | None, other: Engine, other_schema: str
@@ -312,9 +328,6 @@ class SQLiteBackend(Backend):
 
     def begin_snapshot(self, conn: Connection) -> None:
         return  # a WAL read transaction is one snapshot already
-
-    def begin_raw_write(self, cursor: Any) -> None:
-        cursor.execute(BEGIN_WRITE)  # the driver's own transaction handling is off
 
     def lock_schema_init(self, conn: Connection, schema: str | None) -> None:
         return  # the BEGIN IMMEDIATE of write_tx already serialises it
@@ -454,6 +467,21 @@ class SQLiteBackend(Backend):
                 db.execute("PRAGMA busy_timeout = " + str(int(timeout)))
         finally:
             raw.close()
+
+    def store_bytes(self, engine: Engine, tables: Sequence[Table]) -> int:
+        return vacuuming.store_bytes(engine)
+
+    def reclaimable_pages(self, engine: Engine) -> int:
+        return vacuuming.reclaimable_pages(engine)
+
+    def vacuum(
+        self, engine: Engine, tables: Sequence[Table], *, full: bool, pages: int
+    ) -> Vacuumed:
+        done = vacuuming.vacuum(engine, full=full, pages=pages)
+        if done is not None:
+            return done
+        self.reclaim_space(engine, pages)
+        return Vacuumed("PRAGMA incremental_vacuum")
 
     def labels_match(
         self, labels: ColumnElement[Any], wanted: Mapping[str, str]
