@@ -67,6 +67,7 @@ from session_sql.errors import (
 from session_sql.events import SessionEvent
 from session_sql.jsonl import JsonlReader, published_file
 from session_sql.pending import abandon_all, commit_all
+from session_sql.session import END_SEED
 
 __all__ = ["AsyncSessionStore", "AsyncStoredSession", "open_async_store"]
 
@@ -360,9 +361,12 @@ class AsyncSessionStore:
         caller that only appends and reads the surface; it reads the rest with
         ``await handle.read_log()``.
         """
-        handle = await self._handle(
-            functools.partial(self._store.open_session, resume=resume), session_id
-        )
+        handle = await self._handle(self._store.open_session, session_id)
+        # The marker goes through the handle's own (natively awaited) append, as the sync
+        # store's open_session appends it through the sync handle's.
+        log = handle._sync._log
+        if resume and handle.seq and log[len(log) - 1].type != END_SEED:
+            await handle.append(END_SEED, {})
         if read_log:
             await handle.read_log()
         return handle

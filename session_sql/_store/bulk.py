@@ -119,6 +119,22 @@ def _insert_session(
     return key
 
 
+def append_in_transaction(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
+    """``writer.append_parts`` through a Core write transaction on the store's engine: what
+    the async store's engine runs when the sync store's code appends on it (``repair``): the
+    same flow, statement by statement, each awaited by SQLAlchemy's adapter. ``None`` once
+    committed, else the index of the part that lost its race (nothing written)."""
+    try:
+        with write_tx(ctx.engine) as conn:
+            lost = run_in_transaction(conn, _appends(ctx, parts))
+            if lost is not None:
+                raise _LostRaceError(lost)
+    except _LostRaceError as lost_race:
+        return lost_race.index
+    ctx.backend.wake(ctx, [(p.session_id, p.head) for p in parts])
+    return None
+
+
 def _appends(ctx: StoreContext, parts: Sequence[AppendPart]) -> Any:
     """The appends of ``parts`` as ``transactions.counted_append``, statement by statement
     (each part's head update read before its inserts), left for the caller to commit."""

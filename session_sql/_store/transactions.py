@@ -348,6 +348,37 @@ def wake_after_commit(w: Writes, parts: Sequence[AppendPart]) -> Flow[None]:
         yield ROLLBACK
 
 
+class StoredHead(NamedTuple):
+    """The session row's columns that ``refresh`` checks (``Statements.refresh_rows``' first)."""
+
+    head_seq: int
+    surface_next_pos: int
+    replace_generation: int
+    surface_digest: int
+    incarnation: str
+
+
+def refresh_params(w: Writes, session_id: str, from_seq: int) -> Any:
+    """``Statements.refresh_rows``' parameters: the session's events from ``from_seq`` on."""
+    c = w.compiled.refresh_rows
+    return c.bind({**c.defaults, "b_tenant": w.tenant, "b_id": session_id, "b_from": from_seq})
+
+
+def refresh_flow(read: Instruction) -> Flow[tuple[StoredHead, list[Any]] | None]:
+    """``refresh``'s read: the session row and its event rows from a seq up to its head, as
+    one statement (``Statements.refresh_rows``, so from one snapshot), run by ``read`` (the
+    database's form of it: one query with the tenant setting on PostgreSQL); ``None`` when
+    there is no such session."""
+    reply = yield read
+    if reply.error is not None:
+        raise reply.error
+    rows = reply.rows or []
+    if not rows:
+        return None
+    columns = len(StoredHead._fields)
+    return StoredHead(*rows[0][:columns]), [r[columns:] for r in rows if r[columns] is not None]
+
+
 def whole(parts: Sequence[AppendPart], heads: Sequence[int], checks: Sequence[Check]) -> bool:
     """Whether a transaction whose statements all ran may commit: every part's head update
     matched and every counted insert wrote its rows (else it is rolled back and classified)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from session_sql._store import statistics
+from session_sql._store import bulk, statistics
 from session_sql._store.context import StoreContext
 from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.metadata import title_of
@@ -152,19 +152,13 @@ class StoredSession(Session):
         return self._fold_new(row, rows)
 
     def _read_new(self) -> tuple[Any, Sequence[Any]]:
-        """``refresh``'s I/O: the session row and the event rows past this handle's log."""
+        """``refresh``'s I/O: the session row and the event rows past this handle's log, in
+        one snapshot (``Backend.read_new``)."""
         ctx = self._ctx
-        st = ctx.statements
-        with translate_errors(self.id), read_tx(ctx.engine) as conn:
-            row = self._this_session(conn.execute(st.session_row, {"b_id": self.id}).first())
-            if row.head_seq < self.seq:
-                return row, ()  # nothing new (a head that went back is refused by the fold)
-            # Bounded by the head read first: on PostgreSQL each statement has its own
-            # snapshot, and every event up to a committed head is committed with it.
-            rows = conn.execute(
-                st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
-            ).all()
-        return row, rows
+        with translate_errors(self.id):
+            found = ctx.backend.read_new(ctx, self.id, self.seq)
+        row, rows = found if found is not None else (None, [])
+        return self._this_session(row), rows
 
     def _this_session(self, row: Any) -> Any:
         """The session row ``refresh`` read, if it is this handle's session still."""
@@ -300,7 +294,10 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     """Append to several sessions in one transaction (the database's, ``Backend.append_parts``):
     all commit or none does. ``None`` once committed, or the index of the first part whose
     head update matched no row (nothing written: that session's writer lost a race)."""
-    lost = ctx.backend.append_parts(ctx, parts)
+    if ctx.engine.dialect.is_async:  # the async store's engine, in its runner
+        lost = bulk.append_in_transaction(ctx, parts)
+    else:
+        lost = ctx.backend.append_parts(ctx, parts)
     if lost is None:
         statistics.appended(ctx, sum(len(p.events) for p in parts))
     return lost

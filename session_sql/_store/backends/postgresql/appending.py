@@ -31,6 +31,7 @@ from session_sql._store.transactions import (
     Run,
     Send,
     SurfaceOp,
+    T,
     Writes,
     _failed,
     classify,
@@ -64,24 +65,32 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         client = psycopg.ClientCursor(driver) if one else None
         bind = _no_bind if client is None else client.mogrify
         flow = append_flow(ctx.writes, parts, driver, bind)
-        if not one:
+        if client is None:
             return _run(raw, driver, flow, None)
-        driver.autocommit = True
-        try:
-            return _run(raw, driver, flow, client)
-        finally:
-            if not driver.closed and driver.info.transaction_status == driving.PG_IDLE:
-                driver.autocommit = False
+        return run_autocommit(raw, driver, flow, client)
     finally:
         raw.close()  # back to the pool, which resets it (or drops it when invalidated)
+
+
+def run_autocommit(
+    raw: Any, driver: psycopg.Connection[Any], flow: Flow[T], client: psycopg.ClientCursor[Any]
+) -> T:
+    """A flow of queries that commit themselves, on a pooled connection put in autocommit for
+    its length (it goes back to the pool as it came: autocommit off, idle)."""
+    driver.autocommit = True
+    try:
+        return _run(raw, driver, flow, client)
+    finally:
+        if not driver.closed and driver.info.transaction_status == driving.PG_IDLE:
+            driver.autocommit = False
 
 
 def _run(
     raw: Any,
     driver: psycopg.Connection[Any],
-    flow: Flow[int | None],
+    flow: Flow[T],
     client: psycopg.ClientCursor[Any] | None,
-) -> int | None:
+) -> T:
     """``driving.run``; a connection lost, or interrupted inside a query (its transaction
     then runs or rolls back on the server alone), is dropped by the pool."""
     try:

@@ -1,45 +1,56 @@
-"""The async store's refresh on PostgreSQL: one query on a kept ``AsyncConnection``."""
+"""``refresh``'s read on PostgreSQL: the tenant setting and ``Statements.refresh_rows`` as one
+query (``transactions.refresh_flow``), on a pooled connection (the sync store) or a kept
+``AsyncConnection`` (the async store): one round trip, one snapshot."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
+import psycopg
+
+from session_sql._store.backends.postgresql import driving
+from session_sql._store.backends.postgresql.appending import run_autocommit
 from session_sql._store.backends.postgresql.one_query import tenant_params
+from session_sql._store.transactions import (
+    Query,
+    StoredHead,
+    Writes,
+    refresh_flow,
+    refresh_params,
+)
 
 if TYPE_CHECKING:
-    from session_sql._store.transactions import Writes
+    from session_sql._store.context import StoreContext
 
 
-class StoredHead(NamedTuple):
-    """The session row's columns that ``refresh`` checks (``Statements.refresh_rows``' first)."""
+def _read(w: Writes, cur: Any, session_id: str, from_seq: int) -> Query:
+    tenant = w.compiled.set_tenant
+    params = refresh_params(w, session_id, from_seq)
+    text = ";".join(
+        [
+            cur.mogrify(tenant.sql, tenant_params(w)),
+            cur.mogrify(w.compiled.refresh_rows.sql, params),
+        ]
+    )
+    return Query(text, last_rows=True)
 
-    head_seq: int
-    surface_next_pos: int
-    replace_generation: int
-    surface_digest: int
-    incarnation: str
+
+def read_new(ctx: StoreContext, session_id: str, from_seq: int) -> Any:
+    """The sync store's read, on a pooled connection (returned to the pool, which resets it)."""
+    raw = ctx.engine.raw_connection()
+    try:
+        driver: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
+        client = psycopg.ClientCursor(driver)
+        read = _read(ctx.writes, client, session_id, from_seq)
+        return run_autocommit(raw, driver, refresh_flow(read), client)
+    finally:
+        raw.close()
 
 
 async def read_new_async(
-    w: Writes, cur: Any, session_id: str, from_seq: int
+    w: Writes, cur: psycopg.AsyncClientCursor[Any], session_id: str, from_seq: int
 ) -> tuple[StoredHead, list[Any]] | None:
-    """``refresh``'s reads on a kept psycopg ``AsyncClientCursor``: the session row and its
-    event rows from ``from_seq`` up to its head (``None`` when there is no such session).
-
-    The tenant setting and one statement that outer-joins the row to those events (one
-    snapshot, as the sync read's head-bounded pair gives), bound on the client and sent as
-    one query: one await and one round trip, where the pooled path pays a checkout,
-    ``BEGIN``, two reads and the end of its transaction.
-    """
-    c = w.compiled.refresh_rows
-    params = c.bind({**c.defaults, "b_tenant": w.tenant, "b_id": session_id, "b_from": from_seq})
-    tenant = w.compiled.set_tenant
-    await cur.execute(
-        ";".join([cur.mogrify(tenant.sql, tenant_params(w)), cur.mogrify(c.sql, params)])
-    )
-    cur.nextset()  # past the tenant setting's result
-    rows = await cur.fetchall()
-    if not rows:
-        return None
-    columns = len(StoredHead._fields)
-    return StoredHead(*rows[0][:columns]), [r[columns:] for r in rows if r[columns] is not None]
+    """The async store's read, on a kept connection's client cursor (idle, in autocommit:
+    the query's statements are one implicit transaction)."""
+    read = _read(w, cur, session_id, from_seq)
+    return await driving.run_async(refresh_flow(read), cur.connection, cur)

@@ -26,6 +26,8 @@ from session_sql._store.transactions import (
     drive,
     event_rows,
     execute_run,
+    refresh_flow,
+    refresh_params,
     surface_ops,
 )
 from session_sql.errors import SessionSQLError
@@ -68,6 +70,19 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         raw.close()  # back to the pool, which resets it
 
 
+def read_new(ctx: StoreContext, session_id: str, from_seq: int) -> Any:
+    """``refresh``'s read (``transactions.refresh_flow``) on a pooled connection."""
+    w = ctx.writes
+    read = Send(
+        [Run(w.compiled.refresh_rows.sql, refresh_params(w, session_id, from_seq), fetch=True)]
+    )
+    raw = ctx.engine.raw_connection()
+    try:
+        return run_flow(refresh_flow(read), raw.dbapi_connection)
+    finally:
+        raw.close()
+
+
 def run_flow(flow: Flow[T], conn: Any) -> T:
     """Drive ``flow`` on ``conn`` (a ``sqlite3`` connection outside any transaction), which it
     leaves outside any transaction: an interrupt, or an error the flow raises, rolls back."""
@@ -95,9 +110,12 @@ def _run(conn: Any, cur: Any, instruction: Instruction) -> Reply:
         return Reply([])
     assert isinstance(instruction, Send)
     counts: list[int] = []
+    rows = None
     try:
         for run in instruction.runs:
             counts.append(execute_run(cur, run))
+            if run.fetch:
+                rows = cur.fetchall()
     except Exception as exc:
         return Reply(counts, error=exc)
-    return Reply(counts)
+    return Reply(counts, rows)

@@ -202,6 +202,9 @@ class SQLiteBackend(Backend):
     def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         return appending.append_parts(ctx, parts)
 
+    def read_new(self, ctx: StoreContext, session_id: str, from_seq: int) -> Any:
+        return appending.read_new(ctx, session_id, from_seq)
+
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         return Run(ctx.compiled.insert_event_values, rows, many=True)
 
