@@ -153,9 +153,9 @@ def retry_on_conflict(
         try:
             result = action(handle)
         except ConcurrencyError as exc:
-            if (pause := races.lost(exc)) is None:
+            if (wait := races.lost(exc)) is None:
                 raise
-            time.sleep(pause)
+            time.sleep(wait)
             handle.refresh()
         else:
             races.won()
@@ -180,9 +180,9 @@ async def retry_on_conflict_async(
         try:
             result = await action(handle)
         except ConcurrencyError as exc:
-            if (pause := races.lost(exc)) is None:
+            if (wait := races.lost(exc)) is None:
                 raise
-            await asyncio.sleep(pause)
+            await asyncio.sleep(wait)
             await handle.refresh()
         else:
             races.won()
