@@ -14,8 +14,10 @@ import typer
 from session_sql import SessionEvent, SessionNotFoundError, fold_surface
 from session_sql.cli._root import (
     JsonOption,
+    LabelOption,
     SessionArg,
     StoreOptions,
+    UserOption,
     app,
     example,
     store_options,
@@ -139,17 +141,8 @@ def ls(
             help="Only forks of this session (an id or a unique prefix).",
         ),
     ] = None,
-    user: Annotated[
-        str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
-    ] = None,
-    label: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--label",
-            metavar="NAME=VALUE",
-            help="Only sessions with this label (repeatable: every one must match).",
-        ),
-    ] = None,
+    user: UserOption = None,
+    label: LabelOption = None,
     since: Annotated[
         str | None,
         typer.Option(

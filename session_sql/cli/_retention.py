@@ -13,7 +13,9 @@ import typer
 from session_sql.cli._browse import _label_pairs
 from session_sql.cli._root import (
     JsonOption,
+    LabelOption,
     StoreOptions,
+    UserOption,
     app,
     example,
     store_options,
@@ -64,21 +66,8 @@ def prune(
             show_default=False,
         ),
     ] = None,
-    user: Annotated[
-        str | None,
-        typer.Option(
-            "--user", metavar="USER", help="Only this user's sessions.", show_default=False
-        ),
-    ] = None,
-    label: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--label",
-            metavar="NAME=VALUE",
-            help="Only sessions with this label (repeatable: every one must match).",
-            show_default=False,
-        ),
-    ] = None,
+    user: UserOption = None,
+    label: LabelOption = None,
     archive: Annotated[
         Path | None,
         typer.Option(

@@ -87,6 +87,19 @@ TenantOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+UserOption = Annotated[
+    str | None,
+    typer.Option("--user", metavar="USER", help="Only this user's sessions.", show_default=False),
+]
+LabelOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--label",
+        metavar="NAME=VALUE",
+        help="Only sessions with this label (repeatable: every one must match).",
+        show_default=False,
+    ),
+]
 
 
 @dataclass(frozen=True, slots=True)
