@@ -174,22 +174,16 @@ def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
     return [info.id for info in infos]
 
 
+def id_argument(help: str, *, metavar: str = "ID") -> Any:
+    """A session-id argument: no default shown, and shell completion of the ids in the store."""
+    return typer.Argument(
+        metavar=metavar, help=help, show_default=False, autocompletion=complete_session_id
+    )
+
+
 ID_HELP = "The session id, or a unique prefix of it."
-SessionArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="ID", help=ID_HELP, show_default=False, autocompletion=complete_session_id
-    ),
-]
-OptionalSessionArg = Annotated[
-    str | None,
-    typer.Argument(
-        metavar="ID",
-        help=ID_HELP + " Or use --all.",
-        show_default=False,
-        autocompletion=complete_session_id,
-    ),
-]
+SessionArg = Annotated[str, id_argument(ID_HELP)]
+OptionalSessionArg = Annotated[str | None, id_argument(ID_HELP + " Or use --all.")]
 
 
 def _version(value: bool) -> None:

@@ -26,8 +26,8 @@ from session_sql.cli._root import (
     JsonOption,
     StoreOptions,
     app,
-    complete_session_id,
     example,
+    id_argument,
     store_options,
 )
 from session_sql.cli._support import (
@@ -210,11 +210,9 @@ def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
 def export(
     target: Annotated[
         str | None,
-        typer.Argument(
+        id_argument(
+            "The session id, or a unique prefix of it; with --all, the directory to write.",
             metavar="ID|DIR",
-            help="The session id, or a unique prefix of it; with --all, the directory to write.",
-            show_default=False,
-            autocompletion=complete_session_id,
         ),
     ] = None,
     output: Annotated[

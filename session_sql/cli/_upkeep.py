@@ -18,8 +18,8 @@ from session_sql.cli._root import (
     SessionArg,
     StoreOptions,
     app,
-    complete_session_id,
     example,
+    id_argument,
     store_options,
 )
 from session_sql.cli._stats import headline, skipped_line, tables
@@ -158,12 +158,7 @@ def repair(
 def delete(
     session_ids: Annotated[
         list[str],
-        typer.Argument(
-            metavar="ID",
-            help="The sessions to delete, by id or unique prefix (full ids with --yes).",
-            show_default=False,
-            autocompletion=complete_session_id,
-        ),
+        id_argument("The sessions to delete, by id or unique prefix (full ids with --yes)."),
     ],
     yes: Annotated[
         bool,
@@ -266,12 +261,7 @@ def vacuum(
 def stats(
     session_id: Annotated[
         str | None,
-        typer.Argument(
-            metavar="ID",
-            help="Only this session, by id or unique prefix (default: the whole store).",
-            show_default=False,
-            autocompletion=complete_session_id,
-        ),
+        id_argument("Only this session, by id or unique prefix (default: the whole store)."),
     ] = None,
     *,
     db: StoreOptions,
