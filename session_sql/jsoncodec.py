@@ -12,7 +12,7 @@ kept floats on JSONB).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from math import copysign, isfinite
 from typing import Any, Final
 
@@ -246,19 +246,7 @@ def _check_parsed_float(x: float) -> None:
 def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
     if depth > _FAST_DEPTH:
         raise _UndecidedError
-    for k, x in d.items():
-        tx = type(x)
-        if tx is str:
-            continue
-        if tx is dict:
-            d[k] = _parsed_dict(x, depth + 1)
-        elif tx is list:
-            d[k] = _parsed_list(x, depth + 1)
-        elif tx is int:
-            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
-                raise _UndecidedError
-        elif tx is float:
-            _check_parsed_float(x)
+    _freeze_children(d, d.items(), depth)
     return FrozenDict(d)
 
 
@@ -273,20 +261,26 @@ def _parsed_list(items: list[Any], depth: int) -> FrozenList:
         if max(items) > MAX_SAFE_INTEGER or min(items) < -MAX_SAFE_INTEGER:
             raise _UndecidedError
         return FrozenList(items)
-    for i, x in enumerate(items):
+    _freeze_children(items, enumerate(items), depth)
+    return FrozenList(items)
+
+
+def _freeze_children(container: Any, children: Iterable[tuple[Any, Any]], depth: int) -> None:
+    """Freeze the containers among ``children`` (a dict's items or a list's enumerate) into
+    ``container`` in place, and check its numbers: one walk for dicts and lists alike."""
+    for k, x in children:
         tx = type(x)
         if tx is str:
             continue
         if tx is dict:
-            items[i] = _parsed_dict(x, depth + 1)
+            container[k] = _parsed_dict(x, depth + 1)
         elif tx is list:
-            items[i] = _parsed_list(x, depth + 1)
+            container[k] = _parsed_list(x, depth + 1)
         elif tx is int:
             if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
                 raise _UndecidedError
         elif tx is float:
             _check_parsed_float(x)
-    return FrozenList(items)
 
 
 def loads_frozen(text: str, *, root: str = "value") -> JSONValue:

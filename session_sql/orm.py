@@ -163,6 +163,28 @@ def _public_id(sessions: Any, table: Any) -> Any:
     return column_property(owner.scalar_subquery())
 
 
+def _map_session_child(
+    reg: registry,
+    sessions: Any,
+    row: type,
+    model: type,
+    table: Any,
+    back: str,
+    links: dict[str, Any],
+) -> None:
+    """Map a model of a table whose rows belong to one session: its public ``session_id``,
+    its ``session`` (the ``back`` collection on ``row``), and its ``links``."""
+    reg.map_imperatively(
+        model,
+        table,
+        properties={
+            "session_id": _public_id(sessions, table),
+            "session": relationship(row, back_populates=back, viewonly=True),
+            **links,
+        },
+    )
+
+
 @functools.cache
 def _build(schema: str | None) -> OrmModels:
     tables = tables_for(schema)
@@ -191,29 +213,16 @@ def _build(schema: str | None) -> OrmModels:
         surface.c.session_key == events.c.session_key,
         surface.c.event_seq == events.c.seq,
     )
-    reg.map_imperatively(
-        ev,
-        events,
-        properties={
-            "session_id": _public_id(sessions, events),
-            "session": relationship(row, back_populates="events", viewonly=True),
-            "surface_node": relationship(
-                node, primaryjoin=on_surface, back_populates="event", viewonly=True, uselist=False
-            ),
-        },
+    # An event and its surface node: each a row of one session, and each the other's link.
+    to_node = relationship(
+        node, primaryjoin=on_surface, back_populates="event", viewonly=True, uselist=False
     )
-    reg.map_imperatively(
-        node,
-        surface,
-        properties={
-            "session_id": _public_id(sessions, surface),
-            "session": relationship(row, back_populates="surface", viewonly=True),
-            "event": relationship(
-                ev, primaryjoin=on_surface, back_populates="surface_node", viewonly=True
-            ),
-        },
+    to_event = relationship(
+        ev, primaryjoin=on_surface, back_populates="surface_node", viewonly=True
     )
-    reg.configure()
+    child = functools.partial(_map_session_child, reg, sessions, row)
+    child(ev, events, "events", {"surface_node": to_node})
+    child(node, surface, "surface", {"event": to_event})
     return OrmModels(row, ev, node)
 
 

@@ -105,6 +105,33 @@ def _pause_before(handle: object, policy: RetryPolicy) -> float:
     return 0.0 if window is None else policy.pause(min(window, policy.first_delay))
 
 
+class _Races:
+    """The lost races of one ``retry_on_conflict`` call: told of each, it says how long to
+    pause before the next attempt, or that the attempts are spent."""
+
+    __slots__ = ("count", "handle", "on_conflict", "policy")
+
+    def __init__(
+        self,
+        handle: object,
+        policy: RetryPolicy,
+        on_conflict: Callable[[ConcurrencyError], None] | None,
+    ) -> None:
+        self.handle, self.policy, self.on_conflict = handle, policy, on_conflict
+        self.count = 0
+
+    def lost(self, exc: ConcurrencyError) -> float | None:
+        """Count a lost race; the pause before the next attempt, None when none is left."""
+        self.count += 1
+        if self.on_conflict is not None:
+            self.on_conflict(exc)
+        pause = _lost(self.handle, self.policy)
+        return None if self.count >= self.policy.attempts else pause
+
+    def won(self) -> None:
+        _won(self.handle, self.policy, self.count)
+
+
 def retry_on_conflict(
     handle: H,
     action: Callable[[H], T],
@@ -121,21 +148,17 @@ def retry_on_conflict(
     if pause:
         time.sleep(pause)
         handle.refresh()
-    lost = 0
+    races = _Races(handle, policy, on_conflict)
     while True:
         try:
             result = action(handle)
         except ConcurrencyError as exc:
-            lost += 1
-            if on_conflict is not None:
-                on_conflict(exc)
-            pause = _lost(handle, policy)
-            if lost >= policy.attempts:
+            if (wait := races.lost(exc)) is None:
                 raise
-            time.sleep(pause)
+            time.sleep(wait)
             handle.refresh()
         else:
-            _won(handle, policy, lost)
+            races.won()
             return result
 
 
@@ -152,19 +175,15 @@ async def retry_on_conflict_async(
     if pause:
         await asyncio.sleep(pause)
         await handle.refresh()
-    lost = 0
+    races = _Races(handle, policy, on_conflict)
     while True:
         try:
             result = await action(handle)
         except ConcurrencyError as exc:
-            lost += 1
-            if on_conflict is not None:
-                on_conflict(exc)
-            pause = _lost(handle, policy)
-            if lost >= policy.attempts:
+            if (wait := races.lost(exc)) is None:
                 raise
-            await asyncio.sleep(pause)
+            await asyncio.sleep(wait)
             await handle.refresh()
         else:
-            _won(handle, policy, lost)
+            races.won()
             return result

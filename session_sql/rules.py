@@ -43,12 +43,18 @@ def _user_message(event: SessionEvent) -> None:
     check_message(event.data, "user", "data", event.seq)
 
 
-def _assistant_message(event: SessionEvent) -> None:
+def _step_message(event: SessionEvent, role: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An event of a step that carries a message of ``role``: its data and the message's
+    source, both checked."""
     data = _object(event)
     _turn_step(event, data)
     message: Any = data.get("message")
-    check_message(message, "assistant", "data.message", event.seq)
-    source = message["source"]
+    check_message(message, role, "data.message", event.seq)
+    return data, message["source"]
+
+
+def _assistant_message(event: SessionEvent) -> None:
+    data, source = _step_message(event, "assistant")
     if source["kind"] != "model" or not all(
         type(source.get(k)) is str and source.get(k) for k in ("provider", "model")
     ):
@@ -71,11 +77,7 @@ def _assistant_other(event: SessionEvent) -> None:
 
 
 def _tool_result(event: SessionEvent) -> None:
-    data = _object(event)
-    _turn_step(event, data)
-    message: Any = data.get("message")
-    check_message(message, "user", "data.message", event.seq)
-    source = message["source"]
+    data, source = _step_message(event, "user")
     block = result_block(data)
     if source["kind"] != "tool" or type(source.get("callId")) is not str:
         raise InvalidEventError("data.message.source must be {kind: 'tool', callId}", seq=event.seq)

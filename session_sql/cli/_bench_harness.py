@@ -33,6 +33,11 @@ class Workload:
     extra: dict[str, Any] = field(default_factory=dict)
     spread: tuple[float, float] = (0.0, 0.0)  # min-max of our events/s
 
+    @classmethod
+    def once(cls, name: str, rate: float, baseline: float, extra: dict[str, Any]) -> Workload:
+        """A workload run once: its rate beside the baseline's, and their ratio."""
+        return cls(name, rate, baseline, rate / baseline, reps=1, extra=extra)
+
 
 @dataclass
 class Target:

@@ -16,6 +16,7 @@ import json
 import sqlite3
 import time
 import uuid
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,7 +174,66 @@ def _advance(tenant: str, session_id: str, head: int, count: int, now: int) -> d
     }
 
 
-class RawSQLite:
+def _insert_events(cursor: Any, sql: Any, rows: list[dict[str, Any]]) -> None:
+    """One event row with ``execute``, more with ``executemany`` (as the store does)."""
+    if len(rows) == 1:
+        cursor.execute(sql, rows[0])
+    else:
+        cursor.executemany(sql, rows)
+
+
+class _RawBaseline:
+    """What both drivers do alike: the sessions' keys, the rows of a write, the reads.
+
+    A driver gives its connection, its statements, and the context its reads and a new
+    session's insert run in (``_autocommit``); ``write`` is each driver's own transaction.
+    """
+
+    conn: Any
+    sql: RawStatements
+    tenant: str
+    keys: dict[str, int]
+    """The ``session_key`` of each session this baseline created, by public id."""
+
+    def _autocommit(self) -> AbstractContextManager[object]:
+        raise NotImplementedError
+
+    def _rows(self, session_id: str, head: int, items: list[Item]) -> tuple[int, list[Item]]:
+        """The write's time (ms) and its event rows."""
+        now = time.time_ns() // 1_000_000
+        return now, _event_rows(self.tenant, self.keys[session_id], head, items, now)
+
+    def new_session(self) -> str:
+        sid = "raw-" + uuid.uuid4().hex
+        # fetchall: the statement runs to its end, so an autocommit transaction ends too.
+        with self._autocommit():
+            rows = self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
+            self.keys[sid] = int(rows.fetchall()[0][0])
+        return sid
+
+    def _fetch(self, statement: Any, **params: Any) -> list[Any]:
+        with self._autocommit():
+            rows: list[Any] = self.conn.execute(
+                statement, {"b_tenant": self.tenant, **params}
+            ).fetchall()
+        return rows
+
+    def fetch_surface(self, session_id: str) -> list[Any]:
+        return [json.loads(r[0]) for r in self._fetch(self.sql.surface_data, b_id=session_id)]
+
+    def fetch_tail(self, session_id: str, n: int) -> list[Any]:
+        rows = self._fetch(self.sql.surface_tail, b_id=session_id, b_limit=n, b_offset=0)
+        return [json.loads(r[0]) for r in reversed(rows)]
+
+    def fetch_log(self, session_id: str) -> list[Any]:
+        rows = self._fetch(self.sql.log, b_id=session_id)
+        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class RawSQLite(_RawBaseline):
     """stdlib sqlite3 on the store's file: the same rows, the engine's pragmas, BEGIN IMMEDIATE."""
 
     def __init__(self, path: str, synchronous: str, tenant: str = "") -> None:
@@ -183,100 +243,39 @@ class RawSQLite:
         for pragma in sqlite_pragmas(synchronous):
             self.conn.execute(pragma)
         self.sql = raw_statements("sqlite", None)
-        self.keys: dict[str, int] = {}
-        """The ``session_key`` of each session this baseline created, by public id."""
+        self.keys = {}
 
-    def new_session(self) -> str:
-        sid = "raw-" + uuid.uuid4().hex
-        # fetchall: the statement runs to its end, so its autocommit transaction ends too.
-        rows = self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
-        self.keys[sid] = int(rows.fetchall()[0][0])
-        return sid
+    def _autocommit(self) -> AbstractContextManager[object]:
+        return nullcontext()  # each statement is its own transaction
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
-        now = time.time_ns() // 1_000_000
-        rows = _event_rows(self.tenant, self.keys[session_id], head, items, now)
+        now, rows = self._rows(session_id, head, items)
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         c.execute(self.sql.advance, _advance(self.tenant, session_id, head, len(items), now))
-        if len(rows) == 1:
-            c.execute(self.sql.insert_event, rows[0])
-        else:
-            c.executemany(self.sql.insert_event, rows)
+        _insert_events(c, self.sql.insert_event, rows)
         c.execute("COMMIT")
         return head + len(items)
 
-    def fetch_surface(self, session_id: str) -> list[Any]:
-        rows = self.conn.execute(
-            self.sql.surface_data, {"b_tenant": self.tenant, "b_id": session_id}
-        ).fetchall()
-        return [json.loads(r[0]) for r in rows]
 
-    def fetch_tail(self, session_id: str, n: int) -> list[Any]:
-        params = {"b_tenant": self.tenant, "b_id": session_id, "b_limit": n, "b_offset": 0}
-        rows = self.conn.execute(self.sql.surface_tail, params).fetchall()
-        return [json.loads(r[0]) for r in reversed(rows)]
-
-    def fetch_log(self, session_id: str) -> list[Any]:
-        rows = self.conn.execute(
-            self.sql.log, {"b_tenant": self.tenant, "b_id": session_id}
-        ).fetchall()
-        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class RawPostgres:
+class RawPostgres(_RawBaseline):
     """Raw psycopg on the store's schema: the same rows and the same conditional update."""
 
     def __init__(self, conninfo: str, schema: str, tenant: str = "") -> None:
         self.tenant = tenant
         self.conn = psycopg.connect(conninfo)
         self.sql = raw_statements("postgresql", schema)
-        self.keys: dict[str, int] = {}
-        """The ``session_key`` of each session this baseline created, by public id."""
+        self.keys = {}
 
-    def new_session(self) -> str:
-        sid = "raw-" + uuid.uuid4().hex
-        with self.conn.transaction():
-            row = self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
-            self.keys[sid] = int(row.fetchall()[0][0])
-        return sid
+    def _autocommit(self) -> AbstractContextManager[object]:
+        return self.conn.transaction()  # type: ignore[no-any-return]
 
     def write(self, session_id: str, head: int, items: list[Item]) -> int:
-        now = time.time_ns() // 1_000_000
-        rows = _event_rows(self.tenant, self.keys[session_id], head, items, now)
+        now, rows = self._rows(session_id, head, items)
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute(self.sql.advance, _advance(self.tenant, session_id, head, len(items), now))
-            if len(rows) == 1:
-                cur.execute(self.sql.insert_event, rows[0])
-            else:
-                cur.executemany(self.sql.insert_event, rows)
+            _insert_events(cur, self.sql.insert_event, rows)
         return head + len(items)
-
-    def fetch_surface(self, session_id: str) -> list[Any]:
-        with self.conn.transaction():
-            rows = self.conn.execute(
-                self.sql.surface_data, {"b_tenant": self.tenant, "b_id": session_id}
-            ).fetchall()
-        return [json.loads(r[0]) for r in rows]
-
-    def fetch_tail(self, session_id: str, n: int) -> list[Any]:
-        params = {"b_tenant": self.tenant, "b_id": session_id, "b_limit": n, "b_offset": 0}
-        with self.conn.transaction():
-            rows = self.conn.execute(self.sql.surface_tail, params).fetchall()
-        return [json.loads(r[0]) for r in reversed(rows)]
-
-    def fetch_log(self, session_id: str) -> list[Any]:
-        with self.conn.transaction():
-            rows = self.conn.execute(
-                self.sql.log, {"b_tenant": self.tenant, "b_id": session_id}
-            ).fetchall()
-        return [(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
-
-    def close(self) -> None:
-        self.conn.close()
 
 
 Raw = RawSQLite | RawPostgres

@@ -13,22 +13,19 @@ import typer
 
 from session_sql import SessionEvent, SessionNotFoundError, fold_surface
 from session_sql.cli._root import (
-    DEFAULT_SCHEMA,
-    DEFAULT_URL,
     JsonOption,
-    SchemaOption,
+    LabelOption,
     SessionArg,
-    TenantOption,
-    UrlOption,
+    StoreOptions,
+    UserOption,
     app,
     example,
+    store_options,
 )
 from session_sql.cli._support import (
     PROG,
     CliError,
     Out,
-    cli_reader,
-    cli_store,
     format_time,
     resolve_id,
     when_ms,
@@ -46,11 +43,8 @@ if TYPE_CHECKING:
         "session-sql demo", "session-sql demo --url postgresql://postgres@localhost/agents"
     )
 )
-def demo(
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
-) -> None:
+@store_options()
+def demo(*, db: StoreOptions) -> None:
     """Record a realistic agent session and show it.
 
     The session has streamed replies, tool calls, a pruned tool result, a compaction summary,
@@ -63,11 +57,11 @@ def demo(
     from session_sql.cli._render import demo_report
     from session_sql.cli.demo import explore_queries, record_demo
 
-    with cli_store(url, schema, tenant=tenant, create=True):
+    with db.open(create=True):
         pass  # fail early, before recording, when the URL or schema is unusable
-    run = record_demo(url, schema=schema, tenant=tenant)
+    run = record_demo(db.url, schema=db.schema, tenant=db.tenant)
     out = Out()
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         events = list(store.events(run.session_id))
         fork_events = list(store.events(run.fork_id))
         messages = store.messages(run.session_id)
@@ -77,7 +71,7 @@ def demo(
         is_postgres = store.schema is not None
     if is_postgres:
         shell = f'psql "{where.replace("+psycopg", "")}"'
-        search_path: str | None = schema
+        search_path: str | None = db.schema
     else:
         shell, search_path = f"sqlite3 {database_file}", None
     out.lines(
@@ -97,11 +91,8 @@ def demo(
 
 
 @app.command(epilog=example("session-sql init --url postgresql://postgres@localhost/agents"))
-def init(
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
-) -> None:
+@store_options()
+def init(*, db: StoreOptions) -> None:
     """Create the tables, or check an existing store.
 
     An empty database (or a missing SQLite file) is initialised; an existing store is checked
@@ -109,7 +100,7 @@ def init(
     """
     from session_sql import SCHEMA_VERSION
 
-    with cli_store(url, schema, tenant=tenant, create=True) as store:
+    with db.open(create=True) as store:
         where = store.display_url + (f" (schema {store.schema})" if store.schema else "")
     Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
 
@@ -127,10 +118,10 @@ class SortOrder(StrEnum):
         "session-sql ls --since 7d --sort created --json | jq '.[0].id'",
     )
 )
+@store_options()
 def ls(
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=1, metavar="N", help="At most this many.")
     ] = 20,
@@ -150,17 +141,8 @@ def ls(
             help="Only forks of this session (an id or a unique prefix).",
         ),
     ] = None,
-    user: Annotated[
-        str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
-    ] = None,
-    label: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--label",
-            metavar="NAME=VALUE",
-            help="Only sessions with this label (repeatable: every one must match).",
-        ),
-    ] = None,
+    user: UserOption = None,
+    label: LabelOption = None,
     since: Annotated[
         str | None,
         typer.Option(
@@ -218,7 +200,7 @@ def ls(
         "include_hidden": hidden,
     }
     out = Out()
-    with cli_reader(url, schema, tenant=tenant) as store:
+    with db.reader() as store:
         if after is not None:
             after = _option_id(store, "--after", after)
         if parent is not None:
@@ -290,22 +272,22 @@ def _label_pairs(pairs: Sequence[str]) -> dict[str, str]:
 
 
 @app.command(epilog=example('session-sql title 3f2a9c "Refund for order 1042"'))
+@store_options()
 def title(
     session: SessionArg,
     text: Annotated[
         str,
         typer.Argument(metavar="TITLE", help='The new title ("" clears it).', show_default=False),
     ],
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
 ) -> None:
     """Set a session's title (shown by 'session-sql ls').
 
     The title is metadata: the session's log and its updated time do not change. An agent
     sets it too, by appending a session/title event; the latest of the two wins.
     """
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         session_id = resolve_id(store, session)
         info = store.update_session(session_id, title=text or None)
     Out().line(f"{info.id}: " + (f"title {info.title!r}" if info.title else "title cleared"))
@@ -317,11 +299,11 @@ def title(
         "session-sql show 3f2a9c --from 40 --to 60",
     )
 )
+@store_options()
 def show(
     session_id: SessionArg,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     events: Annotated[
         bool, typer.Option("--events", help="Print the raw log instead of the messages.")
     ] = False,
@@ -374,7 +356,7 @@ def show(
     if last is not None and (surface or events or ranged):
         raise CliError("--last is for messages: it excludes --surface, --events, --from, --to", 2)
     out = Out()
-    with cli_reader(url, schema, tenant=tenant) as store:
+    with db.reader() as store:
         session_id = resolve_id(store, session_id)
         if events or ranged:
             _show_events(store, out, session_id, from_seq or 0, to_seq, as_json)
@@ -447,11 +429,11 @@ def _show_events(
 
 
 @app.command(epilog=example("session-sql tail 3f2a9c -n 20", "session-sql tail 3f2a9c -f --json"))
+@store_options()
 def tail(
     session_id: SessionArg,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     lines: Annotated[
         int,
         typer.Option(
@@ -501,10 +483,10 @@ def tail(
 
     try:
         if not follow:
-            with cli_reader(url, schema, tenant=tenant) as reads:
+            with db.reader() as reads:
                 last_events(reads)
             return
-        with cli_store(url, schema, tenant=tenant) as store:  # a follow needs the full store
+        with db.open() as store:  # a follow needs the full store
             followed, head = last_events(store)
             for event in store.follow(followed, after_seq=head, timeout=timeout):
                 emit(event)

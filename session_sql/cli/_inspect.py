@@ -12,16 +12,13 @@ from typing import Annotated, Any
 import typer
 
 from session_sql.cli._root import (
-    DEFAULT_SCHEMA,
-    DEFAULT_URL,
-    SchemaOption,
     SessionArg,
-    TenantOption,
-    UrlOption,
+    StoreOptions,
     app,
     example,
+    store_options,
 )
-from session_sql.cli._support import CliError, Out, cli_store, resolve_id
+from session_sql.cli._support import CliError, Out, resolve_id
 
 # Starlette, uvicorn and the inspector are imported inside the commands: --help and the other
 # commands load none of them (the extra session-sql[serve] may not even be installed).
@@ -57,10 +54,10 @@ def bound_socket(host: str, port: int) -> socket.socket:
         "session-sql serve --host 0.0.0.0 --port 9000 --token 5f0c2a9e7d1b4c8e",
     )
 )
+@store_options()
 def serve(
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     host: Annotated[
         str,
         typer.Option(
@@ -107,7 +104,7 @@ def serve(
     except ImportError as exc:
         raise CliError(f"serve needs Starlette and uvicorn ({exc}); {EXTRA_HINT}") from exc
 
-    with bound_socket(host, port) as listening, cli_store(url, schema, tenant=tenant) as store:
+    with bound_socket(host, port) as listening, db.open() as store:
         allowed = LOOPBACK_HOSTS if is_loopback(host) else None
         application = create_app(store, token=token, allowed_hosts=allowed)
         shown = "localhost" if is_loopback(host) else host
@@ -143,6 +140,7 @@ def serve(
 
 
 @app.command(epilog=example("session-sql view 3f2a9c -o session.html"))
+@store_options()
 def view(
     session_id: SessionArg,
     output: Annotated[
@@ -156,9 +154,8 @@ def view(
             writable=True,
         ),
     ],
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     last: Annotated[
         int,
         typer.Option(
@@ -178,7 +175,7 @@ def view(
     """
     from session_sql.inspector import render_file
 
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         session_id = resolve_id(store, session_id)
         head = store.head_seq(session_id)
         nodes = len(store.surface(session_id))

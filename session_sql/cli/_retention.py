@@ -12,19 +12,17 @@ import typer
 
 from session_sql.cli._browse import _label_pairs
 from session_sql.cli._root import (
-    DEFAULT_SCHEMA,
-    DEFAULT_URL,
     JsonOption,
-    SchemaOption,
-    TenantOption,
-    UrlOption,
+    LabelOption,
+    StoreOptions,
+    UserOption,
     app,
     example,
+    store_options,
 )
 from session_sql.cli._support import (
     CliError,
     Out,
-    cli_store,
     counted,
     format_time,
     progress_bar,
@@ -57,6 +55,7 @@ def parse_age(text: str) -> int:
         "session-sql prune --user alice --dry-run",
     )
 )
+@store_options()
 def prune(
     older_than: Annotated[
         str | None,
@@ -67,21 +66,8 @@ def prune(
             show_default=False,
         ),
     ] = None,
-    user: Annotated[
-        str | None,
-        typer.Option(
-            "--user", metavar="USER", help="Only this user's sessions.", show_default=False
-        ),
-    ] = None,
-    label: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--label",
-            metavar="NAME=VALUE",
-            help="Only sessions with this label (repeatable: every one must match).",
-            show_default=False,
-        ),
-    ] = None,
+    user: UserOption = None,
+    label: LabelOption = None,
     archive: Annotated[
         Path | None,
         typer.Option(
@@ -95,9 +81,8 @@ def prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="List what would be deleted; change nothing.")
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     as_json: JsonOption = False,
 ) -> None:
     """Delete whole sessions by age, user or label: retention and erasure.
@@ -125,7 +110,7 @@ def prune(
         except OSError as exc:
             raise CliError(f"--archive {archive}: cannot create it: {exc.strerror or exc}") from exc
     out = Out()
-    with cli_store(url, schema, tenant=tenant) as store, progress_bar() as progress:
+    with db.open() as store, progress_bar() as progress:
         task = progress.add_task("checking" if dry_run else "pruning", total=None)
 
         def advance(session: PrunedSession) -> None:

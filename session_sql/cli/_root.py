@@ -4,10 +4,15 @@ commands share, and session-id completion. The commands live in ``_browse``, ``_
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -15,8 +20,13 @@ from session_sql.cli._support import (
     PROG,
     GuardedGroup,
     State,
+    cli_reader,
     cli_store,
 )
+
+if TYPE_CHECKING:
+    from session_sql import SessionStore
+    from session_sql.quick import StoreReads
 
 DEFAULT_URL = "sqlite:///sessions.db"
 DEFAULT_SCHEMA = "session_sql"
@@ -77,6 +87,78 @@ TenantOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")]
+UserOption = Annotated[
+    str | None,
+    typer.Option("--user", metavar="USER", help="Only this user's sessions.", show_default=False),
+]
+LabelOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--label",
+        metavar="NAME=VALUE",
+        help="Only sessions with this label (repeatable: every one must match).",
+        show_default=False,
+    ),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """The store a command works on, as --url, --schema and --tenant name it."""
+
+    url: str
+    schema: str
+    tenant: str = ""
+
+    def open(self, *, create: bool = False) -> AbstractContextManager[SessionStore]:
+        """``cli_store`` on this store."""
+        return cli_store(self.url, self.schema, tenant=self.tenant, create=create)
+
+    def reader(self) -> AbstractContextManager[StoreReads]:
+        """``cli_reader`` on this store."""
+        return cli_reader(self.url, self.schema, tenant=self.tenant)
+
+
+_STORE_OPTIONS = {
+    "url": (UrlOption, DEFAULT_URL),
+    "schema": (SchemaOption, DEFAULT_SCHEMA),
+    "tenant": (TenantOption, ""),
+}
+Command = TypeVar("Command", bound=Callable[..., None])
+
+
+def store_options(*, tenant: bool = True) -> Callable[[Command], Command]:
+    """A command's --url, --schema and --tenant (or only the first two): the command takes
+    them as one keyword ``db: StoreOptions``, and its help lists them where ``where`` stands.
+
+    Typer reads the options from the signature, so the command shown to it has them in place
+    of ``db``; it is called with their values and hands them on as ``StoreOptions``.
+    """
+    names = ["url", "schema", "tenant"] if tenant else ["url", "schema"]
+
+    def decorate(command: Command) -> Command:
+        params: list[inspect.Parameter] = []
+        for param in inspect.signature(command, eval_str=True).parameters.values():
+            if param.name != "db":
+                params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+                continue
+            for name in names:
+                annotation, default = _STORE_OPTIONS[name]
+                params.append(
+                    inspect.Parameter(
+                        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+                    )
+                )
+
+        @functools.wraps(command)
+        def run(**given: Any) -> None:
+            command(db=StoreOptions(*(given.pop(name) for name in names)), **given)
+
+        run.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run  # type: ignore[return-value]
+
+    return decorate
 
 
 def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -92,22 +174,16 @@ def complete_session_id(ctx: typer.Context, incomplete: str) -> list[str]:
     return [info.id for info in infos]
 
 
+def id_argument(help: str, *, metavar: str = "ID") -> Any:
+    """A session-id argument: no default shown, and shell completion of the ids in the store."""
+    return typer.Argument(
+        metavar=metavar, help=help, show_default=False, autocompletion=complete_session_id
+    )
+
+
 ID_HELP = "The session id, or a unique prefix of it."
-SessionArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="ID", help=ID_HELP, show_default=False, autocompletion=complete_session_id
-    ),
-]
-OptionalSessionArg = Annotated[
-    str | None,
-    typer.Argument(
-        metavar="ID",
-        help=ID_HELP + " Or use --all.",
-        show_default=False,
-        autocompletion=complete_session_id,
-    ),
-]
+SessionArg = Annotated[str, id_argument(ID_HELP)]
+OptionalSessionArg = Annotated[str | None, id_argument(ID_HELP + " Or use --all.")]
 
 
 def _version(value: bool) -> None:

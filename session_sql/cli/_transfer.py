@@ -21,16 +21,14 @@ from session_sql import (
 )
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
-    DEFAULT_URL,
     PROGRESS_MIN_BYTES,
     PROGRESS_MIN_EVENTS,
     JsonOption,
-    SchemaOption,
-    TenantOption,
-    UrlOption,
+    StoreOptions,
     app,
-    complete_session_id,
     example,
+    id_argument,
+    store_options,
 )
 from session_sql.cli._support import (
     PROG,
@@ -63,6 +61,7 @@ if TYPE_CHECKING:
         "session-sql import --restore-tenants backup-acme/ backup-globex/ --skip-existing --json",
     ),
 )
+@store_options()
 def import_(
     paths: Annotated[
         list[Path],
@@ -90,9 +89,8 @@ def import_(
             "header), not into --tenant. Only for files you trust: the file names the tenant.",
         ),
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     as_json: JsonOption = False,
 ) -> None:
     """Import sessions from JSONL files.
@@ -106,7 +104,7 @@ def import_(
     file whose session the store already holds fails, unless --skip-existing (to resume an
     import, or to refresh a store from a backup).
     """
-    if restore_tenants and tenant:
+    if restore_tenants and db.tenant:
         raise CliError("give --tenant or --restore-tenants, not both", code=2)
     files = _jsonl_files(paths)
     out = Out()
@@ -118,10 +116,10 @@ def import_(
 
         def store_for(path: Path) -> SessionStore:
             """The store of ``tenant``, or (--restore-tenants) of the tenant ``path`` names."""
-            wanted = _exported_tenant(path) if restore_tenants else tenant
+            wanted = _exported_tenant(path) if restore_tenants else db.tenant
             if wanted not in opened:
                 opened[wanted] = stores.enter_context(
-                    cli_store(url, schema, tenant=wanted, create=True)
+                    cli_store(db.url, db.schema, tenant=wanted, create=True)
                 )
             return opened[wanted]
 
@@ -208,14 +206,13 @@ def _jsonl_files(paths: Sequence[Path]) -> list[Path]:
         "session-sql export --all backup/",
     )
 )
+@store_options()
 def export(
     target: Annotated[
         str | None,
-        typer.Argument(
+        id_argument(
+            "The session id, or a unique prefix of it; with --all, the directory to write.",
             metavar="ID|DIR",
-            help="The session id, or a unique prefix of it; with --all, the directory to write.",
-            show_default=False,
-            autocompletion=complete_session_id,
         ),
     ] = None,
     output: Annotated[
@@ -264,9 +261,8 @@ def export(
             show_default=False,
         ),
     ] = None,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
 ) -> None:
     """Export a session, or every session, as JSONL (or as Parquet files for analysts).
 
@@ -292,7 +288,7 @@ def export(
     if file_format not in ("jsonl", "parquet"):
         raise CliError(f"--format must be jsonl or parquet, not {file_format!r}", code=2)
     if file_format == "parquet":
-        _export_parquet(target, folder, output, skip_existing, since, url, schema, tenant)
+        _export_parquet(target, folder, output, skip_existing, since, db)
         return
     if since is not None:
         raise CliError("--since needs --format parquet", code=2)
@@ -315,7 +311,7 @@ def export(
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CliError(f"cannot create {folder}: {exc.strerror or exc}") from exc
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         if not all_sessions:
             assert target is not None
             session_id = resolve_id(store, target)
@@ -347,9 +343,7 @@ def _export_parquet(
     output: Path | None,
     skip_existing: bool,
     since: str | None,
-    url: str,
-    schema: str,
-    tenant: str,
+    db: StoreOptions,
 ) -> None:
     """``export --format parquet DIR``: the files, a summary on stderr, the cursor on stdout."""
     if output is not None or skip_existing:
@@ -359,7 +353,7 @@ def _export_parquet(
     directory = Path(target) if target is not None else folder
     if directory is None:
         raise CliError("--format parquet needs a directory: export --format parquet DIR", 2)
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         try:
             result = store.export_parquet(directory, since=since or None)
         except ConfigurationError as exc:

@@ -12,23 +12,21 @@ import typer
 from session_sql import SessionNotFoundError, SessionSQLError, check_invariants
 from session_sql.cli._root import (
     DEFAULT_SCHEMA,
-    DEFAULT_URL,
     JsonOption,
     OptionalSessionArg,
     SchemaOption,
     SessionArg,
-    TenantOption,
-    UrlOption,
+    StoreOptions,
     app,
-    complete_session_id,
     example,
+    id_argument,
+    store_options,
 )
 from session_sql.cli._stats import headline, skipped_line, tables
 from session_sql.cli._support import (
     PROG,
     CliError,
     Out,
-    cli_store,
     counted,
     isatty,
     progress_bar,
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
 
 
 @app.command(epilog=example("session-sql verify 3f2a9c", "session-sql verify --all --invariants"))
+@store_options()
 def verify(
     session_id: OptionalSessionArg = None,
     all_sessions: Annotated[bool, typer.Option("--all", help="Verify every session.")] = False,
@@ -58,9 +57,8 @@ def verify(
             "--quiet", "-q", help="Print only the sessions that fail, then the summary line."
         ),
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     as_json: JsonOption = False,
 ) -> None:
     """Check stored sessions against a replay of their logs.
@@ -77,7 +75,7 @@ def verify(
 
     out = Out()
     reports: list[VerifyReport] = []
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         ids = (
             [resolve_id(store, session_id)]
             if session_id is not None
@@ -123,11 +121,11 @@ def _verify_one(
 
 
 @app.command(epilog=example("session-sql repair 3f2a9c"))
+@store_options()
 def repair(
     session_id: SessionArg,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     as_json: JsonOption = False,
 ) -> None:
     """Close a turn that a crashed process left open.
@@ -137,7 +135,7 @@ def repair(
     """
     from session_sql.cli._render import event_line
 
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         session_id = resolve_id(store, session_id)
         appended = store.repair(session_id)
     out = Out()
@@ -156,23 +154,18 @@ def repair(
         "session-sql delete --yes 7b1e04c2a9d84f6e8b3c5d7e9f1a2b3c",
     )
 )
+@store_options()
 def delete(
     session_ids: Annotated[
         list[str],
-        typer.Argument(
-            metavar="ID",
-            help="The sessions to delete, by id or unique prefix (full ids with --yes).",
-            show_default=False,
-            autocompletion=complete_session_id,
-        ),
+        id_argument("The sessions to delete, by id or unique prefix (full ids with --yes)."),
     ],
     yes: Annotated[
         bool,
         typer.Option("--yes", "-y", help="Do not ask; every ID must then be a full id."),
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     as_json: JsonOption = False,
 ) -> None:
     """Delete whole sessions: their rows, every event and the surface.
@@ -186,7 +179,7 @@ def delete(
     the freed pages go back to the file system, as after a prune.
     """
     out = Out()
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         targets: dict[str, int] = {}
         for given in session_ids:
             session_id = resolve_id(store, given)
@@ -222,6 +215,7 @@ def delete(
 
 
 @app.command(epilog=example("session-sql vacuum", "session-sql vacuum --full"))
+@store_options(tenant=False)
 def vacuum(
     full: Annotated[
         bool,
@@ -231,8 +225,8 @@ def vacuum(
             "(PostgreSQL: VACUUM FULL, which locks them against readers and writers).",
         ),
     ] = False,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
+    *,
+    db: StoreOptions,
     as_json: JsonOption = False,
 ) -> None:
     """Give the store's free space back, and print its size before and after.
@@ -247,7 +241,7 @@ def vacuum(
     """
     from dataclasses import asdict
 
-    with cli_store(url, schema) as store:
+    with db.open() as store:
         report = store.vacuum(full=full)
     out = Out()
     if as_json:
@@ -263,19 +257,14 @@ def vacuum(
 
 
 @app.command(epilog=example("session-sql stats", "session-sql stats 3f2a9c --json"))
+@store_options()
 def stats(
     session_id: Annotated[
         str | None,
-        typer.Argument(
-            metavar="ID",
-            help="Only this session, by id or unique prefix (default: the whole store).",
-            show_default=False,
-            autocompletion=complete_session_id,
-        ),
+        id_argument("Only this session, by id or unique prefix (default: the whole store)."),
     ] = None,
-    url: UrlOption = DEFAULT_URL,
-    schema: SchemaOption = DEFAULT_SCHEMA,
-    tenant: TenantOption = "",
+    *,
+    db: StoreOptions,
     as_json: JsonOption = False,
 ) -> None:
     """Summarise the store with SQL.
@@ -285,7 +274,7 @@ def stats(
     """
     from rich.text import Text
 
-    with cli_store(url, schema, tenant=tenant) as store:
+    with db.open() as store:
         if session_id is not None:
             session_id = resolve_id(store, session_id)
         result = store.stats(session_id)

@@ -93,33 +93,50 @@ __all__ = [
 ]
 
 
-def _one_per_transaction(
-    target: Target, items: list[Item], reps: int, name: str, extra: dict[str, Any]
-) -> Workload:
-    """Append ``items`` one transaction each, through the store and through the raw driver."""
+def _paired_writes(
+    target: Target,
+    reps: int,
+    batches: list[list[Item]],
+    append: Callable[[Any, list[Item]], object],
+) -> tuple[list[float], list[float]]:
+    """Time ``append(handle, batch)`` over ``batches`` into a new session, and the raw driver
+    writing the same batches (one transaction each), ``reps`` times: the two lists of times."""
     ours, raws = [], []
     with target.store() as store, _closing(target.raw()) as raw:
         for _ in range(reps):
             handle = store.create_session()
 
             def run_ours(h: Any = handle) -> None:
-                for it in items:
-                    h.append(
-                        it["type"],
-                        it["data"],
-                        surface_op=it.get("surface_op"),
-                        source_event_seqs=it.get("source_event_seqs"),
-                    )
+                for batch in batches:
+                    append(h, batch)
 
             ours.append(_timed(run_ours))
             sid = raw.new_session()
 
             def run_raw(s: str = sid) -> None:
                 head = -1
-                for it in items:
-                    head = raw.write(s, head, [it])
+                for batch in batches:
+                    head = raw.write(s, head, batch)
 
             raws.append(_timed(run_raw))
+    return ours, raws
+
+
+def _append_one(handle: Any, batch: list[Item]) -> None:
+    (it,) = batch
+    handle.append(
+        it["type"],
+        it["data"],
+        surface_op=it.get("surface_op"),
+        source_event_seqs=it.get("source_event_seqs"),
+    )
+
+
+def _one_per_transaction(
+    target: Target, items: list[Item], reps: int, name: str, extra: dict[str, Any]
+) -> Workload:
+    """Append ``items`` one transaction each, through the store and through the raw driver."""
+    ours, raws = _paired_writes(target, reps, [[it] for it in items], _append_one)
     return _workload(name, len(items), ours, raws, extra)
 
 
@@ -141,24 +158,7 @@ def w_append_many(
     else:
         items = agent_events(batches * size)
         batch_list = [items[i : i + size] for i in range(0, len(items), size)]
-    ours, raws = [], []
-    with target.store() as store, _closing(target.raw()) as raw:
-        for _ in range(reps):
-            handle = store.create_session()
-
-            def run_ours(h: Any = handle) -> None:
-                for batch in batch_list:
-                    h.append_many(batch)
-
-            ours.append(_timed(run_ours))
-            sid = raw.new_session()
-
-            def run_raw(s: str = sid) -> None:
-                head = -1
-                for batch in batch_list:
-                    head = raw.write(s, head, batch)
-
-            raws.append(_timed(run_raw))
+    ours, raws = _paired_writes(target, reps, batch_list, lambda h, batch: h.append_many(batch))
     name = f"W2 append_many {label}"
     return _workload(name, batches * size, ours, raws, {"batch": size})
 
@@ -315,13 +315,11 @@ def w_contention(target: Target, per_process: int) -> list[Workload]:
             "follow_p99_ms": round(p99 * 1000, 2),
         }
     return [
-        Workload(
-            name=f"W7 {n} writers x {n} sessions",
-            events_per_s=ours_many,
-            raw_events_per_s=raw_many,
-            ratio=ours_many / raw_many,
-            reps=1,
-            extra={
+        Workload.once(
+            f"W7 {n} writers x {n} sessions",
+            ours_many,
+            raw_many,
+            {
                 "over_one_writer": round(ours_many / ours_one, 3),
                 "raw_over_one_writer": round(raw_many / raw_one, 3),
                 "one_writer_events_per_s": round(ours_one, 1),
@@ -329,13 +327,11 @@ def w_contention(target: Target, per_process: int) -> list[Workload]:
                 **follow,
             },
         ),
-        Workload(
-            name=f"W7 {n} writers x 1 session",
-            events_per_s=shared_rate,
-            raw_events_per_s=ours_one,
-            ratio=shared_rate / ours_one,
-            reps=1,
-            extra={
+        Workload.once(
+            f"W7 {n} writers x 1 session",
+            shared_rate,
+            ours_one,
+            {
                 "conflicts": lost,
                 "conflicts_per_event": round(lost / total, 3),
                 "no_gaps_no_duplicates": seqs == list(range(total)),

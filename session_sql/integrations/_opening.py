@@ -2,13 +2,14 @@
 
 A ``catalog`` given in the options is kept and gains only the types it lacks, so a store opened
 with an application's catalog reads the application's events as well as the integration's.
+``EntersReady`` is the ``async with`` of an integration object on such a store.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Self
 
 from session_sql import AsyncSessionStore, open_async_store
 from session_sql.catalog import Catalog, default_catalog
@@ -31,3 +32,21 @@ async def open_with_types(
     catalog = catalog.extend(missing, items=True) if missing else catalog
     async with open_async_store(url, catalog=catalog, **options) as store:
         yield store
+
+
+class EntersReady:
+    """``async with`` for an integration object: entering checks its store (``_ready``),
+    leaving calls ``close()`` (which closes a store ``from_url`` opened)."""
+
+    async def _ready(self) -> AsyncSessionStore:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

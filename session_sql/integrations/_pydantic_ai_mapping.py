@@ -40,6 +40,14 @@ LABEL_PARENT = "pydantic_ai_parent"
 LABEL_AGENT = "pydantic_ai_agent"
 LABEL_RECORD_AT = "pydantic_ai_record_at"
 """The seq of the run record's event, when it is not the first event of the session."""
+LOG_ONLY = (
+    PYDANTIC_AI_RUN,
+    PYDANTIC_AI_STEP,
+    PYDANTIC_AI_SNAPSHOT,
+    PYDANTIC_AI_EFFECT,
+    PYDANTIC_AI_REVISION,
+)
+"""The log-only types a run's session holds (model messages are item types)."""
 
 Batch = list[dict[str, Any]]
 

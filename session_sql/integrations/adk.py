@@ -33,11 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from google.adk.errors import StaleSessionError
@@ -71,6 +68,8 @@ from session_sql.integrations._adk_mapping import (
     split_state,
     store_id,
 )
+from session_sql.integrations._keyed_locks import KeyedLocks
+from session_sql.integrations._opening import EntersReady
 from session_sql.integrations._titles import title_of
 from session_sql.metadata import HIDDEN_LABEL
 
@@ -86,7 +85,7 @@ STALE = (
 _LIST_PAGE = 500
 
 
-class SQLSessionService(BaseSessionService):
+class SQLSessionService(EntersReady, BaseSessionService):
     """ADK's ``BaseSessionService`` on a session_sql async store (see the module docstring).
 
     ``store`` is an ``AsyncSessionStore`` whose catalog knows the integrations' types (the
@@ -103,11 +102,7 @@ class SQLSessionService(BaseSessionService):
         self._owned = False
         self._cache: OrderedDict[str, Tracked | AsyncStoredSession] = OrderedDict()
         self._cache_size = max(1, int(cache_size))
-        # The locks are the store's own kind, which serve tasks of every event loop: one
-        # service may be used from threads that each run a loop (as the store may).
-        self._locks: dict[str, loopsafe.Semaphore] = {}
-        self._holders: dict[str, int] = {}
-        self._holders_mutex = threading.Lock()
+        self._locks = KeyedLocks()
         self._state_lock = loopsafe.Semaphore()
         self._opening = loopsafe.Semaphore()
         self._checked = False
@@ -129,13 +124,6 @@ class SQLSessionService(BaseSessionService):
         self._cache.clear()
         if self._owned:
             await self._store.close()
-
-    async def __aenter__(self) -> SQLSessionService:
-        await self._ready()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     async def _ready(self) -> AsyncSessionStore:
         if self._checked:
@@ -162,21 +150,6 @@ class SQLSessionService(BaseSessionService):
         return await store.create_session(key, header=header, user_id=user_id, labels=labels)
 
     # -- locks and the handle cache --------------------------------------------------------
-
-    @asynccontextmanager
-    async def _lock(self, key: str) -> AsyncIterator[None]:
-        """Serialise this process's writes to one session (appends are read-check-write)."""
-        with self._holders_mutex:
-            lock = self._locks.setdefault(key, loopsafe.Semaphore())
-            self._holders[key] = self._holders.get(key, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            with self._holders_mutex:
-                self._holders[key] -= 1
-                if not self._holders[key]:
-                    del self._holders[key], self._locks[key]
 
     def _remember(self, key: str, value: Tracked | AsyncStoredSession) -> None:
         self._cache[key] = value
@@ -489,7 +462,7 @@ class SQLSessionService(BaseSessionService):
         store = await self._ready()
         session_id = session_id.strip() if session_id else session_id
         key = store_id("session", app_name, user_id, session_id)
-        async with self._lock(key):
+        async with self._locks.hold(key):
             self._cache.pop(key, None)
             try:
                 await store.delete_session(key)
@@ -512,7 +485,7 @@ class SQLSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         key = store_id("session", session.app_name, session.user_id, session.id)
-        async with self._lock(key):
+        async with self._locks.hold(key):
             tracked = await self._tracked(key, refresh=False)
             if tracked is None:
                 raise AdkNotFoundError(f"Session {session.id} not found.")

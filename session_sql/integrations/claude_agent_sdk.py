@@ -19,14 +19,15 @@ Needs the extra: ``pip install 'session-sql[claude-agent-sdk]'``.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any, cast
 
-try:
+from session_sql.integrations._requires import requires
+
+with requires("claude_agent_sdk", "the Claude Agent SDK", "claude-agent-sdk"):
     from claude_agent_sdk import (
         SessionKey,
         SessionListSubkeysKey,
@@ -35,11 +36,6 @@ try:
         SessionStoreListEntry,
         SessionSummaryEntry,
     )
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "session_sql.integrations.claude_agent_sdk needs the Claude Agent SDK: "
-        "pip install 'session-sql[claude-agent-sdk]'"
-    ) from exc
 
 from session_sql import (
     AsyncSessionStore,
@@ -51,7 +47,6 @@ from session_sql import (
     SessionExistsError,
     SessionInfo,
     SessionNotFoundError,
-    loopsafe,
     thaw,
 )
 from session_sql.integrations import CLAUDE_ENTRY, CLAUDE_SUMMARY
@@ -70,6 +65,7 @@ from session_sql.integrations._claude_mapping import (
     plan,
     store_id,
 )
+from session_sql.integrations._keyed_locks import KeyedLocks
 from session_sql.integrations._opening import open_with_types
 
 __all__ = ["SessionSQLSessionStore"]
@@ -124,9 +120,7 @@ class SessionSQLSessionStore(SessionStore):
         self._store = store
         self._cache: OrderedDict[str, _Tracked] = OrderedDict()
         self._cache_size = max(1, int(cache_size))
-        self._locks: dict[str, loopsafe.Semaphore] = {}
-        self._holders: dict[str, int] = {}
-        self._mutex = threading.Lock()
+        self._locks = KeyedLocks()
         self._checked = False
 
     @classmethod
@@ -167,21 +161,6 @@ class SessionSQLSessionStore(SessionStore):
             self._checked = True
         return store
 
-    @asynccontextmanager
-    async def _lock(self, sid: str) -> AsyncIterator[None]:
-        """Serialise this process's batches to one transcript (fold, plan, append)."""
-        with self._mutex:
-            lock = self._locks.setdefault(sid, loopsafe.Semaphore())
-            self._holders[sid] = self._holders.get(sid, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            with self._mutex:
-                self._holders[sid] -= 1
-                if not self._holders[sid]:
-                    del self._holders[sid], self._locks[sid]
-
     async def _tracked(self, key: SessionKey, sid: str, batch: list[Any]) -> _Tracked:
         """The transcript's handle and fold, its session created on first use (once
         ``batch`` is known to be JSON: a refused first batch leaves no session behind)."""
@@ -218,7 +197,7 @@ class SessionSQLSessionStore(SessionStore):
             return
         sid = store_id(key)
         textual = False  # whether a refusal showed entries to keep as JSON text
-        async with self._lock(sid):
+        async with self._locks.hold(sid):
             for attempt in range(MAX_ATTEMPTS):
                 tracked = await self._tracked(key, sid, batch)
                 fresh = fresh_entries(tracked.fold, batch)
@@ -304,7 +283,7 @@ class SessionSQLSessionStore(SessionStore):
             subagents = await self._infos(_subagent_labels(key), empty=True)
             sids.extend(info.id for info in subagents)
         for sid in sids:
-            async with self._lock(sid):
+            async with self._locks.hold(sid):
                 self._cache.pop(sid, None)
                 with suppress(SessionNotFoundError):
                     await store.delete_session(sid)

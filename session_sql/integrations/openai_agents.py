@@ -32,18 +32,16 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-try:
+from session_sql.integrations._opening import EntersReady
+from session_sql.integrations._requires import requires
+
+with requires("openai_agents", "the OpenAI Agents SDK", "openai-agents"):
     from agents.items import TResponseInputItem
     from agents.memory.session_settings import (
         SessionSettings,
         coerce_session_settings,
         resolve_session_limit,
     )
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "session_sql.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'session-sql[openai-agents]'"
-    ) from exc
 
 try:  # a private dataclass of the SDK: without it, compaction falls back to clear-and-add
     from agents.memory.session import _CompactionSnapshot
@@ -87,7 +85,7 @@ MAX_ATTEMPTS = 200
 Batch = list[dict[str, Any]]
 
 
-class SessionSQLSession:
+class SessionSQLSession(EntersReady):
     """Conversation history of one OpenAI Agents SDK session, kept in a session_sql store.
 
     ``store`` is an ``AsyncSessionStore`` (``open_async_store``): the protocol is async and a
@@ -168,13 +166,6 @@ class SessionSQLSession:
         """Close the store if ``from_url`` opened it (a store passed in stays open)."""
         if self._owned:
             await self._store.close()
-
-    async def __aenter__(self) -> SessionSQLSession:
-        await self._ready()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"SessionSQLSession({self.session_id!r}, {self._store!r})"

@@ -38,7 +38,9 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
-try:
+from session_sql.integrations._requires import requires
+
+with requires("pydantic_ai", "pydantic-ai-harness", "pydantic-ai"):
     from pydantic_ai.messages import ModelMessagesTypeAdapter
     from pydantic_ai_harness.step_persistence import (
         ContinuableSnapshot,
@@ -46,11 +48,6 @@ try:
         StepEvent,
         ToolEffectRecord,
     )
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "session_sql.integrations.pydantic_ai needs pydantic-ai-harness: "
-        "pip install 'session-sql[pydantic-ai]'"
-    ) from exc
 
 from session_sql import (
     AsyncSessionStore,
@@ -68,7 +65,6 @@ from session_sql.integrations import (
     CATALOG,
     PYDANTIC_AI_EFFECT,
     PYDANTIC_AI_MESSAGE,
-    PYDANTIC_AI_REVISION,
     PYDANTIC_AI_RUN,
     PYDANTIC_AI_SNAPSHOT,
     PYDANTIC_AI_STEP,
@@ -79,6 +75,7 @@ from session_sql.integrations._pydantic_ai_mapping import (
     LABEL_PARENT,
     LABEL_RECORD_AT,
     LABEL_RUN,
+    LOG_ONLY,
     Batch,
     Run,
     label_value,
@@ -93,13 +90,6 @@ KIND_LABEL = {"pydantic_ai": "run"}
 """The label every run's session carries."""
 MAX_ATTEMPTS = 200
 """Retries of one write against other writers: each ConcurrencyError means one of them won."""
-LOG_ONLY = (
-    PYDANTIC_AI_RUN,
-    PYDANTIC_AI_STEP,
-    PYDANTIC_AI_SNAPSHOT,
-    PYDANTIC_AI_EFFECT,
-    PYDANTIC_AI_REVISION,
-)
 
 
 @dataclass

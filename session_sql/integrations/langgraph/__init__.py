@@ -50,13 +50,11 @@ Needs the extra: ``pip install 'session-sql[langgraph]'``.
 
 from __future__ import annotations
 
-try:
+from session_sql.integrations._requires import requires
+
+with requires("langgraph", "LangGraph", "langgraph"):
     import langchain_core.runnables  # noqa: F401
     import langgraph.checkpoint.base  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "session_sql.integrations.langgraph needs LangGraph: pip install 'session-sql[langgraph]'"
-    ) from exc
 
 from ._async import AsyncSessionSQLSaver
 from ._codec import MAX_INT as MAX_INT

@@ -73,37 +73,56 @@ def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Call:
 Op = Generator[Call, Any, T]
 
 
+class _Drive:
+    """One run of an op: the call it yields next, told the last call's result or error."""
+
+    __slots__ = ("error", "op", "result", "value")
+
+    def __init__(self, op: Op[Any]) -> None:
+        self.op = op
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.value: Any = None
+
+    def next_call(self) -> Call | None:
+        """The next call to make, or None once the op has returned (its ``value``)."""
+        try:
+            if self.error is None:
+                return self.op.send(self.result)
+            return self.op.throw(self.error)
+        except StopIteration as stop:
+            self.value = stop.value
+            return None
+
+    def succeeded(self, result: Any) -> None:
+        self.result, self.error = result, None
+
+    def failed(self, exc: Exception) -> None:
+        self.result, self.error = None, exc
+
+
 def run_sync(op: Op[T]) -> T:
     """Run ``op``, making each call it yields (a sync store's)."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
+    drive = _Drive(op)
+    while (step := drive.next_call()) is not None:
         try:
-            step = op.send(result) if error is None else op.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            result, error = step.fn(*step.args, **step.kwargs), None
+            drive.succeeded(step.fn(*step.args, **step.kwargs))
         except Exception as exc:
-            result, error = None, exc
+            drive.failed(exc)
+    return drive.value  # type: ignore[no-any-return]
 
 
 async def run_async(op: Op[T]) -> T:
     """Run ``op``, awaiting each call it yields that returns an awaitable (an async store's;
     a handle's ``Index.fold`` is plain, and reads the log through the loop only if needed)."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
+    drive = _Drive(op)
+    while (step := drive.next_call()) is not None:
         try:
-            step = op.send(result) if error is None else op.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            result, error = step.fn(*step.args, **step.kwargs), None
-            if inspect.isawaitable(result):
-                result = await result
+            result = step.fn(*step.args, **step.kwargs)
+            drive.succeeded(await result if inspect.isawaitable(result) else result)
         except Exception as exc:
-            result, error = None, exc
+            drive.failed(exc)
+    return drive.value  # type: ignore[no-any-return]
 
 
 class Threads:
