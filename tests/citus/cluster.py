@@ -104,6 +104,9 @@ class CitusCluster:
             "shared_preload_libraries": "'citus'",
             "fsync": "off",
             "max_connections": "100",
+            # Online shard moves (citus_rebalance_start, tenant isolation) copy by logical
+            # replication.
+            "wal_level": "logical",
             # The cluster is started and left for the session; Citus's statistics collector
             # would otherwise phone home from a test machine.
             "citus.enable_statistics_collection": "off",
