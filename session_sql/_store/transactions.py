@@ -303,6 +303,20 @@ def counted_append(
         if reply.error is not None:
             return (yield from _failed(parts, heads, reply.error))
         checks = [(reply.counts[k], n, i) for k, n, i in counted]
+    return (yield from finish(w, parts, heads, checks, commit=commit))
+
+
+def finish(
+    w: Writes,
+    parts: Sequence[AppendPart],
+    heads: Sequence[int],
+    checks: Sequence[Check],
+    *,
+    commit: bool = True,
+) -> Flow[int | None]:
+    """The end of an append transaction whose statements all ran: rolled back and
+    :func:`classify`-ed unless it is :func:`whole`, else committed (unless the caller ends
+    it) and its followers woken."""
     if not whole(parts, heads, checks):
         yield ROLLBACK
         return classify(parts, heads, at=first_short(checks))

@@ -22,7 +22,6 @@ from session_sql._store.backends.postgresql import driving
 from session_sql._store.backends.postgresql.one_query import one_trip_flow, tenant_params
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 from session_sql._store.transactions import (
-    COMMIT,
     ROLLBACK,
     AppendPart,
     Copy,
@@ -37,11 +36,10 @@ from session_sql._store.transactions import (
     classify,
     counted_append,
     event_rows,
-    first_short,
+    finish,
     head_run,
     surface_ops,
     upkeep_runs,
-    wake_after_commit,
     whole,
 )
 
@@ -228,19 +226,13 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
         runs, expected = upkeep_runs(w, ops)
         counted += [(len(upkeep) + k, n, i) for k, n in enumerate(expected) if n >= 0]
         upkeep += runs
+    checks: list[tuple[int, int, int]] = []
     if upkeep:
         reply = yield Send(upkeep)
         if reply.error is not None:
             return (yield from _failed(parts, heads, reply.error))
         checks = [(reply.counts[k], n, i) for k, n, i in counted]
-        if not whole(parts, heads, checks):
-            yield ROLLBACK
-            return classify(parts, heads, at=first_short(checks))
-    reply = yield COMMIT
-    if reply.error is not None:
-        return (yield from _failed(parts, heads, reply.error))
-    yield from wake_after_commit(w, parts)
-    return None
+    return (yield from finish(w, parts, heads, checks))
 
 
 def unnest_values(values: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:

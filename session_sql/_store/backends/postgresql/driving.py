@@ -23,6 +23,7 @@ from session_sql._store.transactions import (
     Instruction,
     Query,
     Reply,
+    Run,
     Send,
     T,
 )
@@ -39,7 +40,7 @@ def run(
     """Drive ``flow`` on ``driver`` (idle, the caller's alone) to its end; ``client`` is the
     client-binding cursor its queries run on, if it has one already. An interrupt, or an
     error the flow raises, leaves the connection idle or broken (see :func:`settle`)."""
-    cursors = _Cursors(driver, client)
+    client = client or psycopg.ClientCursor(driver)
     try:
         reply: Reply | None = None
         while True:
@@ -47,7 +48,7 @@ def run(
                 instruction = next(flow) if reply is None else flow.send(reply)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            reply = _run(driver, cursors, instruction)
+            reply = _run(driver, client, instruction)
     except BaseException:
         settle(driver)
         raise
@@ -61,7 +62,7 @@ async def run_async(
     client: psycopg.AsyncClientCursor[Any] | None = None,
 ) -> T:
     """:func:`run` on psycopg's ``AsyncConnection``: each instruction awaited natively."""
-    cursors = _AsyncCursors(driver, client)
+    aclient = client or psycopg.AsyncClientCursor(driver)
     try:
         reply: Reply | None = None
         while True:
@@ -69,7 +70,7 @@ async def run_async(
                 instruction = next(flow) if reply is None else flow.send(reply)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            reply = await _run_async(driver, cursors, instruction)
+            reply = await _run_async(driver, aclient, instruction)
     except BaseException:
         await settle_async(driver)
         raise
@@ -93,143 +94,106 @@ async def settle_async(driver: psycopg.AsyncConnection[Any]) -> None:
             await driver.rollback()
 
 
-class _Cursors:
-    """The cursors of one flow's run: a client-binding one for queries, one per statement
-    of a pipeline (each keeps its own count)."""
-
-    def __init__(
-        self, driver: psycopg.Connection[Any], client: psycopg.ClientCursor[Any] | None
-    ) -> None:
-        self.driver = driver
-        self._client = client
-
-    def client(self) -> psycopg.ClientCursor[Any]:
-        if self._client is None:
-            self._client = psycopg.ClientCursor(self.driver)
-        return self._client
-
-
-class _AsyncCursors:
-    def __init__(
-        self, driver: psycopg.AsyncConnection[Any], client: psycopg.AsyncClientCursor[Any] | None
-    ) -> None:
-        self.driver = driver
-        self._client = client
-
-    def client(self) -> psycopg.AsyncClientCursor[Any]:
-        if self._client is None:
-            self._client = psycopg.AsyncClientCursor(self.driver)
-        return self._client
-
-
-def _failed(driver: Any, counts: list[int], exc: psycopg.Error) -> Reply:
-    return Reply(counts, error=exc, broken=bool(driver.broken))
-
-
-def _run(driver: psycopg.Connection[Any], cursors: _Cursors, instruction: Instruction) -> Reply:
-    if isinstance(instruction, End):
-        try:
+def _run(
+    driver: psycopg.Connection[Any], client: psycopg.ClientCursor[Any], instruction: Instruction
+) -> Reply:
+    sent: list[Any] = []  # the cursors of the statements sent, each with its count
+    try:
+        if isinstance(instruction, End):
             if instruction is COMMIT:
                 driver.commit()
             elif not driver.broken:
                 driver.rollback()
-        except psycopg.Error as exc:
-            return _failed(driver, [], exc)
-        return Reply([])
-    if isinstance(instruction, Query):
-        cur = cursors.client()
-        try:
+            return Reply([])
+        if isinstance(instruction, Query):
+            cur = client
             cur.execute(instruction.text)
-            rows = None
-            if instruction.last_rows:
-                while cur.nextset():
-                    pass
-                rows = list(cur.fetchall()) if cur.description is not None else None
-        except psycopg.Error as exc:
-            return _failed(driver, [], exc)
-        return Reply([cur.rowcount], rows)
-    if isinstance(instruction, Copy):
-        copying = driver.cursor()
-        try:
-            with copying.copy(instruction.statement) as copy:
+            if not instruction.last_rows:
+                return Reply([cur.rowcount])
+            while cur.nextset():
+                pass
+            return Reply([cur.rowcount], cur.fetchall() if cur.description is not None else None)
+        if isinstance(instruction, Copy):
+            sent.append(driver.cursor())
+            with sent[0].copy(instruction.statement) as copy:
                 for row in instruction.rows:
                     copy.write_row(row)
-        except psycopg.Error as exc:
-            return _failed(driver, [-1], exc)
-        return Reply([copying.rowcount])
-    assert isinstance(instruction, Send)
-    sent = []
-    rows = None
-    try:
+            return Reply([sent[0].rowcount])
         with driver.pipeline():
             for one in instruction.runs:
-                each = driver.cursor()
-                sent.append(each)
-                if one.many:
-                    each.executemany(one.sql, one.params)
-                else:
-                    each.execute(one.sql, one.params)
-        for one, each in zip(instruction.runs, sent, strict=True):
-            if one.fetch:
-                rows = list(each.fetchall())
+                sent.append(_queued(driver.cursor(), one))
+        fetched = [cur.fetchall() if one.fetch else None for one, cur in _sent(instruction, sent)]
+        return _reply(sent, fetched)
     except psycopg.Error as exc:
-        return _failed(driver, _counts(sent, len(instruction.runs)), exc)
-    return Reply([each.rowcount for each in sent], rows)
+        return Reply(_counts(instruction, sent), error=exc, broken=bool(driver.broken))
 
 
 async def _run_async(
-    driver: psycopg.AsyncConnection[Any], cursors: _AsyncCursors, instruction: Instruction
+    driver: psycopg.AsyncConnection[Any],
+    client: psycopg.AsyncClientCursor[Any],
+    instruction: Instruction,
 ) -> Reply:
-    if isinstance(instruction, End):
-        try:
+    """:func:`_run`, awaited."""
+    sent: list[Any] = []
+    try:
+        if isinstance(instruction, End):
             if instruction is COMMIT:
                 await driver.commit()
             elif not driver.broken:
                 await driver.rollback()
-        except psycopg.Error as exc:
-            return _failed(driver, [], exc)
-        return Reply([])
-    if isinstance(instruction, Query):
-        cur = cursors.client()
-        try:
+            return Reply([])
+        if isinstance(instruction, Query):
+            cur = client
             await cur.execute(instruction.text)
-            rows = None
-            if instruction.last_rows:
-                while cur.nextset():
-                    pass
-                rows = list(await cur.fetchall()) if cur.description is not None else None
-        except psycopg.Error as exc:
-            return _failed(driver, [], exc)
-        return Reply([cur.rowcount], rows)
-    if isinstance(instruction, Copy):
-        copying = driver.cursor()
-        try:
-            async with copying.copy(instruction.statement) as copy:
+            if not instruction.last_rows:
+                return Reply([cur.rowcount])
+            while cur.nextset():
+                pass
+            rows = await cur.fetchall() if cur.description is not None else None
+            return Reply([cur.rowcount], rows)
+        if isinstance(instruction, Copy):
+            sent.append(driver.cursor())
+            async with sent[0].copy(instruction.statement) as copy:
                 for row in instruction.rows:
                     await copy.write_row(row)
-        except psycopg.Error as exc:
-            return _failed(driver, [-1], exc)
-        return Reply([copying.rowcount])
-    assert isinstance(instruction, Send)
-    sent = []
-    rows = None
-    try:
+            return Reply([sent[0].rowcount])
         async with driver.pipeline():
             for one in instruction.runs:
-                each = driver.cursor()
-                sent.append(each)
-                if one.many:
-                    await each.executemany(one.sql, one.params)
-                else:
-                    await each.execute(one.sql, one.params)
-        for one, each in zip(instruction.runs, sent, strict=True):
-            if one.fetch:
-                rows = list(await each.fetchall())
+                sent.append(await _queued_async(driver.cursor(), one))
+        pairs = _sent(instruction, sent)
+        fetched = [await cur.fetchall() if one.fetch else None for one, cur in pairs]
+        return _reply(sent, fetched)
     except psycopg.Error as exc:
-        return _failed(driver, _counts(sent, len(instruction.runs)), exc)
-    return Reply([each.rowcount for each in sent], rows)
+        return Reply(_counts(instruction, sent), error=exc, broken=bool(driver.broken))
 
 
-def _counts(sent: list[Any], runs: int) -> list[int]:
-    """The counts known after a failed pipeline: a statement that did not run reads -1."""
+def _queued(cur: psycopg.Cursor[Any], one: Run) -> psycopg.Cursor[Any]:
+    if one.many:
+        cur.executemany(one.sql, one.params)
+    else:
+        cur.execute(one.sql, one.params)
+    return cur
+
+
+async def _queued_async(cur: psycopg.AsyncCursor[Any], one: Run) -> psycopg.AsyncCursor[Any]:
+    if one.many:
+        await cur.executemany(one.sql, one.params)
+    else:
+        await cur.execute(one.sql, one.params)
+    return cur
+
+
+def _sent(instruction: Send, sent: list[Any]) -> list[tuple[Run, Any]]:
+    return list(zip(instruction.runs, sent, strict=True))
+
+
+def _reply(sent: list[Any], fetched: list[Any]) -> Reply:
+    """The counts of a pipeline's statements, and the rows of the last that fetched."""
+    rows = next((list(r) for r in reversed(fetched) if r is not None), None)
+    return Reply([cur.rowcount for cur in sent], rows)
+
+
+def _counts(instruction: Instruction, sent: list[Any]) -> list[int]:
+    """The counts known after a failed instruction: a statement that did not run reads -1."""
+    runs = len(instruction.runs) if isinstance(instruction, Send) else len(sent)
     return [cur.rowcount for cur in sent] + [-1] * (runs - len(sent))
