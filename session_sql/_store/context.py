@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     Engine,
     FromClause,
-    Integer,
     Select,
     Text,
     and_,
@@ -26,10 +25,7 @@ from sqlalchemy import (
     cast,
     delete,
     func,
-    insert,
-    literal_column,
     select,
-    true,
 )
 from sqlalchemy import update as sa_update
 from sqlalchemy.engine import Dialect
@@ -39,10 +35,7 @@ from session_sql._store.database import Backend, backend_for
 from session_sql._store.idle import IdleConnection
 from session_sql._store.rows import event_columns
 from session_sql._store.schema import (
-    DEFAULT_TENANT_SETTING,
-    TENANT_SETTING,
     SchemaTables,
-    default_tenant_flag,
     tables_for,
 )
 from session_sql._store.transactions import Writes
@@ -112,31 +105,6 @@ class Statements:
         # instead of being silently kept.
         self.insert_event = backend.insert_ignoring_conflicts(e)
         self.insert_node = backend.insert_ignoring_conflicts(sf)
-        # PostgreSQL: a batch of events as ONE statement (``Backend.insert_unnest``); same
-        # conflict rule, same row count. None: executemany.
-        self.insert_events_unnest = backend.insert_unnest(e)
-        # PostgreSQL's one-round-trip append (``fastpath``): its statements and the commit
-        # go in one message, so nothing may depend on a row count read by the client. The
-        # head update fails the transaction itself when it matches no row (1 / count(*) of
-        # the updated rows: division_by_zero, which the fast path reads as a lost race), and
-        # the inserts carry no ON CONFLICT: once the head update has matched, a row already
-        # sitting past the head is a unique violation, never silently kept.
-        advanced = self.advance.returning(s.c.head_seq).cte("advanced")
-        self.guarded_advance = select(
-            (literal_column("1", Integer) // func.count()).label("advanced")
-        ).select_from(advanced)
-        self.insert_event_strict = insert(e)
-        self.insert_node_strict = insert(sf)
-        self.notify = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
-        # SET LOCAL of the tenant settings that row-level security reads (PostgreSQL).
-        self.set_tenant = select(
-            func.set_config(bindparam("b_setting", TENANT_SETTING), tn, true()),
-            func.set_config(
-                bindparam("b_default_setting", DEFAULT_TENANT_SETTING),
-                bindparam("b_default", default_tenant_flag(tenant), type_=Text),
-                true(),
-            ),
-        )
         # The session row, and its header alone, the header as JSON text (parsed by
         # ``stored.frozen_header``): built once, as every load, open and ``events()`` reads one.
         header = cast(s.c.header, Text).label("header")
@@ -340,17 +308,7 @@ class CompiledStatements:
         self.insert_node = Compiled(st.insert_node, dialect, [c.name for c in tables.surface.c])
         self.drop_node = Compiled(st.drop_node, dialect)
         self.retarget_node = Compiled(st.retarget_node, dialect)
-        self.notify = Compiled(st.notify, dialect)
-        self.guarded_advance = Compiled(st.guarded_advance, dialect)
-        self.insert_event_strict = Compiled(st.insert_event_strict, dialect, written)
-        self.insert_node_strict = Compiled(
-            st.insert_node_strict, dialect, [c.name for c in tables.surface.c]
-        )
-        self.set_tenant = Compiled(st.set_tenant, dialect)
         self.surface_tail = Compiled(st.surface_tail, dialect)
-        self.insert_events_unnest = (
-            None if st.insert_events_unnest is None else Compiled(st.insert_events_unnest, dialect)
-        )
         self.events_page = Compiled(st.events_page, dialect)
         self.stream_page = Compiled(st.stream_page, dialect)
         self.refresh_rows = Compiled(st.refresh_rows, dialect)
@@ -551,14 +509,16 @@ class StoreContext:
 
     @functools.cached_property
     def writes(self) -> Writes:
-        """What the append transactions need of this store (``transactions.Writes``)."""
+        """What the append transactions need of this store (``transactions.Writes``), with
+        its database's own statements (``Backend.own_statements``)."""
         notes = None
         if self.backend.listens:
 
             def notes(heads: Iterable[tuple[str, int]]) -> list[dict[str, str]]:
                 return self.wake_notes(heads)
 
-        return Writes(self.compiled, self.tables, self.tenant, self.max_event_bytes, notes)
+        own = self.backend.own_statements(self.statements, self.tables, self.engine.dialect)
+        return Writes(self.compiled, own, self.tables, self.tenant, self.max_event_bytes, notes)
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:

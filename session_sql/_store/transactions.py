@@ -121,6 +121,7 @@ class Writes:
     the store listens."""
 
     compiled: CompiledStatements
+    own: Any  # the database's own statements (``Backend.own_statements``), or None
     tables: SchemaTables
     tenant: str
     max_event_bytes: int | None
@@ -235,7 +236,7 @@ def wake_runs(w: Writes, heads: Iterable[tuple[str, int]]) -> list[Run]:
     not listen)."""
     if w.wake_notes is None:
         return []
-    notify = w.compiled.notify
+    notify = w.own.notify
     return [Run(notify.sql, notify.bind(n)) for n in w.wake_notes(heads)]
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from session_sql import InvalidEventError, Replace
 from session_sql._store.backends.postgresql.backend import POSTGRESQL
+from session_sql._store.backends.postgresql.statements import OwnStatements
 from session_sql._store.backends.sqlite.backend import SQLITE
 from session_sql._store.context import CompiledStatements, Statements
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
@@ -44,10 +45,11 @@ def test_every_compiled_insert_binds_the_tuple_order(schema):
     )
     assert lite.insert_event.bind(dict(zip(EVENT_VALUE_COLUMNS, values, strict=True))) == values
     assert lite.insert_event_values == lite.insert_event.sql
-    pg = CompiledStatements(
-        Statements(tables, backend=POSTGRESQL, tenant=""), tables, postgresql.psycopg.dialect()
-    )
-    for insert in (pg.insert_event, pg.insert_event_strict):
+    pg_statements = Statements(tables, backend=POSTGRESQL, tenant="")
+    pg_dialect = postgresql.psycopg.dialect()
+    pg = CompiledStatements(pg_statements, tables, pg_dialect)
+    own = OwnStatements(pg_statements, tables, "", pg_dialect)
+    for insert in (pg.insert_event, own.insert_event_strict):
         assert insert.positional[1] == EVENT_VALUE_COLUMNS
     assert pg.insert_event_values == pg.insert_event.positional[0]
 

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, UniqueConstraint, insert, inspect, select, text
 from sqlalchemy.schema import DropSchema
 
 from session_sql._store import schema as schema_mod
-from session_sql._store.backends.postgresql import backend as pg_backend
+from session_sql._store.backends.postgresql import errors as pg_backend
 from session_sql._store.database import (
     backend_for,
     dumps_json,

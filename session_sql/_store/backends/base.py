@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, FromClause, Insert, Select, Table, exc
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Dialect
 
 from session_sql.errors import ConfigurationError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.context import StoreContext
+    from session_sql._store.context import Statements, StoreContext
     from session_sql._store.schema import SchemaTables
     from session_sql._store.transactions import AppendPart, Run
 
@@ -130,6 +130,11 @@ class Backend(ABC):
         """Append ``parts`` in one transaction: ``None`` once committed, or the index of the
         part whose writer lost the race; raises ``CorruptSessionError`` (see
         ``transactions.classify``)."""
+
+    @abstractmethod
+    def own_statements(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> Any:
+        """The statements only this database's transactions run, compiled for ``dialect``
+        (``transactions.Writes.own``), or None."""
 
     @abstractmethod
     def read_new(self, ctx: StoreContext, session_id: str, from_seq: int) -> Any:
@@ -278,10 +283,6 @@ class Backend(ABC):
     @abstractmethod
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         """``INSERT ... ON CONFLICT DO NOTHING`` into ``table``."""
-
-    @abstractmethod
-    def insert_unnest(self, table: Table) -> Insert | None:
-        """A batch of rows as one statement of arrays, or ``None`` (``executemany``)."""
 
     @abstractmethod
     def join_events(

@@ -140,9 +140,8 @@ def append_flow(
     bulk = sum(len(p.events) for p in parts) >= COPY_MIN_ROWS
     if bulk:
         return (yield from bulk_flow(w, parts))
-    c = w.compiled
-    unnest = c.insert_events_unnest
-    assert unnest is not None
+    c, own = w.compiled, w.own
+    unnest = own.insert_events_unnest
     planned = []
     for p in parts:
         values = event_rows(w, p)
@@ -152,7 +151,7 @@ def append_flow(
         else:
             insert = Run(c.insert_event_values, values, many=True)
         planned.append(Planned(p, insert, len(values), ops))
-    begin = [Run(c.set_tenant.sql, tenant_params(w))]
+    begin = [Run(own.set_tenant.sql, tenant_params(w))]
     return (yield from counted_append(w, parts, planned, begin=begin, stepwise=False))
 
 
@@ -176,14 +175,14 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
     pipeline with the rest of the surface upkeep. The same checks and outcomes
     (``transactions.classify``) as the pipeline's; followers are woken after the commit.
     """
-    c = w.compiled
+    own = w.own
     bulk = [
         _Bulk(p, event_rows(w, p), surface_ops(w, p.session_key, p.transitions, p.next_pos))
         for p in parts
     ]
     events, surface = copy_statement(w.tables.events, EVENT_VALUE_COLUMNS), None
     runs = [
-        Run(c.set_tenant.sql, tenant_params(w)),
+        Run(own.set_tenant.sql, tenant_params(w)),
         Run(ROW_SECURITY_ACTIVE, (qualified(w.tables.events),), fetch=True),
         *(head_run(w, b.part) for b in bulk),
     ]
@@ -199,8 +198,7 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
         if copying:
             reply = yield Copy(events, b.values)
         else:
-            unnest = c.insert_events_unnest
-            assert unnest is not None
+            unnest = own.insert_events_unnest
             reply = yield Send([Run(unnest.sql, unnest_values(b.values))])
         if reply.error is not None:
             return (yield from _failed(parts, heads, reply.error, at=i))

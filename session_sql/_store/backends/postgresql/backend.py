@@ -40,9 +40,9 @@ from sqlalchemy import (
     type_coerce,
 )
 from sqlalchemy import create_engine as _sa_create_engine
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import AsyncAdaptedQueuePool, ConnectionPoolEntry, QueuePool
 from sqlalchemy.util.concurrency import in_greenlet
@@ -66,7 +66,6 @@ from session_sql._store.rows import SURFACE_COLUMNS
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
     TENANT_SETTING,
-    JSONText,
     default_tenant_flag,
 )
 from session_sql._store.transactions import Run
@@ -77,7 +76,7 @@ from session_sql.errors import (
 )
 
 if TYPE_CHECKING:
-    from session_sql._store.context import StoreContext
+    from session_sql._store.context import Statements, StoreContext
     from session_sql._store.schema import SchemaTables
     from session_sql._store.transactions import AppendPart
 
@@ -249,23 +248,6 @@ SET_TENANT: Final = _set_tenant_sql("true")
 # Statements
 
 
-def _insert_unnest(table: Table) -> Insert:
-    """``INSERT INTO table SELECT * FROM unnest(:u_<col>::<type>[], ...) ON CONFLICT DO
-    NOTHING`` over every column of ``table``; JSON columns travel as text and are cast back."""
-    written = [c for c in table.c if c.computed is None]  # the database computes the rest
-    names = [c.name for c in written]
-    arrays = [
-        cast(bindparam(f"u_{c.name}"), ARRAY(Text if _is_json(c) else c.type)) for c in written
-    ]
-    rows = func.unnest(*arrays).table_valued(*names).render_derived(name="r")
-    columns = [cast(rows.c[c.name], c.type) if _is_json(c) else rows.c[c.name] for c in written]
-    return pg_insert(table).from_select(names, select(*columns)).on_conflict_do_nothing()
-
-
-def _is_json(column: Any) -> bool:
-    return isinstance(column.type, JSONText)
-
-
 class PostgreSQLBackend(Backend):
     """PostgreSQL through psycopg 3 (sync, or async for the async store)."""
 
@@ -282,13 +264,19 @@ class PostgreSQLBackend(Backend):
     def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         return appending.append_parts(ctx, parts)
 
+    def own_statements(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> Any:
+        from session_sql._store.backends.postgresql.statements import (  # noqa: PLC0415
+            OwnStatements,  # (it imports the context, which imports this module)
+        )
+
+        return OwnStatements(st, tables, str(st.tenant_param.value), dialect)
+
     def read_new(self, ctx: StoreContext, session_id: str, from_seq: int) -> Any:
         return reading.read_new(ctx, session_id, from_seq)
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """One statement over column arrays (``Statements.insert_events_unnest``)."""
-        unnest = ctx.compiled.insert_events_unnest
-        assert unnest is not None
+        unnest = ctx.writes.own.insert_events_unnest
         return Run(unnest.sql, appending.unnest_values(rows))
 
     def nodes_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
@@ -314,7 +302,7 @@ class PostgreSQLBackend(Backend):
     def begin_read(self, ctx: StoreContext, raw: Any) -> None:
         """The tenant setting first, in one pipeline with psycopg's ``BEGIN`` (the read's
         rows are then fetched outside it); on the async engine, through its adapter."""
-        set_tenant, params = ctx.compiled.set_tenant.sql, tenant_params(ctx.writes)
+        set_tenant, params = ctx.writes.own.set_tenant.sql, tenant_params(ctx.writes)
         driver = raw.driver_connection
         if isinstance(driver, psycopg.AsyncConnection):
             raw.cursor().execute(set_tenant, params)
@@ -458,7 +446,7 @@ class PostgreSQLBackend(Backend):
         try:
             with ctx.engine.connect() as conn:
                 for row in rows:
-                    conn.execute(ctx.statements.notify, row)
+                    conn.execute(ctx.writes.own.notify_core, row)
                 conn.commit()
         except SQLAlchemyError as exc:
             _log.warning("waking the followers after a commit failed: %s", exc)
@@ -475,11 +463,6 @@ class PostgreSQLBackend(Backend):
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()
-
-    def insert_unnest(self, table: Table) -> Insert | None:
-        """Each column bound as an array and unnested into rows: one parse, one plan, one
-        execution for the whole batch, where executemany runs the insert once per row."""
-        return _insert_unnest(table)
 
     def join_events(
         self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]

@@ -50,7 +50,7 @@ PG_INERROR: Final = psycopg.pq.TransactionStatus.INERROR
 
 def tenant_params(w: Writes) -> Any:
     """The parameters of ``set_tenant``: this store's tenant."""
-    c = w.compiled.set_tenant
+    c = w.own.set_tenant
     return c.bind({**c.defaults, "b_tenant": w.tenant})
 
 
@@ -92,15 +92,15 @@ def one_trip(w: Writes, part: AppendPart) -> list[tuple[Compiled, list[Any]]]:
     race fails the guard, a row past the head fails an insert, either way the whole
     transaction rolls back, so it can be sent with its commit.
     """
-    c = w.compiled
+    c, own = w.compiled, w.own
     out: list[tuple[Compiled, list[Any]]] = [
-        (c.set_tenant, [tenant_params(w)]),
-        (c.guarded_advance, [c.guarded_advance.bind(part.advance)]),
+        (own.set_tenant, [tenant_params(w)]),
+        (own.guarded_advance, [own.guarded_advance.bind(part.advance)]),
     ]
-    out.append((c.insert_event_strict, event_rows(w, part)))  # in the statement's order
+    out.append((own.insert_event_strict, event_rows(w, part)))  # in the statement's order
     for op, params in surface_ops(w, part.session_key, part.transitions, part.next_pos):
         if op is SurfaceOp.INSERT_NODES:
-            out.append((c.insert_node_strict, params))
+            out.append((own.insert_node_strict, params))
         elif op is SurfaceOp.DROP_NODES:
             out.append((c.drop_node, params))
         else:
@@ -280,7 +280,7 @@ def _with_wake(w: Writes, part: AppendPart, statements: list[str], values: list[
     notes = [] if w.wake_notes is None else w.wake_notes([(part.session_id, part.head)])
     if not notes:
         return statements
-    sql, names = w.compiled.notify.positional
+    sql, names = w.own.notify.positional
     values.extend(notes[0][name] for name in names)
     return ["BEGIN", *statements, "COMMIT", sql]
 

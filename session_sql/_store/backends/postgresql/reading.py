@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def _read(w: Writes, cur: Any, session_id: str, from_seq: int) -> Query:
-    tenant = w.compiled.set_tenant
+    tenant = w.own.set_tenant
     params = refresh_params(w, session_id, from_seq)
     text = ";".join(
         [

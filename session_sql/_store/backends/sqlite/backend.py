@@ -43,7 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import create_engine as _sa_create_engine
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
 
 from session_sql._store.backends.base import (
@@ -65,7 +65,7 @@ from session_sql._store.transactions import Run
 from session_sql.errors import PermanentStoreError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.context import StoreContext
+    from session_sql._store.context import Statements, StoreContext
     from session_sql._store.schema import SchemaTables
     from session_sql._store.transactions import AppendPart
 
@@ -201,6 +201,9 @@ class SQLiteBackend(Backend):
 
     def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         return appending.append_parts(ctx, parts)
+
+    def own_statements(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> Any:
+        return None  # SQLite runs only the statements both databases share
 
     def read_new(self, ctx: StoreContext, session_id: str, from_seq: int) -> Any:
         return appending.read_new(ctx, session_id, from_seq)
@@ -392,9 +395,6 @@ class SQLiteBackend(Backend):
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
-
-    def insert_unnest(self, table: Table) -> Insert | None:
-        return None  # executemany of one prepared statement is SQLite's fastest
 
     def join_events(
         self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]
