@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import orjson
 
-from session_sql.errors import NotJSONError
+from session_sql.errors import InvalidEventError, NotJSONError
 from session_sql.jsonvalue import (
     _FAST_DEPTH,
     MAX_SAFE_INTEGER,
@@ -346,3 +346,15 @@ def dumps_frozen(value: JSONValue) -> str:
     if b"e+" in data:  # may be inside a string too; then dumps_compact writes the same value
         return dumps_compact(value)
     return data.decode()
+
+
+def check_json_size(text: str, limit: int | None, seq: int) -> None:
+    """Refuse serialised event data above ``limit`` bytes of UTF-8."""
+    if limit is None or len(text) * 4 <= limit:  # no UTF-8 character takes more than 4 bytes
+        return
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise InvalidEventError(
+            f"event data is {size} bytes of JSON, above the limit of {limit} bytes",
+            seq=seq,
+        )

@@ -28,7 +28,7 @@ from session_sql.events import (
     make_header,
     parse_envelope,
 )
-from session_sql.jsoncodec import dumps_frozen
+from session_sql.jsoncodec import check_json_size, dumps_frozen
 from session_sql.jsonvalue import FrozenDict, snapshot_json
 from session_sql.messages import SurfaceMessage, project
 from session_sql.pending import Item, PendingAppend, batch_items
@@ -113,18 +113,6 @@ class EventsView(Sequence[SessionEvent]):
 
     def __repr__(self) -> str:
         return f"EventsView({self._len} events)"
-
-
-def check_json_size(text: str, limit: int | None, seq: int) -> None:
-    """Refuse serialised event data above ``limit`` bytes of UTF-8."""
-    if limit is None or len(text) * 4 <= limit:  # no UTF-8 character takes more than 4 bytes
-        return
-    size = len(text.encode("utf-8"))
-    if size > limit:
-        raise InvalidEventError(
-            f"event data is {size} bytes of JSON, above the limit of {limit} bytes",
-            seq=seq,
-        )
 
 
 def check_logged(

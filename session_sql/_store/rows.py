@@ -21,10 +21,9 @@ from session_sql.errors import (
 from session_sql.events import (
     SessionEvent,
 )
+from session_sql.jsoncodec import check_json_size, dumps_frozen
 from session_sql.jsoncodec import dumps_compact as dumps_json
-from session_sql.jsoncodec import dumps_frozen
 from session_sql.jsonvalue import json_depth
-from session_sql.session import check_json_size
 from session_sql.surface import Replay
 
 MAX_STORED_DEPTH = 512
