@@ -136,19 +136,10 @@ class AsyncStoredSession:
             return sync._fold_new(row, rows)
 
     async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, list[Any]]:
-        """``_read_new`` on PostgreSQL: one query on a kept connection
-        (``reading.read_new_async``), with the same checks of the row."""
-        from session_sql._store.backends.postgresql.reading import read_new_async  # noqa: PLC0415
-
+        """``_read_new`` on the store's kept async connections, with the same checks."""
         sync = self._sync
-        raw = await writers.take()
-        try:
-            with translate_errors(sync.id):
-                found = await read_new_async(
-                    sync._ctx.writes, writers.cursor(raw), sync.id, sync.seq
-                )
-        finally:
-            await writers.give(raw)
+        with translate_errors(sync.id):
+            found = await writers.read_new(sync._ctx.writes, sync.id, sync.seq)
         row, rows = found if found is not None else (None, [])
         return sync._this_session(row), rows
 
@@ -191,21 +182,13 @@ def sync_of(handle: object) -> object:
 async def persist_together_async(
     writers: AsyncWriteConnections, writes: Sequence[Prepared]
 ) -> None:
-    """``writer.persist_together`` on PostgreSQL's kept async connections: the same
-    transactions (``appending.append_parts_async``), natively awaited; the lost-race
+    """``writer.persist_together`` on the store's kept async connections: the same
+    transactions, natively awaited (``AsyncWriteConnections.append``); the lost-race
     diagnosis is the sync store's own."""
-    from session_sql._store.backends.postgresql.appending import (  # noqa: PLC0415
-        append_parts_async,
-    )
-
     ctx = writes[0].session._ctx
     parts = [pending.session._append_part(pending) for pending in writes]
     with translate_errors(writes[0].session.id if len(writes) == 1 else None):
-        raw = await writers.take()
-        try:
-            lost = await append_parts_async(ctx.writes, writers.cursor(raw), parts)
-        finally:
-            await writers.give(raw)
+        lost = await writers.append(ctx.writes, parts)
     if lost is None:
         statistics.appended(ctx, sum(len(p.events) for p in parts))
         return

@@ -1,9 +1,10 @@
-"""The async store's append connections on PostgreSQL (``AsyncWriteConnections``), kept outside
-a checkout. (The idle connection for single-statement reads, on either backend, is
-``backends.idle.IdleConnection``.)"""
+"""The async store's connections on PostgreSQL (``AsyncWriteConnections``), kept outside a
+checkout, on which it appends and refreshes natively. (The idle connection for
+single-statement reads, on either backend, is ``idle.IdleConnection``.)"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -12,7 +13,9 @@ from sqlalchemy import Engine
 from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
+from session_sql._store.backends.postgresql import appending, reading
 from session_sql._store.backends.postgresql.backend import PG_IDLE, is_quiet
+from session_sql._store.transactions import AppendPart, StoredHead, Writes
 from session_sql.errors import PermanentStoreError
 
 __all__ = ["AsyncWriteConnections"]
@@ -63,6 +66,24 @@ class AsyncWriteConnections:
         except BaseException:
             self._slots.release()
             raise
+
+    async def append(self, w: Writes, parts: Sequence[AppendPart]) -> int | None:
+        """``Backend.append_parts`` on a kept connection (``appending.append_parts_async``)."""
+        raw = await self.take()
+        try:
+            return await appending.append_parts_async(w, self.cursor(raw), parts)
+        finally:
+            await self.give(raw)
+
+    async def read_new(
+        self, w: Writes, session_id: str, from_seq: int
+    ) -> tuple[StoredHead, list[Any]] | None:
+        """``Backend.read_new`` on a kept connection (``reading.read_new_async``)."""
+        raw = await self.take()
+        try:
+            return await reading.read_new_async(w, self.cursor(raw), session_id, from_seq)
+        finally:
+            await self.give(raw)
 
     def cursor(self, raw: Any) -> psycopg.AsyncClientCursor[Any]:
         """The client-binding cursor kept with a taken connection (one per connection, made
