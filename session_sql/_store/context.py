@@ -53,7 +53,7 @@ class Statements:
     def __init__(self, tables: SchemaTables, *, backend: Backend, tenant: str) -> None:
         s, e, sf = tables.sessions, tables.events, tables.surface
         # Every statement is scoped to the store's tenant. Core executions take its value from
-        # here; the fast path binds ``b_tenant`` (and the ``tenant`` column) itself.
+        # here; the flows bind ``b_tenant`` (and the ``tenant`` column) themselves.
         tn = bindparam("b_tenant", tenant, type_=Text)
         self.tenant_param = tn
         own_session = (s.c.tenant == tn, s.c.id == bindparam("b_id"))
@@ -267,7 +267,7 @@ class Compiled:
     @property
     def positional(self) -> tuple[str, tuple[str, ...]]:
         """PostgreSQL: ``sql`` with ``%s`` for each ``%(name)s``, and the names in order, so
-        that several statements can be bound by one call of the driver (``fastpath``)."""
+        that several statements can be bound by one call of the driver (``one_query``)."""
         if self._positional is None:
             names: list[str] = []
 
@@ -290,8 +290,8 @@ def _as_is(params: dict[str, Any]) -> dict[str, Any]:
 
 
 class CompiledStatements:
-    """The fast path's statements as driver SQL text (see ``fastpath``): the append's, and
-    the page read that loads and streams a log."""
+    """The statements both databases run, as driver SQL text (see ``transactions``): the
+    append's, and the page read that loads and streams a log."""
 
     def __init__(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> None:
         self.advance = Compiled(st.advance, dialect)
@@ -522,5 +522,5 @@ class StoreContext:
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:
-        """The fast path's statements, compiled on first use."""
+        """The statements as driver SQL text, compiled on first use."""
         return CompiledStatements(self.statements, self.tables, self.engine.dialect)

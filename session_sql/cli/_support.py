@@ -460,7 +460,7 @@ def cli_store(
 def cli_reader(url: str, schema: str, *, tenant: str = "") -> Iterator[StoreReads]:
     """The store as the reading commands (``ls``, ``show``, ``tail``) see it: on a SQLite file
     that is exactly this build's store, a quick reader that loads no SQLAlchemy
-    (``_store.quick``); otherwise the store ``cli_store`` opens, errors and all."""
+    (``backends.sqlite.quick``); otherwise the store ``cli_store`` opens, errors and all."""
     from session_sql.quick import open_quick
 
     quick = open_quick(url, schema, tenant)

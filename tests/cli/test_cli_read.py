@@ -382,8 +382,8 @@ QUICK_COMMANDS = [
 
 @pytest.mark.parametrize("command", QUICK_COMMANDS, ids=" ".join)
 def test_reading_commands_say_the_same_through_the_quick_reader(sqlite_cli, monkeypatch, command):
-    """On SQLite, ``ls``, ``show`` and ``tail`` read through ``_store.quick``; what they print,
-    and their exit codes, are those of the full store's reads."""
+    """On SQLite, ``ls``, ``show`` and ``tail`` read through ``backends.sqlite.quick``; what
+    they print, and their exit codes, are those of the full store's reads."""
     from session_sql import quick
     from session_sql.cli.demo import record_demo
 

@@ -88,7 +88,7 @@ def test_reading_commands_load_neither_the_demo_nor_the_benchmark(sqlite_cli):
 
 def test_reading_commands_on_sqlite_load_no_sqlalchemy(sqlite_cli):
     """``ls``, ``show`` and ``tail`` on this build's SQLite file read through the quick
-    reader (``_store.quick``): neither SQLAlchemy nor the store is imported."""
+    reader (``backends.sqlite.quick``): neither SQLAlchemy nor the store is imported."""
     store = sqlite_cli.store()
     try:
         session = store.create_session("startup-3")

@@ -102,7 +102,7 @@ class Recorder:
 @contextmanager
 def recorded(engine: Engine) -> Iterator[Recorder]:
     """Record every statement SQLAlchemy runs on ``engine`` inside the block, and the tail
-    reads that the fast path runs on a DBAPI cursor of its pool."""
+    reads that run on a DBAPI cursor of its pool (``reader.surface_tail``)."""
     rec = Recorder()
 
     def on_statement(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:

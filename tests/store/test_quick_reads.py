@@ -1,4 +1,5 @@
-"""The quick SQLite reader of ``ls``, ``show`` and ``tail`` (``_store.quick``) against the store.
+"""The quick SQLite reader of ``ls``, ``show`` and ``tail`` (``backends.sqlite.quick``)
+against the store.
 
 The quick reader exists on SQLite only (it is the command line's way round importing
 SQLAlchemy), so these tests run there alone: every read is made through both readers, and the

@@ -201,7 +201,7 @@ class Backend(ABC):
     @abstractmethod
     def explain_open_failure(self, url: URL, error: StoreError) -> StoreError | None:
         """A clearer error for a store that could not be opened, or ``None`` to keep
-        ``error`` (see ``opening_failures``)."""
+        ``error`` (SQLite: ``sqlite.opening``; PostgreSQL: ``postgresql.refused``)."""
 
     @abstractmethod
     def same_store(

@@ -329,7 +329,7 @@ class PostgreSQLBackend(Backend):
         They are transaction-local (``set_config(..., true)``), so they never outlive the
         transaction on a pooled connection (they read ``''`` after it, which names no tenant).
         They are sent in one pipeline with psycopg's ``BEGIN``: no round trip is added to a
-        transaction. The fast path sets them in its own pipeline.
+        transaction. The append flows set them themselves (``appending``, ``one_query``).
         """
         values = (tenant, default_tenant_flag(tenant))
 

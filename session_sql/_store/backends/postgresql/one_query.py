@@ -286,7 +286,7 @@ def _with_wake(w: Writes, part: AppendPart, statements: list[str], values: list[
 
 
 def one_trip_outcome(exc: psycopg.Error, part: AppendPart) -> bool:
-    """What a failed one query means, by ``appends.classify``: its statements run in order,
+    """What a failed one query means, by ``transactions.classify``: its statements run in order,
     so the guard's division by zero is the head update matching no row, and any later error
     ran under the matched head (nothing was written). False for a lost race;
     ``CorruptSessionError`` raised for a taken key; anything else re-raised, except an error

@@ -1,7 +1,7 @@
 """Which of the appends' prepared statements each PostgreSQL connection holds.
 
 The one-query append ``EXECUTE``s statements it ``PREPARE``d on the connection
-(``appends.postgresql``); this is the store's record of them, per psycopg connection, and the
+(``one_query``); this is the store's record of them, per psycopg connection, and the
 dialect rollback that forgets them when psycopg may have dropped them.
 """
 
@@ -17,7 +17,7 @@ __all__ = ["forget_prepared", "forgetting_rollback", "know_prepared", "prepared_
 
 _PREPARED: Final[weakref.WeakKeyDictionary[Any, set[str]]] = weakref.WeakKeyDictionary()
 """The names of the store's statements known to be prepared (SQL ``PREPARE``) on each psycopg
-connection, by connection (``appends.postgresql``: the one-query append ``EXECUTE``s them).
+connection, by connection (``one_query``: the one-query append ``EXECUTE``s them).
 A connection without an entry is not known: its statements are read from the server first."""
 
 

@@ -1,5 +1,5 @@
 """PostgreSQL: why a connection was refused, told with its remedy (a database or role that
-does not exist). Apart from ``opening_failures`` since it needs psycopg, which a process
+does not exist). Apart from SQLite's ``opening`` since it needs psycopg, which a process
 using only SQLite never imports."""
 
 from __future__ import annotations
