@@ -12,6 +12,7 @@ from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.metadata import HIDDEN_LABEL
 from session_sql._store.stored import (
     INFO_COLUMNS,
+    ListingFilters,
     SessionInfo,
     info_from_values,
     listing_filters,
@@ -54,9 +55,11 @@ def list_sessions(
     """``SessionStore.list_sessions``: its arguments checked, then one read."""
     limit, descending = listing_page(limit, order, reverse)
     s = ctx.tables.sessions
-    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
-    if conditions is not None and not include_hidden:
-        conditions.append(_not_hidden(ctx))
+    conditions = _filters(
+        ctx,
+        listing_filters(parent, created_after, created_before, id_prefix, user_id, labels),
+        include_hidden,
+    )
     if conditions is None:
         return []
     key = s.c.updated_at if order == "updated" else s.c.created_at
@@ -90,9 +93,11 @@ def count_sessions(
 ) -> int:
     """``SessionStore.count_sessions``: how many sessions ``list_sessions`` would list with
     the same filters and no limit (one count over the sessions table)."""
-    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
-    if conditions is not None and not include_hidden:
-        conditions.append(_not_hidden(ctx))
+    conditions = _filters(
+        ctx,
+        listing_filters(parent, created_after, created_before, id_prefix, user_id, labels),
+        include_hidden,
+    )
     if conditions is None:
         return 0
     query = select(func.count()).select_from(ctx.tables.sessions).where(*conditions)
@@ -101,17 +106,10 @@ def count_sessions(
 
 
 def _filters(
-    ctx: StoreContext,
-    parent: str | None,
-    created_after: int | None,
-    created_before: int | None,
-    id_prefix: str | None,
-    user_id: str | None,
-    labels: Mapping[str, str] | None,
+    ctx: StoreContext, wanted: ListingFilters | None, include_hidden: bool
 ) -> list[Any] | None:
-    """The WHERE conditions of the listing filters, checked; ``None`` when no session can
-    match (then nothing is read)."""
-    wanted = listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+    """The WHERE conditions of the checked listing filters (``include_hidden=False`` adds
+    ``_not_hidden``); ``None`` when no session can match (then nothing is read)."""
     if wanted is None:
         return None
     s = ctx.tables.sessions
@@ -129,6 +127,8 @@ def _filters(
         conditions.append(s.c.created_at >= wanted.created_after)
     if wanted.created_before is not None:
         conditions.append(s.c.created_at < wanted.created_before)
+    if not include_hidden:
+        conditions.append(_not_hidden(ctx))
     return conditions
 
 
