@@ -436,12 +436,7 @@ class AsyncSessionStore:
         request = retention.check_request(updated_before, user_id, labels, archive_dir, dry_run)
         steps = retention.prune_steps(ctx, request, progress)
         result: Any = None
-        while True:
-            try:
-                step = steps.send(result)
-            except StopIteration as stop:
-                report: PruneReport = stop.value
-                return report
+        while not isinstance(step := retention.advance(steps, result), PruneReport):
             if isinstance(step, retention.ReadPage):
                 result = await self._runner.call(retention.read_page, ctx, step.request, step.after)
             elif isinstance(step, retention.Archive):
@@ -453,6 +448,7 @@ class AsyncSessionStore:
                 result = None
             else:
                 result = await self._runner.call(retention.reclaim, ctx)
+        return step
 
     async def _archive(self, session_id: str, path: os.PathLike[str]) -> int | None:
         if self._runner.threaded:
