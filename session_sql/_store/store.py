@@ -21,13 +21,12 @@ from session_sql._store import (
     verifying,
 )
 from session_sql._store.database import read_tx, snapshot_tx, translate_errors, write_tx
-from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
+from session_sql._store.metadata import UNSET, _Unset, check_labels, check_title
 from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats, collect_stats
 from session_sql._store.stored import SessionInfo, frozen_header
-from session_sql._store.transfer import NO_METADATA, ImportSource
 from session_sql._store.vacuum import VacuumReport
 from session_sql._store.verifying import VerifyReport
 from session_sql._store.writer import Prepared, StoredSession, append_together
@@ -40,7 +39,6 @@ from session_sql.jsonvalue import FrozenDict
 from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
 from session_sql.session import DEFAULT_MAX_EVENT_BYTES, END_SEED, Clock, Session
-from session_sql.surface import Replay
 
 __all__ = ["SessionInfo", "SessionStore", "VerifyReport", "open_store"]
 
@@ -267,25 +265,6 @@ class SessionStore:
     def _import_file(self, source: JsonlReader) -> str:
         """Import an opened file, with the row its header's ``x-session-sql`` describes."""
         return transfer.import_file(self._ctx, source)
-
-    def _import(
-        self,
-        source: ImportSource,
-        *,
-        metadata: Metadata = NO_METADATA,
-        updated_at: int | None = None,
-        check: Callable[[Replay, int], None] | None = None,
-        analyze: bool = True,
-    ) -> str:
-        """Store the session ``source`` reads (see ``transfer.import_source``)."""
-        return transfer.import_source(
-            self._ctx,
-            source,
-            metadata=metadata,
-            updated_at=updated_at,
-            check=check,
-            analyze=analyze,
-        )
 
     def _refresh_statistics(self) -> None:
         """ANALYZE after a bulk write; the data is committed, so a failure only logs."""
