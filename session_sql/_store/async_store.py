@@ -39,7 +39,7 @@ from typing import IO, Any, TypeVar
 from sqlalchemy import make_url
 
 from session_sql import loopsafe
-from session_sql._store import forwarding, reader, retention
+from session_sql._store import forwarding, loading, reader, retention
 from session_sql._store.async_handle import AsyncStoredSession, persist_together_async, sync_of
 from session_sql._store.database import backend_for
 from session_sql._store.following import Read, Sleep, Wait
@@ -283,9 +283,11 @@ class AsyncSessionStore:
         is taken, ``ConcurrencyError`` naming a handle that lost a race)."""
 
         def persist(prepared: list[Prepared]) -> StoredSession:
-            return self._store._create(
+            return loading.create(
+                self._store._ctx,
                 session_id,
                 header=header,
+                seed=None,
                 user_id=user_id,
                 title=title,
                 labels=labels,

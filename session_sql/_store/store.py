@@ -29,7 +29,7 @@ from session_sql._store.stats import StoreStats, collect_stats
 from session_sql._store.stored import SessionInfo, frozen_header
 from session_sql._store.vacuum import VacuumReport
 from session_sql._store.verifying import VerifyReport
-from session_sql._store.writer import Prepared, StoredSession, append_together
+from session_sql._store.writer import StoredSession, append_together
 from session_sql.arguments import int_arg, last_arg, lookup_id, seq_bound, timeout_arg
 from session_sql.catalog import Catalog
 from session_sql.errors import SessionNotFoundError, StoreError
@@ -130,25 +130,6 @@ class SessionStore:
         ``update_session``); a bad one raises ``InvalidArgumentError`` and nothing is written.
         The header key ``x-session-sql`` is reserved: exports carry the metadata under it.
         """
-        return self._create(
-            session_id, header=header, seed=seed, user_id=user_id, title=title, labels=labels
-        )
-
-    def _create(
-        self,
-        session_id: str | None = None,
-        *,
-        header: Mapping[str, Any] | None = None,
-        seed: Sequence[SessionEvent | Mapping[str, Any]] | None = None,
-        user_id: str | None = None,
-        title: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        prepared: Sequence[Prepared] = (),
-    ) -> StoredSession:
-        """``create_session`` with ``prepared`` batches of other sessions (``begin_together``'s)
-        in its transaction: all commit or none does. The handles are not touched: the caller
-        commits them. For a session created with changes to state other sessions hold (the
-        ADK service's app and user state); a lost race raises as ``append_together`` does."""
         return loading.create(
             self._ctx,
             session_id,
@@ -157,7 +138,7 @@ class SessionStore:
             user_id=user_id,
             title=title,
             labels=labels,
-            prepared=prepared,
+            prepared=(),
         )
 
     def append_together(
