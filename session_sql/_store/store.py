@@ -26,7 +26,7 @@ from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats, collect_stats
-from session_sql._store.stored import SessionInfo, frozen_header
+from session_sql._store.stored import SessionInfo, frozen_header, listing_filters, listing_page
 from session_sql._store.vacuum import VacuumReport
 from session_sql._store.verifying import VerifyReport
 from session_sql._store.writer import StoredSession, append_together
@@ -412,20 +412,9 @@ class SessionStore:
         ``include_hidden=False`` leaves out the sessions labelled ``session_sql.hidden=true``
         (``session_sql.metadata.HIDDEN_LABEL``), as ``session-sql ls`` does unless asked.
         """
-        return listing.list_sessions(
-            self._ctx,
-            limit=limit,
-            after=after,
-            parent=parent,
-            created_after=created_after,
-            created_before=created_before,
-            order=order,
-            id_prefix=id_prefix,
-            user_id=user_id,
-            labels=labels,
-            reverse=reverse,
-            include_hidden=include_hidden,
-        )
+        page = listing_page(limit, order, reverse)
+        wanted = listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+        return listing.list_sessions(self._ctx, wanted, include_hidden, page, order, after)
 
     def count_sessions(
         self,
@@ -440,16 +429,8 @@ class SessionStore:
     ) -> int:
         """How many of the tenant's sessions ``list_sessions`` lists with these filters and
         no limit: a page's "of N" (``session-sql ls`` prints it)."""
-        return listing.count_sessions(
-            self._ctx,
-            parent=parent,
-            created_after=created_after,
-            created_before=created_before,
-            id_prefix=id_prefix,
-            user_id=user_id,
-            labels=labels,
-            include_hidden=include_hidden,
-        )
+        wanted = listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+        return listing.count_sessions(self._ctx, wanted, include_hidden)
 
     def iter_sessions(
         self, *, parent: str | None = None, page_size: int = 500
