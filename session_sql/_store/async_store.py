@@ -39,7 +39,7 @@ from typing import IO, Any, TypeVar
 from sqlalchemy import make_url
 
 from session_sql import loopsafe
-from session_sql._store import forwarding, reader, retention
+from session_sql._store import forwarding, loading, reader, retention
 from session_sql._store.async_handle import AsyncStoredSession, persist_together_async, sync_of
 from session_sql._store.database import backend_for
 from session_sql._store.following import Read, Sleep, Wait
@@ -283,9 +283,11 @@ class AsyncSessionStore:
         is taken, ``ConcurrencyError`` naming a handle that lost a race)."""
 
         def persist(prepared: list[Prepared]) -> StoredSession:
-            return self._store._create(
+            return loading.create(
+                self._store._ctx,
                 session_id,
                 header=header,
+                seed=None,
                 user_id=user_id,
                 title=title,
                 labels=labels,
@@ -436,12 +438,7 @@ class AsyncSessionStore:
         request = retention.check_request(updated_before, user_id, labels, archive_dir, dry_run)
         steps = retention.prune_steps(ctx, request, progress)
         result: Any = None
-        while True:
-            try:
-                step = steps.send(result)
-            except StopIteration as stop:
-                report: PruneReport = stop.value
-                return report
+        while not isinstance(step := retention.advance(steps, result), PruneReport):
             if isinstance(step, retention.ReadPage):
                 result = await self._runner.call(retention.read_page, ctx, step.request, step.after)
             elif isinstance(step, retention.Archive):
@@ -453,6 +450,7 @@ class AsyncSessionStore:
                 result = None
             else:
                 result = await self._runner.call(retention.reclaim, ctx)
+        return step
 
     async def _archive(self, session_id: str, path: os.PathLike[str]) -> int | None:
         if self._runner.threaded:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, false, func, not_, or_, select
@@ -12,6 +12,7 @@ from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.metadata import HIDDEN_LABEL
 from session_sql._store.stored import (
     INFO_COLUMNS,
+    ListingFilters,
     SessionInfo,
     info_from_values,
     listing_filters,
@@ -38,25 +39,17 @@ def session_info(conn: Connection, ctx: StoreContext, session_id: str) -> Sessio
 
 def list_sessions(
     ctx: StoreContext,
-    *,
-    limit: int,
-    after: SessionInfo | str | None,
-    parent: str | None,
-    created_after: int | None,
-    created_before: int | None,
+    wanted: ListingFilters | None,
+    include_hidden: bool,
+    page: tuple[int, bool],
     order: Literal["updated", "created"],
-    id_prefix: str | None,
-    user_id: str | None,
-    labels: Mapping[str, str] | None,
-    reverse: bool = False,
-    include_hidden: bool = True,
+    after: SessionInfo | str | None,
 ) -> list[SessionInfo]:
-    """``SessionStore.list_sessions``: its arguments checked, then one read."""
-    limit, descending = listing_page(limit, order, reverse)
+    """``SessionStore.list_sessions`` with its filters and ``page`` (``listing_page``'s limit
+    and direction) checked: one read."""
+    limit, descending = page
     s = ctx.tables.sessions
-    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
-    if conditions is not None and not include_hidden:
-        conditions.append(_not_hidden(ctx))
+    conditions = _filters(ctx, wanted, include_hidden)
     if conditions is None:
         return []
     key = s.c.updated_at if order == "updated" else s.c.created_at
@@ -77,22 +70,11 @@ def list_sessions(
     return [info_from_row(row) for row in rows]
 
 
-def count_sessions(
-    ctx: StoreContext,
-    *,
-    parent: str | None,
-    created_after: int | None,
-    created_before: int | None,
-    id_prefix: str | None,
-    user_id: str | None,
-    labels: Mapping[str, str] | None,
-    include_hidden: bool = True,
-) -> int:
-    """``SessionStore.count_sessions``: how many sessions ``list_sessions`` would list with
-    the same filters and no limit (one count over the sessions table)."""
-    conditions = _filters(ctx, parent, created_after, created_before, id_prefix, user_id, labels)
-    if conditions is not None and not include_hidden:
-        conditions.append(_not_hidden(ctx))
+def count_sessions(ctx: StoreContext, wanted: ListingFilters | None, include_hidden: bool) -> int:
+    """``SessionStore.count_sessions`` with its filters checked: how many sessions
+    ``list_sessions`` would list with the same filters and no limit (one count over the
+    sessions table)."""
+    conditions = _filters(ctx, wanted, include_hidden)
     if conditions is None:
         return 0
     query = select(func.count()).select_from(ctx.tables.sessions).where(*conditions)
@@ -101,17 +83,10 @@ def count_sessions(
 
 
 def _filters(
-    ctx: StoreContext,
-    parent: str | None,
-    created_after: int | None,
-    created_before: int | None,
-    id_prefix: str | None,
-    user_id: str | None,
-    labels: Mapping[str, str] | None,
+    ctx: StoreContext, wanted: ListingFilters | None, include_hidden: bool
 ) -> list[Any] | None:
-    """The WHERE conditions of the listing filters, checked; ``None`` when no session can
-    match (then nothing is read)."""
-    wanted = listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+    """The WHERE conditions of the checked listing filters (``include_hidden=False`` adds
+    ``_not_hidden``); ``None`` when no session can match (then nothing is read)."""
     if wanted is None:
         return None
     s = ctx.tables.sessions
@@ -129,6 +104,8 @@ def _filters(
         conditions.append(s.c.created_at >= wanted.created_after)
     if wanted.created_before is not None:
         conditions.append(s.c.created_at < wanted.created_before)
+    if not include_hidden:
+        conditions.append(_not_hidden(ctx))
     return conditions
 
 
@@ -140,20 +117,11 @@ def _not_hidden(ctx: StoreContext) -> Any:
 
 def iter_sessions(ctx: StoreContext, parent: str | None, page_size: int) -> Iterator[SessionInfo]:
     """Every session, oldest-created first, one ``list_sessions`` page at a time."""
+    wanted = listing_filters(parent, None, None, None, None, None)
+    page_limit = listing_page(page_size, "created", False)
     after: SessionInfo | None = None
     while True:
-        page = list_sessions(
-            ctx,
-            limit=page_size,
-            after=after,
-            parent=parent,
-            created_after=None,
-            created_before=None,
-            order="created",
-            id_prefix=None,
-            user_id=None,
-            labels=None,
-        )
+        page = list_sessions(ctx, wanted, True, page_limit, "created", after)
         yield from page
         if len(page) < page_size:
             return

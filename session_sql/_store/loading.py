@@ -61,7 +61,13 @@ def create(
     labels: Mapping[str, str] | None,
     prepared: Sequence[Prepared],
 ) -> StoredSession:
-    """``SessionStore._create``: the session built in memory, then inserted whole."""
+    """``SessionStore.create_session``: the session built in memory, then inserted whole.
+
+    ``prepared`` batches of other sessions (``begin_together``'s) go into its transaction:
+    all commit or none does. The handles are not touched: the caller commits them. For a
+    session created with changes to state other sessions hold (the async store's
+    ``_create_together``, as the ADK service's app and user state need); a lost race raises
+    as ``append_together`` does."""
     if isinstance(header, Mapping) and EXPORT_KEY in header:
         raise InvalidHeaderError(
             f"header key {EXPORT_KEY!r} is reserved: an export carries the session's "
@@ -166,7 +172,7 @@ def insert_session(
     prepared: Sequence[Prepared] = (),
 ) -> tuple[str, int]:
     """Write a whole new session in one transaction (with ``prepared``, see
-    ``SessionStore._create``); returns its incarnation (new at every creation, so a recreated
+    ``create``); returns its incarnation (new at every creation, so a recreated
     session differs) and its ``session_key``. ``state`` is the replay of ``log``: its rows
     and counters are what gets stored."""
     session_id = str(header["id"])

@@ -5,7 +5,7 @@ the gate refuses: versions 3 and 4 (events and surface rows under the tenant and
 version 2 (no tenants, no metadata) and version 1 (no incarnation either). Those are read with
 plain SQL over the columns migrate reads; the sessions of versions 1 and 2 go to the default
 tenant ``""``. A session is read in one snapshot of the source, a page of events at a
-time, and stored by the destination's import (``SessionStore._import``): the same checks, fold
+time, and stored by the destination's import (``transfer.import_source``): the same checks, fold
 and batched writes as a JSONL import, in one write transaction per session. Memory follows one
 session's surface and one page of events, never a log or the store.
 
@@ -32,6 +32,7 @@ from typing import Any, Literal
 import orjson
 from sqlalchemy import Engine, select
 
+from session_sql._store import transfer
 from session_sql._store.database import (
     backend_for,
     make_engine,
@@ -340,7 +341,8 @@ def _copy_session(
                     session_id=session_id,
                 )
 
-        store._import(
+        transfer.import_source(
+            store._ctx,
             copy,
             metadata=session.metadata,
             updated_at=session.updated_at,

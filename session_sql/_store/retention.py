@@ -439,6 +439,16 @@ def reclaim(ctx: StoreContext) -> None:
         ctx.backend.reclaim_space(ctx.engine, VACUUM_PAGES)
 
 
+def advance(steps: Generator[Step, Any, PruneReport], result: Any) -> Step | PruneReport:
+    """Send ``result`` to ``prune_steps``: the next step, or the report once the walk is done
+    (both stores drive the walk with it)."""
+    try:
+        return steps.send(result)
+    except StopIteration as stop:
+        report: PruneReport = stop.value
+        return report
+
+
 def run(
     ctx: StoreContext,
     request: PruneRequest,
@@ -449,12 +459,7 @@ def run(
     to a path (``None`` when it is gone)."""
     steps = prune_steps(ctx, request, progress)
     result: Any = None
-    while True:
-        try:
-            step = steps.send(result)
-        except StopIteration as stop:
-            report: PruneReport = stop.value
-            return report
+    while not isinstance(step := advance(steps, result), PruneReport):
         if isinstance(step, ReadPage):
             result = read_page(ctx, step.request, step.after)
         elif isinstance(step, Archive):
@@ -467,3 +472,4 @@ def run(
         else:
             reclaim(ctx)
             result = None
+    return step

@@ -130,6 +130,15 @@ def _tenant_column() -> Column[str]:
     return Column("tenant", Text, nullable=False, server_default=text("''"))
 
 
+def _of_session(sessions: Table) -> ForeignKeyConstraint:
+    """A row's link to its session in the same tenant: deleting the session deletes the row."""
+    return ForeignKeyConstraint(
+        ["session_key", "tenant"],
+        [sessions.c.session_key, sessions.c.tenant],
+        ondelete="CASCADE",
+    )
+
+
 @functools.cache
 def tables_for(schema: str | None) -> SchemaTables:
     """Build (once per schema name) the tables living in ``schema`` (``None`` on SQLite)."""
@@ -229,11 +238,7 @@ def tables_for(schema: str | None) -> SchemaTables:
         # JSONB sorts keys, and a resumed session would miss its provider's prompt cache).
         Column("data", JSONText(), nullable=False),
         PrimaryKeyConstraint("session_key", "seq"),
-        ForeignKeyConstraint(
-            ["session_key", "tenant"],
-            [sessions.c.session_key, sessions.c.tenant],
-            ondelete="CASCADE",
-        ),
+        _of_session(sessions),
         # Turn boundaries only (a tenth of a typical log): the turns view walks them in log
         # order. Other questions by type are range scans of one session's primary key, or
         # store-wide scans; an index of every event by type cost more than the document
@@ -288,11 +293,7 @@ def tables_for(schema: str | None) -> SchemaTables:
         _tenant_column(),
         PrimaryKeyConstraint("session_key", "pos"),
         UniqueConstraint("session_key", "event_seq"),
-        ForeignKeyConstraint(
-            ["session_key", "tenant"],
-            [sessions.c.session_key, sessions.c.tenant],
-            ondelete="CASCADE",
-        ),
+        _of_session(sessions),
         # A surface entry always names a logged event of its own session.
         ForeignKeyConstraint(
             ["session_key", "event_seq"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Subquery,
     and_,
     case,
     false,
@@ -131,6 +133,12 @@ class _Scope:
 _UNMERGED = 2**62
 
 
+def _unmerged(name: str, columns: Sequence[Any], source: Any, *conditions: Any) -> Subquery:
+    """``columns`` of ``source``'s rows meeting ``conditions``, as a subquery named ``name``
+    that is never merged into the aggregate around it (``_UNMERGED``)."""
+    return select(*columns).select_from(source).where(*conditions).limit(_UNMERGED).subquery(name)
+
+
 def _replacing_rows(conn: Connection, scope: _Scope) -> Any:
     """``(type, source_event_seqs)`` of each replacing event: one pass over the events (no
     index holds ``surface_op``)."""
@@ -192,15 +200,15 @@ def collect_stats(
             result.c.call_id == call.c.call_id,
         ),
     )
-    per_call = (
-        select(
+    per_call = _unmerged(
+        "calls",
+        (
             call.c.data["name"].as_string().label("tool"),
             case((is_error, 1), else_=0).label("error"),
-        )
-        .select_from(calls_joined)
-        .where(calls_condition, call.c.type == "tool/call")
-        .limit(_UNMERGED)
-        .subquery("calls")
+        ),
+        calls_joined,
+        calls_condition,
+        call.c.type == "tool/call",
     )
     tools_query = (
         select(
@@ -218,17 +226,17 @@ def collect_stats(
     backend = backend_for(conn)
     input_count, input_present = backend.json_count(e.c.data, ("usage", "inputTokens"))
     output_count, output_present = backend.json_count(e.c.data, ("usage", "outputTokens"))
-    replies = (
-        select(
+    replies = _unmerged(
+        "replies",
+        (
             e.c.data[("message", "source", "model")].as_string().label("model"),
             input_count.label("input_tokens"),
             output_count.label("output_tokens"),
             _skipped((input_count, input_present), (output_count, output_present)).label("skipped"),
-        )
-        .select_from(own)
-        .where(own_condition, e.c.type == "assistant/message")
-        .limit(_UNMERGED)
-        .subquery("replies")
+        ),
+        own,
+        own_condition,
+        e.c.type == "assistant/message",
     )
     tokens_query = (
         select(

@@ -21,16 +21,15 @@ from session_sql._store import (
     verifying,
 )
 from session_sql._store.database import read_tx, snapshot_tx, translate_errors, write_tx
-from session_sql._store.metadata import UNSET, Metadata, _Unset, check_labels, check_title
+from session_sql._store.metadata import UNSET, _Unset, check_labels, check_title
 from session_sql._store.parquet import ParquetExport
 from session_sql._store.retention import PrunedSession, PruneReport
 from session_sql._store.schema import DEFAULT_SCHEMA
 from session_sql._store.stats import StoreStats, collect_stats
-from session_sql._store.stored import SessionInfo, frozen_header
-from session_sql._store.transfer import NO_METADATA, ImportSource
+from session_sql._store.stored import SessionInfo, frozen_header, listing_filters, listing_page
 from session_sql._store.vacuum import VacuumReport
 from session_sql._store.verifying import VerifyReport
-from session_sql._store.writer import Prepared, StoredSession, append_together
+from session_sql._store.writer import StoredSession, append_together
 from session_sql.arguments import int_arg, last_arg, lookup_id, seq_bound, timeout_arg
 from session_sql.catalog import Catalog
 from session_sql.errors import SessionNotFoundError, StoreError
@@ -40,7 +39,6 @@ from session_sql.jsonvalue import FrozenDict
 from session_sql.messages import SurfaceMessage
 from session_sql.repair import interrupted_turn_closers
 from session_sql.session import DEFAULT_MAX_EVENT_BYTES, END_SEED, Clock, Session
-from session_sql.surface import Replay
 
 __all__ = ["SessionInfo", "SessionStore", "VerifyReport", "open_store"]
 
@@ -132,25 +130,6 @@ class SessionStore:
         ``update_session``); a bad one raises ``InvalidArgumentError`` and nothing is written.
         The header key ``x-session-sql`` is reserved: exports carry the metadata under it.
         """
-        return self._create(
-            session_id, header=header, seed=seed, user_id=user_id, title=title, labels=labels
-        )
-
-    def _create(
-        self,
-        session_id: str | None = None,
-        *,
-        header: Mapping[str, Any] | None = None,
-        seed: Sequence[SessionEvent | Mapping[str, Any]] | None = None,
-        user_id: str | None = None,
-        title: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        prepared: Sequence[Prepared] = (),
-    ) -> StoredSession:
-        """``create_session`` with ``prepared`` batches of other sessions (``begin_together``'s)
-        in its transaction: all commit or none does. The handles are not touched: the caller
-        commits them. For a session created with changes to state other sessions hold (the
-        ADK service's app and user state); a lost race raises as ``append_together`` does."""
         return loading.create(
             self._ctx,
             session_id,
@@ -159,7 +138,7 @@ class SessionStore:
             user_id=user_id,
             title=title,
             labels=labels,
-            prepared=prepared,
+            prepared=(),
         )
 
     def append_together(
@@ -267,25 +246,6 @@ class SessionStore:
     def _import_file(self, source: JsonlReader) -> str:
         """Import an opened file, with the row its header's ``x-session-sql`` describes."""
         return transfer.import_file(self._ctx, source)
-
-    def _import(
-        self,
-        source: ImportSource,
-        *,
-        metadata: Metadata = NO_METADATA,
-        updated_at: int | None = None,
-        check: Callable[[Replay, int], None] | None = None,
-        analyze: bool = True,
-    ) -> str:
-        """Store the session ``source`` reads (see ``transfer.import_source``)."""
-        return transfer.import_source(
-            self._ctx,
-            source,
-            metadata=metadata,
-            updated_at=updated_at,
-            check=check,
-            analyze=analyze,
-        )
 
     def _refresh_statistics(self) -> None:
         """ANALYZE after a bulk write; the data is committed, so a failure only logs."""
@@ -452,20 +412,9 @@ class SessionStore:
         ``include_hidden=False`` leaves out the sessions labelled ``session_sql.hidden=true``
         (``session_sql.metadata.HIDDEN_LABEL``), as ``session-sql ls`` does unless asked.
         """
-        return listing.list_sessions(
-            self._ctx,
-            limit=limit,
-            after=after,
-            parent=parent,
-            created_after=created_after,
-            created_before=created_before,
-            order=order,
-            id_prefix=id_prefix,
-            user_id=user_id,
-            labels=labels,
-            reverse=reverse,
-            include_hidden=include_hidden,
-        )
+        page = listing_page(limit, order, reverse)
+        wanted = listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+        return listing.list_sessions(self._ctx, wanted, include_hidden, page, order, after)
 
     def count_sessions(
         self,
@@ -480,16 +429,8 @@ class SessionStore:
     ) -> int:
         """How many of the tenant's sessions ``list_sessions`` lists with these filters and
         no limit: a page's "of N" (``session-sql ls`` prints it)."""
-        return listing.count_sessions(
-            self._ctx,
-            parent=parent,
-            created_after=created_after,
-            created_before=created_before,
-            id_prefix=id_prefix,
-            user_id=user_id,
-            labels=labels,
-            include_hidden=include_hidden,
-        )
+        wanted = listing_filters(parent, created_after, created_before, id_prefix, user_id, labels)
+        return listing.count_sessions(self._ctx, wanted, include_hidden)
 
     def iter_sessions(
         self, *, parent: str | None = None, page_size: int = 500
