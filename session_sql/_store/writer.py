@@ -152,13 +152,23 @@ class StoredSession(Session):
         return self._fold_new(row, rows)
 
     def _read_new(self) -> tuple[Any, Sequence[Any]]:
-        """``refresh``'s I/O: the session row and the event rows past this handle's log, in
-        one snapshot (``Backend.read_new``)."""
+        """``refresh``'s I/O: the session row and the event rows past this handle's log.
+
+        Two Core reads in one read transaction (the row alone when nothing is new); the async
+        store on PostgreSQL reads both in one query instead (``transactions.refresh_flow``).
+        """
         ctx = self._ctx
-        with translate_errors(self.id):
-            found = ctx.backend.read_new(ctx, self.id, self.seq)
-        row, rows = found if found is not None else (None, [])
-        return self._this_session(row), rows
+        st = ctx.statements
+        with translate_errors(self.id), read_tx(ctx.engine) as conn:
+            row = self._this_session(conn.execute(st.session_row, {"b_id": self.id}).first())
+            if row.head_seq < self.seq:
+                return row, ()  # nothing new (a head that went back is refused by the fold)
+            # Bounded by the head read first: on PostgreSQL each statement has its own
+            # snapshot, and every event up to a committed head is committed with it.
+            rows = conn.execute(
+                st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
+            ).all()
+        return row, rows
 
     def _this_session(self, row: Any) -> Any:
         """The session row ``refresh`` read, if it is this handle's session still."""

@@ -137,11 +137,6 @@ class Backend(ABC):
         (``transactions.Writes.own``), or None."""
 
     @abstractmethod
-    def read_new(self, ctx: StoreContext, session_id: str, from_seq: int) -> Any:
-        """``refresh``'s read on the primary (``transactions.refresh_flow``): the session's
-        head columns and its event rows from ``from_seq`` to its head, or ``None``."""
-
-    @abstractmethod
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """The insert of ``rows.event_values`` rows, counted by whoever runs it."""
 

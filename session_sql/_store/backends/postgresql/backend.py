@@ -56,7 +56,7 @@ from session_sql._store.backends.base import (
     Vacuumed,
     driver_cause,
 )
-from session_sql._store.backends.postgresql import appending, pool_queue, reading, vacuuming
+from session_sql._store.backends.postgresql import appending, pool_queue, vacuuming
 from session_sql._store.backends.postgresql import catalog as pg_catalog
 from session_sql._store.backends.postgresql.errors import translate
 from session_sql._store.backends.postgresql.one_query import tenant_params
@@ -270,9 +270,6 @@ class PostgreSQLBackend(Backend):
         )
 
         return OwnStatements(st, tables, str(st.tenant_param.value), dialect)
-
-    def read_new(self, ctx: StoreContext, session_id: str, from_seq: int) -> Any:
-        return reading.read_new(ctx, session_id, from_seq)
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """One statement over column arrays (``Statements.insert_events_unnest``)."""

@@ -78,7 +78,7 @@ class AsyncWriteConnections:
     async def read_new(
         self, w: Writes, session_id: str, from_seq: int
     ) -> tuple[StoredHead, list[Any]] | None:
-        """``Backend.read_new`` on a kept connection (``reading.read_new_async``)."""
+        """``refresh``'s read on a kept connection (``reading.read_new_async``)."""
         raw = await self.take()
         try:
             return await reading.read_new_async(w, self.cursor(raw), session_id, from_seq)

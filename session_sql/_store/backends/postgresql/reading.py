@@ -1,6 +1,6 @@
-"""``refresh``'s read on PostgreSQL: the tenant setting and ``Statements.refresh_rows`` as one
-query (``transactions.refresh_flow``), on a pooled connection (the sync store) or a kept
-``AsyncConnection`` (the async store): one round trip, one snapshot."""
+"""The async store's ``refresh`` on PostgreSQL: the tenant setting and
+``Statements.refresh_rows`` as one query (``transactions.refresh_flow``) on a kept
+``AsyncConnection``: one round trip, one snapshot."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from session_sql._store.backends.postgresql import driving
-from session_sql._store.backends.postgresql.appending import run_autocommit
 from session_sql._store.backends.postgresql.one_query import tenant_params
 from session_sql._store.transactions import (
     Query,
@@ -20,7 +19,7 @@ from session_sql._store.transactions import (
 )
 
 if TYPE_CHECKING:
-    from session_sql._store.context import StoreContext
+    pass
 
 
 def _read(w: Writes, cur: Any, session_id: str, from_seq: int) -> Query:
@@ -33,18 +32,6 @@ def _read(w: Writes, cur: Any, session_id: str, from_seq: int) -> Query:
         ]
     )
     return Query(text, last_rows=True)
-
-
-def read_new(ctx: StoreContext, session_id: str, from_seq: int) -> Any:
-    """The sync store's read, on a pooled connection (returned to the pool, which resets it)."""
-    raw = ctx.engine.raw_connection()
-    try:
-        driver: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
-        client = psycopg.ClientCursor(driver)
-        read = _read(ctx.writes, client, session_id, from_seq)
-        return run_autocommit(raw, driver, refresh_flow(read), client)
-    finally:
-        raw.close()
 
 
 async def read_new_async(

@@ -26,8 +26,6 @@ from session_sql._store.transactions import (
     drive,
     event_rows,
     execute_run,
-    refresh_flow,
-    refresh_params,
     surface_ops,
 )
 from session_sql.errors import SessionSQLError
@@ -68,19 +66,6 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         return run_flow(flow, raw.dbapi_connection)
     finally:
         raw.close()  # back to the pool, which resets it
-
-
-def read_new(ctx: StoreContext, session_id: str, from_seq: int) -> Any:
-    """``refresh``'s read (``transactions.refresh_flow``) on a pooled connection."""
-    w = ctx.writes
-    read = Send(
-        [Run(w.compiled.refresh_rows.sql, refresh_params(w, session_id, from_seq), fetch=True)]
-    )
-    raw = ctx.engine.raw_connection()
-    try:
-        return run_flow(refresh_flow(read), raw.dbapi_connection)
-    finally:
-        raw.close()
 
 
 def run_flow(flow: Flow[T], conn: Any) -> T:

@@ -205,9 +205,6 @@ class SQLiteBackend(Backend):
     def own_statements(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> Any:
         return None  # SQLite runs only the statements both databases share
 
-    def read_new(self, ctx: StoreContext, session_id: str, from_seq: int) -> Any:
-        return appending.read_new(ctx, session_id, from_seq)
-
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         return Run(ctx.compiled.insert_event_values, rows, many=True)
 
