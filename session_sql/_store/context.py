@@ -171,7 +171,7 @@ class Statements:
             sf.c.session_key == key,
             sf.c.pos < bindparam("b_before"),
         )
-        self.surface_tail = backend.last_nodes(sf, before, bindparam("b_limit"), with_events)
+        self.surface_tail = backend.last_nodes(sf, before, with_events)
         self.surface_seqs = select(sf.c.event_seq).where(sf.c.session_key == key).order_by(sf.c.pos)
         self.surface_seqs_tail = (
             select(sf.c.event_seq)

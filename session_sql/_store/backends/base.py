@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AsyncListener",
+    "Columns",
+    "Conditions",
+    "Joined",
+    "Offload",
+    "WithEvents",
     "Backend",
     "EngineOptions",
     "Listener",
@@ -56,6 +61,15 @@ def driver_cause(error: StoreError) -> BaseException | None:
     orig = error.__cause__
     return orig.orig if isinstance(orig, exc.DBAPIError) else orig
 
+
+Columns = Sequence[ColumnElement[Any]]
+Conditions = Sequence[ColumnElement[bool]]
+Joined = tuple[FromClause, list[ColumnElement[Any]]]
+"""A FROM clause, and columns as selected from it (``Backend.join_events``)."""
+Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
+"""How the async store runs blocking store code (its runner's ``call``)."""
+WithEvents = Callable[[FromClause], Select[Any]]
+"""A FROM clause of surface rows selected with their events (``Backend.last_nodes``)."""
 
 COUNT_DIGITS: Final = 10
 """The most digits of a count the analytics sum (``Backend.json_count``): 0 to 9,999,999,999,
@@ -251,10 +265,7 @@ class Backend(ABC):
 
     @abstractmethod
     async def async_listener(
-        self,
-        ctx: StoreContext,
-        session_id: str,
-        call: Callable[[Callable[[], Any]], Awaitable[Any]],
+        self, ctx: StoreContext, session_id: str, call: Offload
     ) -> AsyncListener | None:
         """``listener`` for the async store; ``call`` runs blocking store code its way."""
 
@@ -280,21 +291,13 @@ class Backend(ABC):
         """``INSERT ... ON CONFLICT DO NOTHING`` into ``table``."""
 
     @abstractmethod
-    def join_events(
-        self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]
-    ) -> tuple[FromClause, list[ColumnElement[Any]]]:
+    def join_events(self, nodes: FromClause, events: Table, columns: Columns) -> Joined:
         """``nodes`` (surface rows) joined to their events with one primary-key lookup per
         node: the FROM clause, and ``columns`` (of ``events``) as selected from it."""
 
     @abstractmethod
-    def last_nodes(
-        self,
-        nodes: Table,
-        where: Sequence[ColumnElement[bool]],
-        limit: Any,
-        with_events: Callable[[FromClause], Select[Any]],
-    ) -> Select[Any]:
-        """The last ``limit`` surface rows matching ``where``, newest first, each with its
+    def last_nodes(self, nodes: Table, where: Conditions, with_events: WithEvents) -> Select[Any]:
+        """The last ``b_limit`` surface rows matching ``where``, newest first, each with its
         event (``with_events``)."""
 
     # -- listing, stats, schema gate, migrate ------------------------------------------

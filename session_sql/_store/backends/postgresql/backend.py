@@ -14,7 +14,7 @@ import functools
 import hashlib
 import logging
 import select as io_select
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -51,9 +51,14 @@ from session_sql._store.backends.base import (
     COUNT_DIGITS,
     AsyncListener,
     Backend,
+    Columns,
+    Conditions,
     EngineOptions,
+    Joined,
     Listener,
+    Offload,
     Vacuumed,
+    WithEvents,
     driver_cause,
 )
 from session_sql._store.backends.postgresql import appending, pool_queue, vacuuming
@@ -423,10 +428,7 @@ class PostgreSQLBackend(Backend):
         return HubListener.open(ctx, session_id)
 
     async def async_listener(
-        self,
-        ctx: StoreContext,
-        session_id: str,
-        call: Callable[[Callable[[], Any]], Awaitable[Any]],
+        self, ctx: StoreContext, session_id: str, call: Offload
     ) -> AsyncListener | None:
         from session_sql._store.backends.postgresql.listening import AsyncHubListener  # noqa: PLC0415
 
@@ -461,9 +463,7 @@ class PostgreSQLBackend(Backend):
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()
 
-    def join_events(
-        self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]
-    ) -> tuple[FromClause, list[ColumnElement[Any]]]:
+    def join_events(self, nodes: FromClause, events: Table, columns: Columns) -> Joined:
         """A LATERAL subquery with LIMIT 1, which cannot be flattened into a join, so it
         stays one lookup per node (the planner may otherwise pick a hash join that reads
         every event of the session, as it does while the table has no statistics yet)."""
@@ -472,20 +472,14 @@ class PostgreSQLBackend(Backend):
         lookup = select(*columns).where(by_key).limit(1).lateral("ev")
         return nodes.join(lookup, true()), list(lookup.c)
 
-    def last_nodes(
-        self,
-        nodes: Table,
-        where: Sequence[ColumnElement[bool]],
-        limit: Any,
-        with_events: Callable[[FromClause], Select[Any]],
-    ) -> Select[Any]:
+    def last_nodes(self, nodes: Table, where: Conditions, with_events: WithEvents) -> Select[Any]:
         """The rows taken from the surface key in a subquery first, so that only their
         events are looked up, whatever join the planner picks."""
         tail = (
             select(nodes.c.session_key, nodes.c.pos, nodes.c.event_seq)
             .where(*where)
             .order_by(nodes.c.pos.desc())
-            .limit(limit)
+            .limit(bindparam("b_limit"))
             .subquery("tail")
         )
         return with_events(tail).order_by(tail.c.pos.desc())

@@ -26,6 +26,7 @@ from session_sql._store.transactions import (
     Run,
     Send,
     T,
+    drive,
 )
 
 PG_IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -40,15 +41,9 @@ def run(
     """Drive ``flow`` on ``driver`` (idle, the caller's alone) to its end; ``client`` is the
     client-binding cursor its queries run on, if it has one already. An interrupt, or an
     error the flow raises, leaves the connection idle or broken (see :func:`settle`)."""
-    client = client or psycopg.ClientCursor(driver)
+    cursor = client or psycopg.ClientCursor(driver)
     try:
-        reply: Reply | None = None
-        while True:
-            try:
-                instruction = next(flow) if reply is None else flow.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            reply = _run(driver, client, instruction)
+        return drive(flow, lambda instruction: _run(driver, cursor, instruction))
     except BaseException:
         settle(driver)
         raise
@@ -62,15 +57,15 @@ async def run_async(
     client: psycopg.AsyncClientCursor[Any] | None = None,
 ) -> T:
     """:func:`run` on psycopg's ``AsyncConnection``: each instruction awaited natively."""
-    aclient = client or psycopg.AsyncClientCursor(driver)
+    cursor = client or psycopg.AsyncClientCursor(driver)
     try:
         reply: Reply | None = None
-        while True:
+        while True:  # transactions.drive, awaited
             try:
                 instruction = next(flow) if reply is None else flow.send(reply)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            reply = await _run_async(driver, aclient, instruction)
+            reply = await _run_async(driver, cursor, instruction)
     except BaseException:
         await settle_async(driver)
         raise

@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote, urlencode
@@ -34,6 +34,7 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
+    bindparam,
     case,
     cast,
     event,
@@ -50,9 +51,14 @@ from session_sql._store.backends.base import (
     COUNT_DIGITS,
     AsyncListener,
     Backend,
+    Columns,
+    Conditions,
     EngineOptions,
+    Joined,
     Listener,
+    Offload,
     Vacuumed,
+    WithEvents,
     driver_cause,
     synchronous_mode,
 )
@@ -370,10 +376,7 @@ class SQLiteBackend(Backend):
         return None
 
     async def async_listener(
-        self,
-        ctx: StoreContext,
-        session_id: str,
-        call: Callable[[Callable[[], Any]], Awaitable[Any]],
+        self, ctx: StoreContext, session_id: str, call: Offload
     ) -> AsyncListener | None:
         return None
 
@@ -393,25 +396,18 @@ class SQLiteBackend(Backend):
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
 
-    def join_events(
-        self, nodes: FromClause, events: Table, columns: Sequence[ColumnElement[Any]]
-    ) -> tuple[FromClause, list[ColumnElement[Any]]]:
+    def join_events(self, nodes: FromClause, events: Table, columns: Columns) -> Joined:
         """A plain join: SQLite always runs it as a nested loop over ``nodes``."""
         e = events
         by_key = (e.c.session_key == nodes.c.session_key) & (e.c.seq == nodes.c.event_seq)
         return nodes.join(e, by_key), list(columns)
 
-    def last_nodes(
-        self,
-        nodes: Table,
-        where: Sequence[ColumnElement[bool]],
-        limit: Any,
-        with_events: Callable[[FromClause], Select[Any]],
-    ) -> Select[Any]:
+    def last_nodes(self, nodes: Table, where: Conditions, with_events: WithEvents) -> Select[Any]:
         """The surface key walked backwards, each event looked up as it goes (the nested
-        loop of ``join_events``), so the LIMIT stops it after ``limit`` rows; a subquery
+        loop of ``join_events``), so the LIMIT stops it after ``b_limit`` rows; a subquery
         would be materialised and sorted again, a third of a tail read."""
-        return with_events(nodes).where(*where).order_by(nodes.c.pos.desc()).limit(limit)
+        newest_first = with_events(nodes).where(*where).order_by(nodes.c.pos.desc())
+        return newest_first.limit(bindparam("b_limit"))
 
     # -- listing, stats, schema gate, migrate ------------------------------------------
 
