@@ -75,7 +75,7 @@ def store(backend, api, tenant) -> Iterator[Any]:
 @pytest.fixture
 def other_store(backend, tmp_path, request) -> Iterator[SessionStore]:
     """Another fresh store on the same backend: a second file, or a second schema."""
-    if backend.name == "sqlite":
+    if backend.has("file"):
         opened = open_store(f"sqlite:///{tmp_path / 'other.db'}")
         yield opened
         opened.close()

@@ -86,6 +86,7 @@ class _Crowd:
         *,
         sync_count: int,
         async_count: int,
+        named: bool,
         **options: Any,
     ) -> None:
         self.session_id = session_id
@@ -93,7 +94,7 @@ class _Crowd:
         self._last_set = threading.Event()
         self.sync_apps = f"x-hub-sync-{uuid.uuid4().hex[:8]}"
         self.async_apps = f"x-hub-async-{uuid.uuid4().hex[:8]}"
-        self._named = url.startswith("postgresql")  # SQLite takes no application_name
+        self._named = named  # connections named by application_name, where there are any
         self.store = open_store(url, schema=schema, **self._named_as(self.sync_apps), **options)
         self.seen: list[list[int]] = [[] for _ in range(sync_count + async_count)]
         self.errors: list[BaseException] = []
@@ -172,7 +173,8 @@ def crowd_factory() -> Iterator[Callable[..., _Crowd]]:
     made: list[_Crowd] = []
 
     def make(place: Any, **kwargs: Any) -> _Crowd:
-        crowd = _Crowd(place.url, place.schema, "followed", **kwargs)
+        named = place.has("server_sessions")
+        crowd = _Crowd(place.url, place.schema, "followed", named=named, **kwargs)
         made.append(crowd)
         return crowd
 
@@ -206,7 +208,7 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
     fewer on SQLite, whose followers poll) on stores of ``pool_size=2, max_overflow=0``: each
     gets seqs 0..N in order, each once, while a writer appends; on PostgreSQL neither store
     ever has more than its pool's 2 connections plus its one listening connection."""
-    half = 250 if backend.name == "postgresql" else 10
+    half = backend.expect.crowd_half
     writer = open_store(backend.url, schema=backend.schema)
     handle = writer.create_session("followed")
     _say(handle, "e0")
@@ -219,12 +221,12 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
         max_followers=half,
     )
     watch = None
-    if backend.name == "postgresql":
+    if backend.has("server_sessions"):
         watch = _Watch(request.getfixturevalue("postgres_admin"), crowd.sync_apps, crowd.async_apps)
     try:
         crowd.start()
         _eventually(lambda: all(crowd.seen), "every follower got the first event")
-        if backend.name == "postgresql":
+        if backend.has("listen"):
             for api in ("sync", "async"):
                 assert crowd.ctx(api).followers.held == half
                 assert crowd.ctx(api).hub().followers == half
@@ -239,7 +241,7 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
     _every_follower_got_up_to(crowd, last)
     for seen in crowd.seen:
         assert seen == list(range(len(seen)))  # and nothing out of order past it
-    if backend.name == "postgresql":
+    if backend.has("server_sessions"):
         assert most[crowd.sync_apps] <= POOL_SIZE + HUB, most
         assert most[crowd.async_apps] <= POOL_SIZE + HUB, most
         assert most[crowd.sync_apps] >= HUB  # the sampler saw the store at all
@@ -282,7 +284,7 @@ def _crowd_of_a_default_store(
 
 def test_forty_followers_of_a_default_store_all_get_the_events(backend, crowd_factory, request):
     """40 follow at once, more than a default pool's 15 connections: none is refused."""
-    admin = request.getfixturevalue("postgres_admin") if backend.name == "postgresql" else None
+    admin = request.getfixturevalue("postgres_admin") if backend.has("server_sessions") else None
     _crowd_of_a_default_store(backend, crowd_factory, 40, admin)
 
 

@@ -43,8 +43,8 @@ def _is_ours(error: BaseException) -> bool:
 
 
 def _nothing_created(backend: Any, postgres_admin: Callable[[], Any]) -> bool:
-    if backend.name == "sqlite":
-        return not Path(backend.url.removeprefix("sqlite:///")).exists()
+    if backend.has("file"):
+        return not backend.path.exists()
     with postgres_admin().connect() as conn:
         return backend.schema not in inspect(conn).get_schema_names()
 
