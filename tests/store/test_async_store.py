@@ -1,6 +1,6 @@
 """The async API on its own terms (SPEC §11.3): the loop never waits on I/O, concurrency,
 cancellation, lazy streams. The store contract itself runs on the async API through
-``async_facade`` (``BOTH_APIS`` in the contract modules)."""
+``async_facade`` (every contract module, unless it says why not)."""
 
 from __future__ import annotations
 

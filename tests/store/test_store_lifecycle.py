@@ -43,9 +43,6 @@ from .store_builders import (
     wires,
 )
 
-# The same tests drive the async API (tests/store/async_facade.py).
-BOTH_APIS = True
-
 
 def without_session(store: SessionStore, dump: Dump, session_id: str) -> Dump:
     """``dump`` (from ``dump_tables``) without the rows of ``session_id``: its ``sessions`` row

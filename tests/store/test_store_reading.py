@@ -50,12 +50,12 @@ from .store_builders import (
 # -- messages() and surface() come from the side table -----------------------------------------
 
 
-# The same tests drive the async API (tests/store/async_facade.py).
-BOTH_APIS = True
-# These measure the sync store's statements and iterator; test_async_store.py has the async's.
+_MEASURES_SYNC = (
+    "measures the sync store's statements and iterator (test_async_store.py: the async's)"
+)
 SYNC_ONLY = {
-    "test_messages_and_surface_never_replay_the_log",
-    "test_events_stream_with_bounded_memory",
+    "test_messages_and_surface_never_replay_the_log": _MEASURES_SYNC,
+    "test_events_stream_with_bounded_memory": _MEASURES_SYNC,
 }
 
 

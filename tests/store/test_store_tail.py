@@ -32,6 +32,13 @@ from .store_builders import (
 )
 from .test_store_reading import VmSteps, sqlite_events_access
 
+SYNC_ONLY = {
+    "test_a_tail_read_costs_n_not_the_surface": (
+        "records the statements on store.engine, the facade's sync companion, which the async "
+        "API's reads do not use (test_async_store.py checks the async tail reads)"
+    ),
+}
+
 
 def texts(messages: list[Any]) -> list[str]:
     return [m["content"][0]["text"] for m in messages]

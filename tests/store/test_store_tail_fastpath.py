@@ -22,6 +22,11 @@ from session_sql._store.context import MISSING, Kept
 
 from .store_builders import execute, key_of, recorded, reply, say, tables, user_message
 
+SYNC_ONLY_BECAUSE = (
+    "every test inspects the sync store's kept idle connection (idle_dbapi, store.engine's "
+    "checkouts); the async API reads through its own engine, which the facade does not expose"
+)
+
 
 def idle_dbapi(store: SessionStore) -> Any:
     """The idle connection's DBAPI connection (None when none is open)."""

@@ -32,8 +32,6 @@ from session_sql._store.backends.listening import HubListener
 from .async_facade import SyncFacade
 from .store_builders import refused, reply, say, tables
 
-BOTH_APIS = True
-
 
 @pytest.fixture
 def pair(backend, api) -> Iterator[tuple[Any, SessionStore]]:
