@@ -35,7 +35,6 @@ CAPABILITIES: dict[str, frozenset[str]] = {
     "sqlite": frozenset(
         {
             "file",  # the store is one file, at the URL's path
-            "incremental_vacuum",  # vacuum hands freed pages back in steps
             "explain_query_plan",  # plans as EXPLAIN QUERY PLAN lines
             "vm_steps",  # the work of a statement, counted in VM steps
             "async_in_worker",  # the async store runs the sync driver in a worker thread
@@ -50,9 +49,8 @@ CAPABILITIES: dict[str, frozenset[str]] = {
             "vacuum_full",  # a full vacuum rewrites the tables
             "json_type_check",  # the json column refuses text that is not JSON
             "explain_json",  # plans as EXPLAIN (FORMAT JSON)
-            "async_driver",  # the async store runs on the driver's own async connections
             "named_constraints",  # a violation names the constraint it broke
-            "planner_statistics",  # the planner reads statistics that ANALYZE keeps
+            "autoanalyze",  # the server analyzes tables itself; pg_stat_user_tables says when
             "dead_rows",  # deleted rows take space until a VACUUM
             "prepared_statements",  # the one-query append runs prepared on its connection
             "racing_first_open",  # two first opens can interleave (no lock of the whole file)
@@ -197,17 +195,21 @@ class Backend:
 ALL_CAPABILITIES = frozenset().union(*CAPABILITIES.values())
 
 
-def backend_at(url: str, schema: str = "session_sql") -> Backend:
-    """The ``Backend`` of a URL built elsewhere (a helper given a URL, a CLI fixture)."""
-    return Backend("sqlite" if url.startswith("sqlite") else "postgresql", url, schema)
-
-
 def skip_lacking(request: pytest.FixtureRequest, backend: Backend) -> None:
     """Skip this backend's case of a test marked ``requires`` with a capability it lacks."""
     for mark in request.node.iter_markers("requires"):
         lacking = [c for c in mark.args if not backend.has(c)]
         if lacking:
             pytest.skip(f"{backend.name} lacks {', '.join(lacking)}: this case does not apply")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A ``requires`` mark acts through the ``backend`` fixture: refuse one on a test without
+    it, which would run everywhere unasked."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("requires") is not None and "backend" not in fixtures:
+            raise pytest.UsageError(f"{item.nodeid}: requires(...) needs the backend fixture")
 
 
 @dataclass

@@ -396,7 +396,7 @@ def test_the_benchmark_session_imports_as_the_generated_one(backend, engine: Eng
 
 def _analyzed(backend: Any, engine: Engine) -> bool:
     with read_tx(engine) as conn:
-        if not backend.has("planner_statistics"):  # ANALYZE's sqlite_stat1
+        if not backend.has("autoanalyze"):  # the statistics ANALYZE keeps in sqlite_stat1
             names = conn.exec_driver_sql(
                 "SELECT name FROM sqlite_master WHERE name = 'sqlite_stat1'"
             ).all()

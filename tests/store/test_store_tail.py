@@ -151,7 +151,7 @@ def surface_rows_touched(store: SessionStore, statement: str, params: Any) -> di
 def test_a_tail_read_costs_n_not_the_surface(store: SessionStore, backend: Any) -> None:
     for sid, nodes in (("small", 25), ("big", 2000)):
         store.create_session(sid, seed=long_log(nodes))
-    if backend.has("planner_statistics"):
+    if backend.has("autoanalyze"):
         # Statistics, as autovacuum keeps them: without any the planner guesses a handful of
         # surface rows per session and reads the session's whole key range before its LIMIT
         # (as it would for the raw ``ORDER BY pos DESC LIMIT n``); the events it looks up
