@@ -14,12 +14,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from psycopg import sql
 from sqlalchemy import Engine, text
-from sqlalchemy.schema import DropSchema
 
 from session_sql import StoreError, open_async_store, open_store
 from session_sql._store.backends import listening
@@ -288,23 +287,23 @@ def test_forty_followers_of_a_default_store_all_get_the_events(backend, crowd_fa
     _crowd_of_a_default_store(backend, crowd_factory, 40, admin)
 
 
-@pytest.mark.postgresql
+@pytest.mark.requires("listen")  # the crowd shares one listening connection per store
 def test_five_hundred_followers_of_a_default_store_all_get_the_events(
-    pg_only, crowd_factory, postgres_admin
+    backend, crowd_factory, postgres_admin
 ):
     """500 follow at once (250 threads, 250 tasks) with the default options."""
-    _crowd_of_a_default_store(pg_only, crowd_factory, 500, postgres_admin)
+    _crowd_of_a_default_store(backend, crowd_factory, 500, postgres_admin)
 
 
-@pytest.mark.postgresql
-def test_a_killed_listening_connection_loses_no_event(pg_only, crowd_factory, postgres_admin):
+@pytest.mark.requires("listen")
+def test_a_killed_listening_connection_loses_no_event(backend, crowd_factory, postgres_admin):
     """The server terminates the store's listening connection while 40 followers (sync and
     async) follow: none errs, the store listens again on a new connection, and every
     follower still gets every event, in order, each once."""
-    writer = open_store(pg_only.url, schema=pg_only.schema)
+    writer = open_store(backend.url, schema=backend.schema)
     handle = writer.create_session("followed")
     _say(handle, "e0")
-    crowd = crowd_factory(pg_only, sync_count=20, async_count=20, max_followers=20)
+    crowd = crowd_factory(backend, sync_count=20, async_count=20, max_followers=20)
     try:
         crowd.start()
         _eventually(lambda: all(crowd.seen), "every follower got the first event")
@@ -339,13 +338,13 @@ def test_a_killed_listening_connection_loses_no_event(pg_only, crowd_factory, po
         assert seen == list(range(len(seen)))
 
 
-@pytest.mark.postgresql
+@pytest.mark.requires("listen")
 def test_a_listening_connection_that_cannot_be_opened_is_the_followers_store_error(
-    pg_only, monkeypatch
+    backend, monkeypatch
 ):
     """When LISTEN fails, the follower gets a session_sql ``StoreError`` at its first step and
     gives its slot back; the next follow tries afresh."""
-    with open_store(pg_only.url, schema=pg_only.schema) as store:
+    with open_store(backend.url, schema=backend.schema) as store:
         handle = store.create_session("followed")
         _say(handle, "e0")
         real = listening.listen_statement
@@ -360,19 +359,3 @@ def test_a_listening_connection_that_cannot_be_opened_is_the_followers_store_err
         _say(handle, "e1")
         assert next(follower).seq == 1
         follower.close()
-
-
-@pytest.fixture
-def pg_only(postgres_admin: Engine) -> Iterator[Any]:
-    """A new PostgreSQL schema (these tests are about its listening connection; SQLite's
-    followers poll and have none), dropped after the test."""
-    schema = f"t_hub_{uuid.uuid4().hex}"
-    yield _Place(postgres_admin.url.render_as_string(hide_password=False), schema)
-    with postgres_admin.begin() as conn:
-        conn.execute(text("SET LOCAL lock_timeout = '10s'"))
-        conn.execute(DropSchema(schema, cascade=True, if_exists=True))
-
-
-class _Place(NamedTuple):
-    url: str
-    schema: str
