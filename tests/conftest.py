@@ -31,18 +31,185 @@ ENV_URL = "SESSION_SQL_TEST_POSTGRES_URL"
 ENV_REQUIRE = "SESSION_SQL_REQUIRE_POSTGRES"
 
 
+CAPABILITIES: dict[str, frozenset[str]] = {
+    "sqlite": frozenset(
+        {
+            "file",  # the store is one file, at the URL's path
+            "explain_query_plan",  # plans as EXPLAIN QUERY PLAN lines
+            "vm_steps",  # the work of a statement, counted in VM steps
+            "async_in_worker",  # the async store runs the sync driver in a worker thread
+            "appends_on_kept_connection",  # appends and tail reads share one kept connection
+        }
+    ),
+    "postgresql": frozenset(
+        {
+            "schema",  # the store is a named schema of a shared database
+            "server_sessions",  # connections are the server's, named by application_name
+            "listen",  # followers wake on LISTEN/NOTIFY through one listening connection
+            "vacuum_full",  # a full vacuum rewrites the tables
+            "json_type_check",  # the json column refuses text that is not JSON
+            "explain_json",  # plans as EXPLAIN (FORMAT JSON)
+            "named_constraints",  # a violation names the constraint it broke
+            "autoanalyze",  # the server analyzes tables itself; pg_stat_user_tables says when
+            "dead_rows",  # deleted rows take space until a VACUUM
+            "prepared_statements",  # the one-query append runs prepared on its connection
+            "racing_first_open",  # two first opens can interleave (no lock of the whole file)
+            "labels_index",  # a GIN index answers label filters
+            "row_level_security",  # each table keeps a tenant policy under row-level security
+            "jsonb_in_old_schemas",  # schema version 4 kept events' data as JSONB (keys sorted)
+        }
+    ),
+}
+"""What each backend has: tests ask for these (``@pytest.mark.requires(...)`` or
+``backend.has(...)``) instead of naming a backend. Only this table knows the names."""
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Values a test expects that differ by backend, for reasons of the database's own."""
+
+    vacuum_action: str  # what ``vacuum()`` reports it ran
+    cli_sql_hint: str  # how ``demo`` says to explore the store with SQL
+    bench_workloads: tuple[str, ...]  # the bench's workloads, in order
+    bench_w1: tuple[str, ...]  # the W1 workloads of the bench
+    async_statement_thread: str  # where the async store's statements run
+    crowd_half: int  # followers per API in the crowd test (SQLite's poll: fewer)
+    kill_within: float  # about how long opening an empty store takes (seconds)
+    gate_type_differences: frozenset[str]  # the gate's words for events.data BLOB/JSONB, pos INT
+
+
+EXPECT = {
+    "sqlite": Expect(
+        vacuum_action="PRAGMA incremental_vacuum",
+        cli_sql_hint="6. Explore it with SQL:  sqlite3 ",
+        bench_workloads=(
+            "W1 append (FULL)",
+            "W1 append (NORMAL)",
+            "W2 append_many x100",
+            "W1 append (FULL) tenant acme",
+            "W2 append_many x100 tenant acme",
+            "W2 append_many x5000",
+            "W3 compaction-heavy",
+            "W4 messages() of 2k nodes",
+            "W5 load_session",
+            "W5 events()",
+            "W5 load_session 5k",
+            "W5 events() 5k",
+            "W6 follow latency",
+            "W8 storage",
+            "W9 messages(last=20)",
+            "W10 open_session + append",
+        ),
+        bench_w1=("W1 append (FULL)", "W1 append (NORMAL)", "W1 append (FULL) tenant acme"),
+        async_statement_thread="worker",
+        crowd_half=10,
+        kill_within=0.04,
+        gate_type_differences=frozenset({"events.data: type is BLOB, expected TEXT"}),
+    ),
+    "postgresql": Expect(
+        vacuum_action="VACUUM (ANALYZE)",
+        cli_sql_hint="psql ",
+        bench_workloads=(
+            "W1 append",
+            "W2 append_many x100",
+            "W1 append tenant acme",
+            "W2 append_many x100 tenant acme",
+            "W2 append_many x5000",
+            "W3 compaction-heavy",
+            "W4 messages() of 2k nodes",
+            "W5 load_session",
+            "W5 events()",
+            "W5 load_session 5k",
+            "W5 events() 5k",
+            "W6 follow latency",
+            "W7 8 writers x 8 sessions",
+            "W7 8 writers x 1 session",
+            "W8 storage",
+            "W9 messages(last=20)",
+            "W10 open_session + append",
+            "W11 async appends x16",
+        ),
+        bench_w1=("W1 append", "W1 append tenant acme"),
+        async_statement_thread="AsyncConnection",
+        crowd_half=250,
+        kill_within=0.15,
+        # JSONB would sort the keys of every event (SPEC §12.1): the gate refuses it.
+        gate_type_differences=frozenset(
+            {
+                "events.data: type is JSONB, expected JSON",
+                "surface.pos: type is INTEGER, expected BIGINT",
+            }
+        ),
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Backend:
-    """Where one test's store lives."""
+    """Where one test's store lives, and what its database can do."""
 
-    name: str  # "sqlite" or "postgresql"
+    name: str  # "sqlite" or "postgresql": a key of CAPABILITIES, read by nothing else
     url: str
     schema: str  # the PostgreSQL schema; passed but ignored on SQLite
 
     @property
+    def capabilities(self) -> frozenset[str]:
+        return CAPABILITIES[self.name]
+
+    def has(self, capability: str) -> bool:
+        """Whether this backend has ``capability`` (a name of ``CAPABILITIES``)."""
+        if capability not in ALL_CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r}")
+        return capability in self.capabilities
+
+    def speaks(self, dialect: str | None) -> bool:
+        """Whether SQL written for ``dialect`` (a recipe's tag; ``None``: any) runs here."""
+        return dialect in (None, self.name)
+
+    @property
+    def expect(self) -> Expect:
+        return EXPECT[self.name]
+
+    @property
     def table_schema(self) -> str | None:
-        """The schema the tables are in: ``None`` on SQLite."""
-        return None if self.name == "sqlite" else self.schema
+        """The schema the tables are in: ``None`` where the store is not a schema."""
+        return self.schema if self.has("schema") else None
+
+    @property
+    def table_prefix(self) -> str:
+        """What goes before a table's name in hand-written SQL: ``"schema".`` or nothing."""
+        return f'"{self.schema}".' if self.has("schema") else ""
+
+    @property
+    def path(self) -> Path:
+        """The database file of a store that is one file."""
+        assert self.has("file"), "the store is not a file"
+        return Path(self.url.removeprefix("sqlite:///"))
+
+    @property
+    def driver_dsn(self) -> str:
+        """The URL as the raw driver takes it (no SQLAlchemy driver suffix)."""
+        return self.url.replace("postgresql+psycopg://", "postgresql://")
+
+
+ALL_CAPABILITIES = frozenset().union(*CAPABILITIES.values())
+
+
+def skip_lacking(request: pytest.FixtureRequest, backend: Backend) -> None:
+    """Skip this backend's case of a test marked ``requires`` with a capability it lacks."""
+    for mark in request.node.iter_markers("requires"):
+        lacking = [c for c in mark.args if not backend.has(c)]
+        if lacking:
+            pytest.skip(f"{backend.name} lacks {', '.join(lacking)}: this case does not apply")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A ``requires`` mark acts through the ``backend`` fixture: refuse one on a test without
+    it, which would run everywhere unasked."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("requires") is not None and "backend" not in fixtures:
+            raise pytest.UsageError(f"{item.nodeid}: requires(...) needs the backend fixture")
 
 
 @dataclass
@@ -155,9 +322,12 @@ def postgres_admin(postgres_server: str) -> Iterator[Engine]:
 )
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     """A fresh, empty store location: a temp SQLite file, or a new PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield Backend("sqlite", f"sqlite:///{tmp_path / 'sessions.db'}", "session_sql")
+    if "file" in CAPABILITIES[request.param]:
+        sqlite = Backend(request.param, f"sqlite:///{tmp_path / 'sessions.db'}", "session_sql")
+        skip_lacking(request, sqlite)
+        yield sqlite
         return
+    skip_lacking(request, Backend(request.param, "", ""))
     admin: Engine = request.getfixturevalue("postgres_admin")
     schema = f"t_{uuid.uuid4().hex}"
     yield Backend("postgresql", str(admin.url.render_as_string(hide_password=False)), schema)
@@ -176,7 +346,7 @@ def place(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[[
 
     def make(kind: str) -> Backend:
         nonlocal admin
-        if kind == "sqlite":
+        if "file" in CAPABILITIES[kind]:
             path = tmp_path / f"store-{uuid.uuid4().hex[:8]}.db"
             return Backend("sqlite", f"sqlite:///{path}", "session_sql")
         admin = request.getfixturevalue("postgres_admin")

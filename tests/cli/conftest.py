@@ -27,6 +27,8 @@ from session_sql import SessionStore, open_store
 from session_sql.cli import app
 from session_sql.cli.demo import DemoRun, record_demo
 
+from ..conftest import CAPABILITIES
+
 SCRIPT = Path(sys.executable).with_name("session-sql")
 
 
@@ -171,7 +173,7 @@ def shared(
     """The demo, recorded once per module and backend. Tests using it must not write."""
     base = tmp_path_factory.mktemp("shared")
     admin = None
-    if request.param == "sqlite":
+    if "file" in CAPABILITIES[request.param]:
         url, schema = f"sqlite:///{base / 'sessions.db'}", "session_sql"
     else:
         admin = request.getfixturevalue("postgres_admin")

@@ -17,7 +17,7 @@ def test_init_creates_and_rechecks_the_store(cli, backend, tmp_path):
     first = cli("init")
     assert first.code == 0, first.stderr
     assert f"schema version {SCHEMA_VERSION}" in first.stdout
-    if backend.name == "sqlite":
+    if backend.has("file"):
         assert (tmp_path / "sessions.db").exists()
     else:
         assert f"(schema {backend.schema})" in first.stdout

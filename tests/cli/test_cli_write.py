@@ -46,19 +46,18 @@ def _printed_sql(stdout: str) -> list[str]:
     return [stmt.strip() + ";" for stmt in body.split(";") if stmt.strip()]
 
 
-def _run_pasted(cli, statements: list[str]) -> list[list[tuple]]:
+def _run_pasted(backend, statements: list[str]) -> list[list[tuple]]:
     """Run statements the way a user pasting them into sqlite3 or psql would (raw driver)."""
     results = []
-    if cli.url.startswith("sqlite"):
-        conn = sqlite3.connect(cli.url.removeprefix("sqlite:///"))
+    if backend.has("file"):
+        conn = sqlite3.connect(backend.path)
         try:
             for stmt in statements:
                 results.append(conn.execute(stmt).fetchall())
         finally:
             conn.close()
         return results
-    dsn = cli.url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(backend.driver_dsn, autocommit=True) as conn:
         for stmt in statements:
             cur = conn.execute(stmt)
             results.append(cur.fetchall() if cur.description else [])
@@ -78,16 +77,14 @@ def test_demo_records_and_explains_a_session(cli, backend):
     assert "the user asked to forget: seq " in out.stdout
     assert f"  ok    {session_id}" in out.stdout and f"  ok    {fork_id}" in out.stdout
     assert "\x1b[" not in out.stdout
-    if backend.name == "sqlite":
-        assert "6. Explore it with SQL:  sqlite3 " in out.stdout
-    else:
+    assert backend.expect.cli_sql_hint in out.stdout
+    if backend.has("schema"):
         assert f"SET search_path TO {backend.schema};" in out.stdout
-        assert "psql " in out.stdout
 
     # The printed SQL runs as pasted, and answers about this session.
     statements = _printed_sql(out.stdout)
     assert sum(session_id in stmt for stmt in statements) == 2
-    results = [r for r in _run_pasted(cli, statements) if r]
+    results = [r for r in _run_pasted(backend, statements) if r]
     surface_rows, shadowed_rows, token_rows = results
     with cli.store() as store:
         assert [row[1] for row in surface_rows] == list(store.surface(session_id))

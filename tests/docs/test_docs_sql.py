@@ -50,14 +50,13 @@ def test_recipes_are_found_and_cover_both_dialects():
 
 def _run(backend, sql: str) -> list[tuple[Any, ...]]:
     """Run ``sql`` with the raw driver, as pasted into ``sqlite3`` or ``psql``."""
-    if backend.name == "sqlite":
-        conn = sqlite3.connect(backend.url.removeprefix("sqlite:///"))
+    if backend.has("file"):
+        conn = sqlite3.connect(backend.path)
         try:
             return conn.execute(sql).fetchall()
         finally:
             conn.close()
-    dsn = backend.url.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with psycopg.connect(backend.driver_dsn, autocommit=True) as conn:
         conn.execute(f'SET search_path TO "{backend.schema}"')
         return conn.execute(sql).fetchall()
 
@@ -68,9 +67,7 @@ def test_every_recipe_runs_and_answers_correctly(backend):
         main = list(store.events(run.session_id))
         fork = list(store.events(run.fork_id))[run.fork_boundary + 1 :]
     results = {
-        name: _run(backend, sql)
-        for name, dialect, sql in recipes()
-        if dialect in (None, backend.name)
+        name: _run(backend, sql) for name, dialect, sql in recipes() if backend.speaks(dialect)
     }
     assert all(results.values()), [name for name, rows in results.items() if not rows]
 

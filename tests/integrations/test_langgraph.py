@@ -142,7 +142,7 @@ def test_stats_and_the_tool_calls_view_see_the_thread(backend: Backend) -> None:
         assert [(t.model, t.input_tokens, t.output_tokens) for t in stats.tokens] == [
             ("scripted-1", 50, 19)
         ]
-        schema = "" if backend.name == "sqlite" else f'"{backend.schema}".'
+        schema = backend.table_prefix
         with store.engine.connect() as conn:
             rows = conn.execute(
                 text(

@@ -89,7 +89,7 @@ def _spawn_writer(backend: Any, tmp: Path, trial: int, seed: int) -> Writer:
     known = tmp / f"known-{trial}.json"
     ready, go = SPAWN.Event(), SPAWN.Event()
     url = backend.url
-    if backend.name == "postgresql":  # named, so that the parent can wait for its backends
+    if backend.has("server_sessions"):  # named, so that the parent can wait for its backends
         url += ("&" if "?" in url else "?") + f"application_name={_writer_name(trial)}"
     process = SPAWN.Process(
         target=crash_writer,
@@ -100,13 +100,13 @@ def _spawn_writer(backend: Any, tmp: Path, trial: int, seed: int) -> Writer:
     return Writer(process, ready, go, journal, known, trial)
 
 
-def _await_server_done(store: SessionStore, trial: int) -> None:
+def _await_server_done(store: SessionStore, backend: Any, trial: int) -> None:
     """Wait until the server has ended the killed writer's connections (PostgreSQL).
 
     A client killed after sending a query does not stop the server: the query runs on, and an
     append sent as one query commits when it completes, maybe after the kill. Once the
     writer's backends are gone, each of its transactions has committed or rolled back."""
-    if store.backend != "postgresql":
+    if not backend.has("server_sessions"):
         return
     deadline = time.monotonic() + 60
     query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name")
@@ -266,7 +266,7 @@ def test_sigkill_at_random_moments_never_loses_or_tears_an_event(
                 os.kill(writer.process.pid, signal.SIGKILL)
                 writer.process.join(30)
                 assert writer.process.exitcode == -signal.SIGKILL
-                _await_server_done(store, writer.trial)
+                _await_server_done(store, backend, writer.trial)
                 stats["kills"] += 1
                 if trial + AHEAD < TRIALS:
                     upcoming.append(
@@ -318,7 +318,7 @@ def test_sigkill_during_the_first_open_leaves_an_empty_or_complete_schema(
     rng = random.Random(f"init-{backend.name}")
     outcomes: Counter[str] = Counter()
     for trial in range(INIT_TRIALS):
-        if backend.name == "sqlite":
+        if backend.has("file"):
             url, schema = f"sqlite:///{tmp_path / f'init-{trial}.db'}", backend.schema
         else:
             url, schema = backend.url, f"{backend.schema}_{trial}"
@@ -329,7 +329,7 @@ def test_sigkill_during_the_first_open_leaves_an_empty_or_complete_schema(
         child.start()
         assert imported.wait(120), "the child did not start"
         # About how long opening an empty store takes.
-        time.sleep(rng.uniform(0, 0.04 if backend.name == "sqlite" else 0.15))
+        time.sleep(rng.uniform(0, backend.expect.kill_within))
         os.kill(child.pid, signal.SIGKILL)
         child.join(30)
         outcomes["killed after the open" if opened.is_set() else "killed during the open"] += 1

@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -272,8 +271,8 @@ def test_a_bad_max_followers_is_refused_on_both_backends(backend, value, request
     with pytest.raises(ConfigurationError, match="max_followers") as refused:
         open_store(backend.url, schema=backend.schema, max_followers=value)
     assert refused.value.option == "max_followers"
-    if backend.name == "sqlite":
-        assert not Path(backend.url.removeprefix("sqlite:///")).exists()
+    if backend.has("file"):
+        assert not backend.path.exists()
     else:
         admin: Engine = request.getfixturevalue("postgres_admin")
         with admin.connect() as conn:

@@ -253,7 +253,7 @@ def test_a_hostile_session_id_is_stored_verbatim_on_both_backends(backend):
         assert store.messages(HOSTILE_ID)[0]["content"][0]["text"] == HOSTILE_ID
         assert_store_consistent(store, HOSTILE_ID)
         with store.engine.connect() as conn:
-            prefix = "" if backend.name == "sqlite" else f'"{backend.schema}".'
+            prefix = backend.table_prefix
             stored = conn.execute(text(f"SELECT id FROM {prefix}sessions")).scalars().all()
             count = conn.execute(text(f"SELECT count(*) FROM {prefix}events")).scalar_one()
         assert stored == [HOSTILE_ID]

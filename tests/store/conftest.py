@@ -19,20 +19,38 @@ OTHER_TENANT = "acme"
 """The non-default tenant every ``store`` test also runs with."""
 
 
+def sync_only_reason(module: Any, test_name: str) -> str | None:
+    """Why a test of ``module`` runs on the sync API only, or ``None`` if it runs on both.
+
+    Every module's ``store`` tests run on both APIs unless the module says why not: a whole
+    module with ``SYNC_ONLY_BECAUSE = "reason"``, single tests with ``SYNC_ONLY = {name:
+    reason}`` (tests/store/test_contract_shape.py checks that each reason is given)."""
+    because = getattr(module, "SYNC_ONLY_BECAUSE", None)
+    if because is not None:
+        return str(because)
+    reason = getattr(module, "SYNC_ONLY", {}).get(test_name)
+    return None if reason is None else str(reason)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every ``store`` test runs for the default tenant and for ``OTHER_TENANT``; modules
-    with ``BOTH_APIS = True`` run their ``store`` tests on the async API too (through
-    ``SyncFacade``), except the tests named in ``SYNC_ONLY``.
+    """Every ``store`` test runs for the default tenant and for ``OTHER_TENANT``, and on the
+    async API too (through ``SyncFacade``) unless its module says why not (see
+    ``sync_only_reason``).
 
     To keep the run short, the async API runs with the non-default tenant only: the sync
     API covers the default tenant, and both APIs cover a named one. Modules that look at
     rows around the store (``DEFAULT_TENANT_ONLY = True``) run for the default tenant only.
     """
     module = metafunc.module
+    chosen = {
+        name
+        for mark in metafunc.definition.iter_markers("parametrize")
+        for name in (mark.args[0].split(",") if isinstance(mark.args[0], str) else mark.args[0])
+    }
     both = (
         "api" in metafunc.fixturenames
-        and getattr(module, "BOTH_APIS", False)
-        and metafunc.function.__name__ not in getattr(module, "SYNC_ONLY", ())
+        and "api" not in chosen  # a test that runs the APIs itself
+        and sync_only_reason(module, metafunc.function.__name__) is None
     )
     if "tenant" not in metafunc.fixturenames or getattr(module, "DEFAULT_TENANT_ONLY", False):
         if both:
@@ -75,7 +93,7 @@ def store(backend, api, tenant) -> Iterator[Any]:
 @pytest.fixture
 def other_store(backend, tmp_path, request) -> Iterator[SessionStore]:
     """Another fresh store on the same backend: a second file, or a second schema."""
-    if backend.name == "sqlite":
+    if backend.has("file"):
         opened = open_store(f"sqlite:///{tmp_path / 'other.db'}")
         yield opened
         opened.close()

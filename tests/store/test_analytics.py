@@ -28,7 +28,7 @@ from tests.store.analytics_data import TURN, bulk_session, write_jsonl
 
 def _rows(engine: Engine, backend: Any, sql: str) -> list[tuple[Any, ...]]:
     with read_tx(engine) as conn:
-        if backend.name == "postgresql":
+        if backend.has("schema"):
             conn.exec_driver_sql(f'SET LOCAL search_path TO "{backend.schema}"')
         return [tuple(r) for r in conn.exec_driver_sql(sql)]
 
@@ -250,7 +250,7 @@ def _pg_unnarrowed(node: dict[str, Any]) -> list[str]:
 
 def _explain(engine: Engine, backend: Any, sql: str, params: Any = None) -> tuple[str, list[str]]:
     with read_tx(engine) as conn:
-        if backend.name == "sqlite":
+        if backend.has("explain_query_plan"):
             raw = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql, params or ())
             lines = [str(r[3]) for r in raw]
             return "\n".join(lines), _sqlite_problems(lines)
@@ -267,7 +267,7 @@ def _assert_narrowed(engine: Engine, backend: Any, queries: Any) -> None:
     for name, sql, *params in queries:
         plan, problems = _explain(engine, backend, sql, *params)
         assert not problems, (name, problems)
-        if backend.name == "sqlite":
+        if backend.has("explain_query_plan"):
             missed = _sqlite_unnarrowed(plan.split("\n"))
         else:
             missed = _pg_unnarrowed(json.loads(plan)[0]["Plan"])
@@ -300,7 +300,7 @@ def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
     for name, sql in VIEW_QUERIES.items():
         plans[name] = _explain(big, backend, sql)
     for name, dialect, sql in recipes():
-        if dialect in (None, backend.name):
+        if backend.speaks(dialect):
             plans[f"recipe {name}"] = _explain(big, backend, sql)
 
     # The statements stats() runs, captured as the driver gets them, explained the same way.
@@ -331,7 +331,7 @@ def test_views_recipes_and_stats_use_the_indexes(backend, big: Engine):
 
     _assert_narrowed(big, backend, SMALL_SESSION_QUERIES.items())
     call_index = "ix_events_session_key_call_id"
-    if backend.name == "sqlite":
+    if backend.has("explain_query_plan"):
         # SQLite joins by nested loops only: the inner side must be an index search.
         for name in ("tool_calls", "tool_calls one session", "recipe tool-error-rate"):
             assert call_index in plans[name][0], (name, plans[name][0])
@@ -396,7 +396,7 @@ def test_the_benchmark_session_imports_as_the_generated_one(backend, engine: Eng
 
 def _analyzed(backend: Any, engine: Engine) -> bool:
     with read_tx(engine) as conn:
-        if backend.name == "sqlite":
+        if not backend.has("autoanalyze"):  # the statistics ANALYZE keeps in sqlite_stat1
             names = conn.exec_driver_sql(
                 "SELECT name FROM sqlite_master WHERE name = 'sqlite_stat1'"
             ).all()
@@ -462,9 +462,8 @@ def _duckdb_connection() -> Any:
 def test_duckdb_attaches_the_store_and_queries_the_views(backend):
     run = record_demo(backend.url, schema=backend.schema)
     conn = _duckdb_connection()
-    if backend.name == "sqlite":
-        path = backend.url.removeprefix("sqlite:///")
-        conn.execute(f"ATTACH '{path}' AS store (TYPE sqlite, READ_ONLY)")
+    if backend.has("file"):
+        conn.execute(f"ATTACH '{backend.path}' AS store (TYPE sqlite, READ_ONLY)")
         prefix = "store"
     else:
         dsn = backend.url.replace("postgresql+psycopg://", "postgresql://")

@@ -9,8 +9,6 @@ from session_sql.errors import InvalidArgumentError, SessionNotFoundError
 
 from .store_builders import capture, dump_tables, refused, user_message
 
-BOTH_APIS = True
-
 
 def said(text: str) -> dict[str, object]:
     return {"type": "user/message", "data": user_message(text), "surface_op": "append"}

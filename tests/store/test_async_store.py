@@ -1,6 +1,6 @@
 """The async API on its own terms (SPEC §11.3): the loop never waits on I/O, concurrency,
 cancellation, lazy streams. The store contract itself runs on the async API through
-``async_facade`` (``BOTH_APIS`` in the contract modules)."""
+``async_facade`` (every contract module, unless it says why not)."""
 
 from __future__ import annotations
 
@@ -338,14 +338,14 @@ _LATENCY = 0.25  # seconds of simulated I/O at each pool checkout
 _SLOW = 0.1  # asyncio's slow-callback threshold for the test
 
 
-def _slow_io(store: AsyncSessionStore) -> None:
+def _slow_io(store: AsyncSessionStore, backend: Any) -> None:
     """Make every connection checkout take ``_LATENCY`` of I/O, where the store does its I/O:
     a sleep in the worker thread (SQLite), a ``pg_sleep`` awaited through the async driver
     (PostgreSQL). Were any of it run on the loop, a callback would take that long."""
-    sqlite = store.backend == "sqlite"
+    in_worker = backend.has("async_in_worker")
 
     def on_checkout(dbapi_connection: Any, *args: Any) -> None:
-        if sqlite:
+        if in_worker:
             time.sleep(_LATENCY)
         else:
             cursor = dbapi_connection.cursor()
@@ -361,7 +361,7 @@ def test_no_step_blocks_the_loop_on_io(backend, caplog) -> None:
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
         loop.slow_callback_duration = _SLOW
-        _slow_io(store)
+        _slow_io(store, backend)
         writer = await store.create_session("s1")
         ticks = 0
 
@@ -392,11 +392,11 @@ def test_no_step_blocks_the_loop_on_io(backend, caplog) -> None:
     assert ticks >= 20  # at least 10 x 0.25 s of I/O went by with the loop free
 
 
-async def _slow_inserts(store: AsyncSessionStore) -> None:
+async def _slow_inserts(store: AsyncSessionStore, backend: Any) -> None:
     """Make every events insert take ``_LATENCY`` inside the database (a trigger that sleeps),
     so that an append waits on its own statements, wherever it runs them."""
     engine = store._store.engine
-    if store.backend == "sqlite":
+    if backend.has("async_in_worker"):  # a function of the worker's sqlite3 connection
 
         def on_checkout(dbapi_connection: Any, *args: Any) -> None:
             dbapi_connection.create_function("nap", 0, lambda: time.sleep(_LATENCY))
@@ -428,7 +428,7 @@ def test_an_append_waiting_on_the_database_never_blocks_the_loop(backend, caplog
     async def body(store: AsyncSessionStore) -> int:
         writer = await store.create_session("s1")
         await say(writer, "warm")  # the connection an append uses is open before timing
-        await _slow_inserts(store)
+        await _slow_inserts(store, backend)
         loop = asyncio.get_running_loop()
         loop.set_debug(True)
         loop.slow_callback_duration = _SLOW
@@ -683,7 +683,7 @@ def test_worker_threads_and_greenlets_do_the_io(backend) -> None:
         kinds: set[str] = set()
 
         def on_execute(conn: Any, *args: Any) -> None:
-            if store.backend == "sqlite":
+            if backend.has("async_in_worker"):
                 kinds.add("loop" if threading.current_thread() is loop_thread else "worker")
             else:
                 kinds.add(type(conn.connection.driver_connection).__name__)
@@ -695,7 +695,7 @@ def test_worker_threads_and_greenlets_do_the_io(backend) -> None:
         return kinds
 
     kinds = run(backend, body)
-    assert kinds == ({"worker"} if backend.name == "sqlite" else {"AsyncConnection"})
+    assert kinds == {backend.expect.async_statement_thread}
 
 
 def test_sqlite_calls_share_a_few_worker_threads(tmp_path) -> None:
@@ -816,7 +816,7 @@ def test_loops_waiting_for_a_connection_or_a_handle_each_get_their_turn(backend)
     """One connection for appends and one for reads (SQLite: one worker thread): the calls of
     five loops wait for them, and for one handle, in turn; none waits forever."""
     options: dict[str, Any] = {"pool_size": 1}
-    if backend.name == "postgresql":
+    if not backend.has("async_in_worker"):
         options["max_overflow"] = 1  # the appends keep one; the reads share the other
     store = open_async_store(backend.url, schema=backend.schema, **options)
     handle = asyncio.run(_created(store, "s1"))

@@ -14,12 +14,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 from psycopg import sql
 from sqlalchemy import Engine, text
-from sqlalchemy.schema import DropSchema
 
 from session_sql import StoreError, open_async_store, open_store
 from session_sql._store.backends.postgresql import listening
@@ -86,6 +85,7 @@ class _Crowd:
         *,
         sync_count: int,
         async_count: int,
+        named: bool,
         **options: Any,
     ) -> None:
         self.session_id = session_id
@@ -93,7 +93,7 @@ class _Crowd:
         self._last_set = threading.Event()
         self.sync_apps = f"x-hub-sync-{uuid.uuid4().hex[:8]}"
         self.async_apps = f"x-hub-async-{uuid.uuid4().hex[:8]}"
-        self._named = url.startswith("postgresql")  # SQLite takes no application_name
+        self._named = named  # connections named by application_name, where there are any
         self.store = open_store(url, schema=schema, **self._named_as(self.sync_apps), **options)
         self.seen: list[list[int]] = [[] for _ in range(sync_count + async_count)]
         self.errors: list[BaseException] = []
@@ -172,7 +172,8 @@ def crowd_factory() -> Iterator[Callable[..., _Crowd]]:
     made: list[_Crowd] = []
 
     def make(place: Any, **kwargs: Any) -> _Crowd:
-        crowd = _Crowd(place.url, place.schema, "followed", **kwargs)
+        named = place.has("server_sessions")
+        crowd = _Crowd(place.url, place.schema, "followed", named=named, **kwargs)
         made.append(crowd)
         return crowd
 
@@ -206,7 +207,7 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
     fewer on SQLite, whose followers poll) on stores of ``pool_size=2, max_overflow=0``: each
     gets seqs 0..N in order, each once, while a writer appends; on PostgreSQL neither store
     ever has more than its pool's 2 connections plus its one listening connection."""
-    half = 250 if backend.name == "postgresql" else 10
+    half = backend.expect.crowd_half
     writer = open_store(backend.url, schema=backend.schema)
     handle = writer.create_session("followed")
     _say(handle, "e0")
@@ -219,12 +220,12 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
         max_followers=half,
     )
     watch = None
-    if backend.name == "postgresql":
+    if backend.has("server_sessions"):
         watch = _Watch(request.getfixturevalue("postgres_admin"), crowd.sync_apps, crowd.async_apps)
     try:
         crowd.start()
         _eventually(lambda: all(crowd.seen), "every follower got the first event")
-        if backend.name == "postgresql":
+        if backend.has("listen"):
             for api in ("sync", "async"):
                 assert crowd.ctx(api).followers.held == half
                 assert crowd.ctx(api).hub().followers == half
@@ -239,7 +240,7 @@ def test_five_hundred_followers_get_every_event_and_the_store_stays_within_its_p
     _every_follower_got_up_to(crowd, last)
     for seen in crowd.seen:
         assert seen == list(range(len(seen)))  # and nothing out of order past it
-    if backend.name == "postgresql":
+    if backend.has("server_sessions"):
         assert most[crowd.sync_apps] <= POOL_SIZE + HUB, most
         assert most[crowd.async_apps] <= POOL_SIZE + HUB, most
         assert most[crowd.sync_apps] >= HUB  # the sampler saw the store at all
@@ -282,27 +283,27 @@ def _crowd_of_a_default_store(
 
 def test_forty_followers_of_a_default_store_all_get_the_events(backend, crowd_factory, request):
     """40 follow at once, more than a default pool's 15 connections: none is refused."""
-    admin = request.getfixturevalue("postgres_admin") if backend.name == "postgresql" else None
+    admin = request.getfixturevalue("postgres_admin") if backend.has("server_sessions") else None
     _crowd_of_a_default_store(backend, crowd_factory, 40, admin)
 
 
-@pytest.mark.postgresql
+@pytest.mark.requires("listen")  # the crowd shares one listening connection per store
 def test_five_hundred_followers_of_a_default_store_all_get_the_events(
-    pg_only, crowd_factory, postgres_admin
+    backend, crowd_factory, postgres_admin
 ):
     """500 follow at once (250 threads, 250 tasks) with the default options."""
-    _crowd_of_a_default_store(pg_only, crowd_factory, 500, postgres_admin)
+    _crowd_of_a_default_store(backend, crowd_factory, 500, postgres_admin)
 
 
-@pytest.mark.postgresql
-def test_a_killed_listening_connection_loses_no_event(pg_only, crowd_factory, postgres_admin):
+@pytest.mark.requires("listen")
+def test_a_killed_listening_connection_loses_no_event(backend, crowd_factory, postgres_admin):
     """The server terminates the store's listening connection while 40 followers (sync and
     async) follow: none errs, the store listens again on a new connection, and every
     follower still gets every event, in order, each once."""
-    writer = open_store(pg_only.url, schema=pg_only.schema)
+    writer = open_store(backend.url, schema=backend.schema)
     handle = writer.create_session("followed")
     _say(handle, "e0")
-    crowd = crowd_factory(pg_only, sync_count=20, async_count=20, max_followers=20)
+    crowd = crowd_factory(backend, sync_count=20, async_count=20, max_followers=20)
     try:
         crowd.start()
         _eventually(lambda: all(crowd.seen), "every follower got the first event")
@@ -337,13 +338,13 @@ def test_a_killed_listening_connection_loses_no_event(pg_only, crowd_factory, po
         assert seen == list(range(len(seen)))
 
 
-@pytest.mark.postgresql
+@pytest.mark.requires("listen")
 def test_a_listening_connection_that_cannot_be_opened_is_the_followers_store_error(
-    pg_only, monkeypatch
+    backend, monkeypatch
 ):
     """When LISTEN fails, the follower gets a session_sql ``StoreError`` at its first step and
     gives its slot back; the next follow tries afresh."""
-    with open_store(pg_only.url, schema=pg_only.schema) as store:
+    with open_store(backend.url, schema=backend.schema) as store:
         handle = store.create_session("followed")
         _say(handle, "e0")
         real = listening.listen_statement
@@ -358,19 +359,3 @@ def test_a_listening_connection_that_cannot_be_opened_is_the_followers_store_err
         _say(handle, "e1")
         assert next(follower).seq == 1
         follower.close()
-
-
-@pytest.fixture
-def pg_only(postgres_admin: Engine) -> Iterator[Any]:
-    """A new PostgreSQL schema (these tests are about its listening connection; SQLite's
-    followers poll and have none), dropped after the test."""
-    schema = f"t_hub_{uuid.uuid4().hex}"
-    yield _Place(postgres_admin.url.render_as_string(hide_password=False), schema)
-    with postgres_admin.begin() as conn:
-        conn.execute(text("SET LOCAL lock_timeout = '10s'"))
-        conn.execute(DropSchema(schema, cascade=True, if_exists=True))
-
-
-class _Place(NamedTuple):
-    url: str
-    schema: str

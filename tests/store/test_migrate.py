@@ -124,7 +124,7 @@ def total_sessions(where: Backend) -> int:
     """Every session row of every tenant (to see duplicates or strays)."""
     engine = make_engine(where.url)
     try:
-        sessions = tables_for(None if where.name == "sqlite" else where.schema).sessions
+        sessions = tables_for(where.table_schema).sessions
         with engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(sessions)).scalar_one())
     finally:
@@ -262,7 +262,7 @@ def test_an_earlier_version_is_read_into_the_default_tenant(place, kind, version
     engine = make_engine(source.url)
     try:
         create_legacy_store(engine, source.schema, version)
-        schema = None if kind == "sqlite" else source.schema
+        schema = source.table_schema
         built = _legacy_sessions()
         for header, events, inherited in built:
             insert_legacy_session(
@@ -354,7 +354,7 @@ def source_pages(source: Backend) -> tuple[dict[str, list[Any]], Callable[[], No
     recording them."""
     pages: dict[str, list[Any]] = {"sessions": [], "events": []}
     url = make_engine(source.url).url
-    prefix = "" if source.name == "sqlite" else re.escape(f"{source.schema}.")
+    prefix = re.escape(f"{source.schema}.") if source.has("schema") else ""
 
     def on_statement(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
         if conn.engine.url != url or "LIMIT" not in statement:
@@ -410,7 +410,7 @@ def test_a_tenanted_earlier_version_is_copied_whole_in_pages_and_resumed(
     # PostgreSQL, version 4's JSONB (keys sorted) as read, which the json column then keeps.
     read = data_texts(source, version)
     assert data_texts(destination, session_sql.SCHEMA_VERSION) == read
-    if source_kind == "sqlite":
+    if not source.has("jsonb_in_old_schemas"):
         assert read == data_texts(reference, session_sql.SCHEMA_VERSION)
     before = dump_tables_all_tenants(destination)
 
@@ -565,7 +565,7 @@ def test_a_destination_holding_other_data_is_refused_untouched(place, kind):
 def dump_tables_all_tenants(where: Backend) -> Any:
     """Every row of the three tables, whatever the tenant."""
     engine = make_engine(where.url)
-    t = tables_for(None if where.name == "sqlite" else where.schema)
+    t = tables_for(where.table_schema)
     try:
         with engine.connect() as conn:
             return {

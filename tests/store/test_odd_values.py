@@ -9,8 +9,6 @@ from typing import Any
 from session_sql.cli._stats import skipped_line
 from tests.builders import assistant_data, assistant_message
 
-BOTH_APIS = True
-
 USAGES: list[Any] = [
     {"inputTokens": 1.5, "outputTokens": "abc"},  # 2 skipped
     {"inputTokens": 3_000_000_000, "outputTokens": 3_000_000_000},  # past 32 bits: summed

@@ -24,9 +24,7 @@ from session_sql._store.backends.postgresql import one_query as pg_appends
 from session_sql._store.backends.postgresql.prepared import prepared_on
 from tests.builders import user_message
 
-pytestmark = pytest.mark.parametrize(
-    "backend", [pytest.param("postgresql", marks=pytest.mark.postgresql)], indirect=True
-)
+pytestmark = pytest.mark.requires("prepared_statements")
 
 PREPARED = text(
     "SELECT name FROM pg_prepared_statements WHERE from_sql AND name LIKE 'session\\_sql\\_%'"

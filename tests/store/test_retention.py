@@ -25,8 +25,11 @@ from session_sql._store import retention
 from .store_builders import FUTURE, dump_tables, execute, refused, say, surface_table, tables, wires
 from .test_store_jsonl_metadata import NEW_AT_CREATION, fill, row_of
 
-BOTH_APIS = True
-SYNC_ONLY = ("test_a_session_appended_to_after_its_selection_is_kept",)
+SYNC_ONLY = {
+    "test_a_session_appended_to_after_its_selection_is_kept": (
+        "appends through the store from inside the selection's read, which runs on the event loop"
+    ),
+}
 DAY = 86_400_000
 NOW = 1_700_000_000_000
 """Before any real clock reading of these tests: what a writer appends now is newer."""

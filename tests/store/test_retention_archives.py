@@ -21,7 +21,6 @@ from session_sql._store import retention
 
 from .store_builders import FUTURE, say, tables, wires
 
-BOTH_APIS = True
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -543,7 +543,7 @@ def test_duplicate_session_is_session_exists_on_postgres(backend, engine: Engine
     with pytest.raises(SessionSQLError) as info, translate_errors("dup"), write_tx(engine) as conn:
         _insert_session(conn, t, "dup")
     assert info.value.__cause__ is not None
-    if backend.name == "postgresql":
+    if backend.has("named_constraints"):
         assert isinstance(info.value, SessionExistsError)
         assert info.value.session_id == "dup"
     else:  # SQLite reports no constraint name; the store checks inside BEGIN IMMEDIATE

@@ -16,9 +16,7 @@ from session_sql._store.database import make_engine
 from session_sql._store.gate import ensure_schema
 
 # The race is PostgreSQL's: on SQLite, BEGIN IMMEDIATE serialises the whole first open.
-pytestmark = pytest.mark.parametrize(
-    "backend", [pytest.param("postgresql", marks=pytest.mark.postgresql)], indirect=True
-)
+pytestmark = pytest.mark.requires("racing_first_open")
 
 
 @pytest.fixture

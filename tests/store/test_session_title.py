@@ -9,8 +9,6 @@ import pytest
 
 from session_sql import InvalidArgumentError, InvalidEventError
 
-BOTH_APIS = True
-
 TITLE = "session/title"
 
 

@@ -46,10 +46,11 @@ from .store_builders import (
     wires,
 )
 
-# The same tests drive the async API (tests/store/async_facade.py).
-BOTH_APIS = True
-# Deletes through the store from inside the export's read, which runs on the event loop.
-SYNC_ONLY = {"test_an_export_is_one_snapshot_while_the_session_is_deleted"}
+SYNC_ONLY = {
+    "test_an_export_is_one_snapshot_while_the_session_is_deleted": (
+        "deletes through the store from inside the export's read, which runs on the event loop"
+    ),
+}
 
 
 def rich_session(store: SessionStore, session_id: str = "s1") -> None:

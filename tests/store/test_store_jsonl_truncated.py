@@ -16,7 +16,6 @@ from session_sql.jsonl import JsonlReader
 
 from .store_builders import exported, refused, wires
 
-BOTH_APIS = True
 EVENTS_KEY = "x-session-sql-events"
 
 

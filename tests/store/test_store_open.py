@@ -39,13 +39,11 @@ from .store_builders import (
     view,
 )
 
-# The same tests drive the async API (tests/store/async_facade.py).
-BOTH_APIS = True
-# They patch or record the sync store's reads (the async store runs the same code).
+_PATCHES_SYNC_READS = "patches or records the sync store's reads (the async store runs that code)"
 SYNC_ONLY = {
-    "test_open_reads_the_surface_and_the_head_never_the_log",
-    "test_the_log_is_read_on_first_use_once",
-    "test_a_second_open_takes_the_rows_it_checked_before_as_they_were",
+    "test_open_reads_the_surface_and_the_head_never_the_log": _PATCHES_SYNC_READS,
+    "test_the_log_is_read_on_first_use_once": _PATCHES_SYNC_READS,
+    "test_a_second_open_takes_the_rows_it_checked_before_as_they_were": _PATCHES_SYNC_READS,
 }
 
 

@@ -49,10 +49,6 @@ for _ in range(600):  # lossless JSON in memory, but more nesting than the store
     too_deep = [too_deep]
 
 
-# The same tests drive the async API (tests/store/async_facade.py).
-BOTH_APIS = True
-
-
 def _um(**kwargs: Any) -> dict[str, Any]:
     return {"type": "user/message", "data": user_message(id="m"), **kwargs}
 

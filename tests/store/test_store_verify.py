@@ -43,10 +43,11 @@ from .store_builders import (
     tool_turn_log,
 )
 
-# The same tests drive the async API (tests/store/async_facade.py).
-BOTH_APIS = True
-# Measures the sync store's statements (the async store runs the same code).
-SYNC_ONLY = {"test_verify_reads_the_log_in_pages"}
+SYNC_ONLY = {
+    "test_verify_reads_the_log_in_pages": (
+        "measures the sync store's statements (the async store runs the same code)"
+    ),
+}
 
 
 def healthy(store: SessionStore, sid: str = "s1") -> StoredSession:

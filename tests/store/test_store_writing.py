@@ -48,12 +48,13 @@ from .store_builders import (
     wires,
 )
 
-# The same tests drive the async API (tests/store/async_facade.py).
-BOTH_APIS = True
-# An observer is synchronous: on the async API it cannot call the store and wait.
 SYNC_ONLY = {
-    "test_observers_run_after_the_commit_and_cannot_undo_it",
-    "test_a_refresh_with_nothing_new_reads_the_session_row_only",
+    "test_observers_run_after_the_commit_and_cannot_undo_it": (
+        "an observer is synchronous: on the async API it cannot call the store and wait"
+    ),
+    "test_a_refresh_with_nothing_new_reads_the_session_row_only": (
+        "the async store's refresh runs on its own engine (its statements: test_store_round_trips)"
+    ),
 }
 
 

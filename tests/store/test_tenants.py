@@ -32,8 +32,6 @@ from session_sql._store.backends.postgresql.listening import HubListener
 from .async_facade import SyncFacade
 from .store_builders import refused, reply, say, tables
 
-BOTH_APIS = True
-
 
 @pytest.fixture
 def pair(backend, api) -> Iterator[tuple[Any, SessionStore]]:
@@ -211,9 +209,7 @@ def test_follow_yields_only_the_tenants_commits(pair) -> None:
     assert [e.data["content"][0]["text"] for e in got] == ["a while a follows"]
 
 
-@pytest.mark.parametrize(
-    "backend", [pytest.param("postgresql", marks=pytest.mark.postgresql)], indirect=True
-)
+@pytest.mark.requires("listen")
 def test_a_follower_never_wakes_for_another_tenant(backend) -> None:
     """The LISTEN connection of A's follower (LISTEN/NOTIFY is PostgreSQL's) sleeps through
     B's commits to the same id and through A's commits to other sessions, and wakes at once
@@ -413,8 +409,7 @@ def test_a_write_handle_reads_and_checks_its_own_tenants_surface(pair, api):
     assert a.verify("s1").ok
 
 
-@pytest.mark.postgresql
-@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+@pytest.mark.requires("labels_index")
 def test_a_label_filter_is_answered_by_the_labels_index(backend) -> None:
     """On PostgreSQL a rare label is found through the GIN index, not by walking the tenant's
     sessions; commonly carried labels still page through the updated_at index."""

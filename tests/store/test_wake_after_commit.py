@@ -28,9 +28,7 @@ from session_sql._store.backends.postgresql import one_query as pg_appends
 from session_sql._store.context import StoreContext
 
 # LISTEN/NOTIFY is PostgreSQL's (a SQLite store's followers poll).
-pytestmark = pytest.mark.parametrize(
-    "backend", [pytest.param("postgresql", marks=pytest.mark.postgresql)], indirect=True
-)
+pytestmark = pytest.mark.requires("listen")
 
 ITEMS = [
     {"type": "turn/start", "data": {"turn": 1}},
