@@ -203,13 +203,28 @@ def skip_lacking(request: pytest.FixtureRequest, backend: Backend) -> None:
             pytest.skip(f"{backend.name} lacks {', '.join(lacking)}: this case does not apply")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A ``requires`` mark acts through the ``backend`` fixture: refuse one on a test without
-    it, which would run everywhere unasked."""
+    it, which would run everywhere unasked. A backend's case of a test that needs what the
+    backend lacks is deselected: it never applied, so it is neither run nor reported as a
+    skip (``skip_lacking`` covers a case whose backend is known only when it runs)."""
+    kept: list[pytest.Item] = []
+    lacking: list[pytest.Item] = []
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if item.get_closest_marker("requires") is not None and "backend" not in fixtures:
+        marks = list(item.iter_markers("requires"))
+        if marks and "backend" not in fixtures:
             raise pytest.UsageError(f"{item.nodeid}: requires(...) needs the backend fixture")
+        callspec = getattr(item, "callspec", None)
+        name = callspec.params.get("backend") if callspec is not None else None
+        needed = {c for mark in marks for c in mark.args}
+        if name in CAPABILITIES and not needed <= CAPABILITIES[name]:
+            lacking.append(item)
+        else:
+            kept.append(item)
+    if lacking:
+        config.hook.pytest_deselected(items=lacking)
+        items[:] = kept
 
 
 @dataclass
