@@ -63,9 +63,11 @@ class Run(NamedTuple):
 
 class Send(NamedTuple):
     """Statements to run in order in the open transaction (one pipeline where the driver has
-    them); the reply has each one's row count."""
+    them); the reply has each one's row count. With a ``guard`` (a loop that runs statements
+    one by one: SQLite's), the statements after run ``guard`` run only when it counted 1."""
 
     runs: list[Run]
+    guard: int = -1
 
 
 class Query(NamedTuple):
@@ -106,6 +108,9 @@ class Reply(NamedTuple):
     error: Exception | None = None
     broken: bool = False  # the connection is lost (the driver discards it)
 
+
+DONE: Final = Reply([])
+"""The reply of an instruction that has nothing to tell (a commit, a rollback)."""
 
 Flow = Generator[Instruction, Reply, T]
 
@@ -214,13 +219,14 @@ def head_run(w: Writes, part: AppendPart) -> Run:
 
 def upkeep_runs(w: Writes, ops: list[tuple[SurfaceOp, Any]]) -> tuple[list[Run], list[int]]:
     """A part's surface statements, and the count each must reach (``-1``: not counted; the
-    node inserts are, to the row)."""
+    node inserts are, to the row). A batch of one runs as one execution."""
     c = w.compiled
     runs: list[Run] = []
     expected: list[int] = []
     for op, params in ops:
         if op is SurfaceOp.INSERT_NODES:
-            runs.append(Run(c.insert_node.sql, params, many=True))
+            one = len(params) == 1
+            runs.append(Run(c.insert_node.sql, params[0] if one else params, many=not one))
             expected.append(len(params))
         elif op is SurfaceOp.DROP_NODES:
             runs.append(Run(c.drop_node.sql, params, many=True))
@@ -271,39 +277,35 @@ def counted_append(
     """
     heads: list[int] = []
     checks: list[Check] = []
-    reply: Reply
     if stepwise:
-        if begin:
-            reply = yield Send(list(begin))
-            if reply.error is not None:
-                return (yield from _failed(parts, heads, reply.error))
+        first = list(begin)  # sent with the first part
         for i, p in enumerate(planned):
-            reply = yield Send([head_run(w, p.part)])
+            at = len(first)  # the head update's place: the part's rows run only if it matched
+            upkeep, expected = upkeep_runs(w, p.ops)
+            reply = yield Send([*first, head_run(w, p.part), p.insert, *upkeep], at)
+            first = []
+            counts = reply.counts
+            if len(counts) > at:
+                heads.append(counts[at])
             if reply.error is not None:
                 return (yield from _failed(parts, heads, reply.error))
-            heads.append(reply.counts[0])
-            if reply.counts[0] != 1:
-                break  # a lost race: nothing more to run
-            runs, expected = _rows_runs(w, p)
-            reply = yield Send(runs)
-            if reply.error is not None:
-                return (yield from _failed(parts, heads, reply.error))
-            checks += _checks(reply.counts, expected, i)
+            if counts[at] != 1:
+                break  # a lost race: nothing more ran
+            _check(checks, counts, at + 1, p, expected, i)
     else:
         runs = list(begin)
-        at_heads: list[int] = []
-        counted: list[tuple[int, int, int]] = []  # (run index, expected, part)
-        for i, p in enumerate(planned):
-            at_heads.append(len(runs))
-            runs.append(head_run(w, p.part))
-            part_runs, expected = _rows_runs(w, p)
-            counted += [(len(runs) + k, n, i) for k, n in enumerate(expected) if n >= 0]
-            runs += part_runs
+        places: list[tuple[int, list[int]]] = []  # each part's head update's place, upkeep's
+        for p in planned:
+            upkeep, expected = upkeep_runs(w, p.ops)
+            places.append((len(runs), expected))
+            runs += [head_run(w, p.part), p.insert, *upkeep]
         reply = yield Send(runs)
-        heads = [reply.counts[k] for k in at_heads]  # those read, even when one failed
+        counts = reply.counts
+        heads = [counts[at] for at, _ in places]  # those read, even when one failed
         if reply.error is not None:
             return (yield from _failed(parts, heads, reply.error))
-        checks = [(reply.counts[k], n, i) for k, n, i in counted]
+        for i, (p, (at, expected)) in enumerate(zip(planned, places, strict=True)):
+            _check(checks, counts, at + 1, p, expected, i)
     return (yield from finish(w, parts, heads, checks, commit=commit))
 
 
@@ -325,17 +327,20 @@ def finish(
         reply = yield COMMIT
         if reply.error is not None:
             return (yield from _failed(parts, heads, reply.error))
-        yield from wake_after_commit(w, parts)
+        if w.wake_notes is not None:
+            yield from wake_after_commit(w, parts)
     return None
 
 
-def _rows_runs(w: Writes, p: Planned) -> tuple[list[Run], list[int]]:
-    runs, expected = upkeep_runs(w, p.ops)
-    return [p.insert, *runs], [p.expected, *expected]
-
-
-def _checks(counts: list[int], expected: list[int], index: int) -> list[Check]:
-    return [(count, n, index) for count, n in zip(counts, expected, strict=True) if n >= 0]
+def _check(
+    checks: list[Check], counts: list[int], at: int, p: Planned, expected: list[int], i: int
+) -> None:
+    """Add part ``i``'s counted inserts to ``checks``: its events' at ``at``, then its surface
+    upkeep's (``expected``, -1 for a statement not counted)."""
+    checks.append((counts[at], p.expected, i))
+    for k, n in enumerate(expected, at + 1):
+        if n >= 0:
+            checks.append((counts[k], n, i))
 
 
 def _failed(
@@ -397,11 +402,15 @@ def refresh_flow(read: Instruction) -> Flow[tuple[StoredHead, list[Any]] | None]
 def whole(parts: Sequence[AppendPart], heads: Sequence[int], checks: Sequence[Check]) -> bool:
     """Whether a transaction whose statements all ran may commit: every part's head update
     matched and every counted insert wrote its rows (else it is rolled back and classified)."""
-    return (
-        len(heads) == len(parts)
-        and all(h == 1 for h in heads)
-        and all(count == n for count, n, _ in checks)
-    )
+    if len(heads) != len(parts):
+        return False
+    for count in heads:
+        if count != 1:
+            return False
+    for count, n, _ in checks:  # noqa: SIM110 - a loop, not all(): every append asks
+        if count != n:
+            return False
+    return True
 
 
 def first_short(checks: Sequence[Check]) -> int | None:

@@ -148,6 +148,8 @@ def append_flow(
         ops = surface_ops(w, p.session_key, p.transitions, p.next_pos)
         if len(values) > 1:  # the whole batch as one statement over column arrays
             insert = Run(unnest.sql, unnest_values(values))
+        elif values:
+            insert = Run(c.insert_event_values, values[0])
         else:
             insert = Run(c.insert_event_values, values, many=True)
         planned.append(Planned(p, insert, len(values), ops))

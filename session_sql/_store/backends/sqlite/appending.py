@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from session_sql._store.transactions import (
+    COMMIT,
+    DONE,
     ROLLBACK,
     AppendPart,
-    End,
     Flow,
     Instruction,
     Planned,
@@ -23,9 +24,7 @@ from session_sql._store.transactions import (
     Send,
     T,
     counted_append,
-    drive,
     event_rows,
-    execute_run,
     surface_ops,
 )
 from session_sql.errors import SessionSQLError
@@ -49,7 +48,8 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     for p in parts:
         values = event_rows(w, p)
         ops = surface_ops(w, p.session_key, p.transitions, p.next_pos)
-        planned.append(Planned(p, Run(insert_sql, values, many=True), len(values), ops))
+        insert = Run(insert_sql, values[0]) if len(values) == 1 else Run(insert_sql, values, True)
+        planned.append(Planned(p, insert, len(values), ops))
     flow = counted_append(w, parts, planned, begin=[Run(BEGIN_WRITE)], stepwise=True)
     if not ctx.engine.pool.dispatch.checkout:
         refused: SessionSQLError | None = None
@@ -70,10 +70,15 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
 
 def run_flow(flow: Flow[T], conn: Any) -> T:
     """Drive ``flow`` on ``conn`` (a ``sqlite3`` connection outside any transaction), which it
-    leaves outside any transaction: an interrupt, or an error the flow raises, rolls back."""
+    leaves outside any transaction: an interrupt, or an error the flow raises, rolls back.
+    (``transactions.drive``, inlined: every append runs it.)"""
     cur = conn.cursor()
     try:
-        return drive(flow, lambda instruction: _run(conn, cur, instruction))
+        instruction = next(flow)
+        while True:
+            instruction = flow.send(_run(conn, cur, instruction))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
     except BaseException:
         conn.rollback()
         raise
@@ -83,24 +88,35 @@ def run_flow(flow: Flow[T], conn: Any) -> T:
 
 
 def _run(conn: Any, cur: Any, instruction: Instruction) -> Reply:
-    """One instruction on ``sqlite3``: statements in order, each one's row count."""
-    if isinstance(instruction, End):
-        if instruction is ROLLBACK:
-            conn.rollback()
-            return Reply([])
+    """One instruction on ``sqlite3``: statements in order, each one's row count (every
+    append runs this: the statements are executed here, not through a helper)."""
+    if type(instruction) is Send:
+        counts: list[int] = []
+        rows = None
+        guard = instruction.guard
         try:
-            conn.commit()
+            for k, run in enumerate(instruction.runs):
+                if run.many:
+                    cur.executemany(run.sql, run.params)
+                elif run.params is None:
+                    cur.execute(run.sql)
+                else:
+                    cur.execute(run.sql, run.params)
+                count = cur.rowcount
+                counts.append(count)
+                if run.fetch:
+                    rows = cur.fetchall()
+                if k == guard and count != 1:
+                    break  # the guard did not match: the rest must not run
         except Exception as exc:
-            return Reply([], error=exc)
-        return Reply([])
-    assert isinstance(instruction, Send)
-    counts: list[int] = []
-    rows = None
+            return Reply(counts, error=exc)
+        return Reply(counts, rows)
+    if instruction is ROLLBACK:
+        conn.rollback()
+        return DONE
+    assert instruction is COMMIT, instruction
     try:
-        for run in instruction.runs:
-            counts.append(execute_run(cur, run))
-            if run.fetch:
-                rows = cur.fetchall()
+        conn.commit()
     except Exception as exc:
-        return Reply(counts, error=exc)
-    return Reply(counts, rows)
+        return Reply([], error=exc)
+    return DONE
