@@ -446,6 +446,8 @@ class StoreContext:
         """``open_session``'s checked surface events by session id and row: a service opens
         a session for each request, and all but the newest surface rows are rows it checked
         the request before (see ``opening``)."""
+        self.appended_events = 0
+        """Events committed since the planner statistics were last checked (``statistics``)."""
 
     def reads(self) -> tuple[Engine, IdleConnection]:
         """Where a store-level read runs (the one place that picks it): the primary, or

@@ -11,7 +11,6 @@ half since) and the store runs ``analyze``. PostgreSQL's autovacuum keeps its ow
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Final
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -26,27 +25,26 @@ CHECK_EVERY_EVENTS: Final = 10_000
 """Appended events between two checks of a long-lived store's statistics."""
 
 _log = logging.getLogger("session_sql")
-_lock = threading.Lock()
-_pending: dict[int, int] = {}  # events appended since the last check, by id(ctx)
 
 
 def appended(ctx: StoreContext, events: int) -> None:
-    """Count ``events`` committed by ``ctx``'s store; check the statistics every so many."""
+    """Count ``events`` committed by ``ctx``'s store; check the statistics every so many.
+
+    The count is a plain attribute of the store's context, read and written without a lock:
+    two threads committing at once may lose one of their additions, which only moves the
+    next check a few events later (every append pays for this, so it costs no lock)."""
     if not ctx.backend.stale_statistics:
         return
-    key = id(ctx)
-    with _lock:
-        count = _pending.get(key, 0) + events
-        due = count >= CHECK_EVERY_EVENTS
-        _pending[key] = 0 if due else count
+    count = ctx.appended_events + events
+    due = count >= CHECK_EVERY_EVENTS
+    ctx.appended_events = 0 if due else count
     if due:
         refresh_if_stale(ctx)
 
 
 def closing(ctx: StoreContext) -> None:
     """Before the store's connections go: check once more if it appended since the last."""
-    with _lock:
-        count = _pending.pop(id(ctx), 0)
+    count, ctx.appended_events = ctx.appended_events, 0
     if count:
         refresh_if_stale(ctx)
 
