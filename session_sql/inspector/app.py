@@ -457,7 +457,10 @@ async def _sse(
                     last = event.seq
                     yield f"id: {event.seq}\nevent: event\ndata: {api.event_json(event)}\n\n"
             finally:
-                await in_thread(getattr(events, "close", lambda: None))
+                # Shielded: a stream cancelled at shutdown still closes its follow, which
+                # gives back the connection a paused page read holds.
+                with anyio.CancelScope(shield=True):
+                    await in_thread(getattr(events, "close", lambda: None))
         except SessionNotFoundError:
             # The session was deleted (perhaps created again under its id: another session,
             # which this stream must not run on into): say so and end.
