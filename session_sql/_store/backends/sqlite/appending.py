@@ -25,6 +25,7 @@ from session_sql._store.transactions import (
     T,
     counted_append,
     event_rows,
+    execute_run,
     surface_ops,
 )
 from session_sql.errors import SessionSQLError
@@ -89,20 +90,14 @@ def run_flow(flow: Flow[T], conn: Any) -> T:
 
 def _run(conn: Any, cur: Any, instruction: Instruction) -> Reply:
     """One instruction on ``sqlite3``: statements in order, each one's row count (every
-    append runs this: the statements are executed here, not through a helper)."""
+    append runs this)."""
     if type(instruction) is Send:
         counts: list[int] = []
         rows = None
         guard = instruction.guard
         try:
             for k, run in enumerate(instruction.runs):
-                if run.many:
-                    cur.executemany(run.sql, run.params)
-                elif run.params is None:
-                    cur.execute(run.sql)
-                else:
-                    cur.execute(run.sql, run.params)
-                count = cur.rowcount
+                count = execute_run(cur, run)
                 counts.append(count)
                 if run.fetch:
                     rows = cur.fetchall()
