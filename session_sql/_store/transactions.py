@@ -288,7 +288,7 @@ def counted_append(
             if len(counts) > at:
                 heads.append(counts[at])
             if reply.error is not None:
-                return (yield from _failed(parts, heads, reply.error))
+                return (yield from failed(parts, heads, reply.error))
             if counts[at] != 1:
                 break  # a lost race: nothing more ran
             _check(checks, counts, at + 1, p, expected, i)
@@ -303,7 +303,7 @@ def counted_append(
         counts = reply.counts
         heads = [counts[at] for at, _ in places]  # those read, even when one failed
         if reply.error is not None:
-            return (yield from _failed(parts, heads, reply.error))
+            return (yield from failed(parts, heads, reply.error))
         for i, (p, (at, expected)) in enumerate(zip(planned, places, strict=True)):
             _check(checks, counts, at + 1, p, expected, i)
     return (yield from finish(w, parts, heads, checks, commit=commit))
@@ -326,7 +326,7 @@ def finish(
     if commit:
         reply = yield COMMIT
         if reply.error is not None:
-            return (yield from _failed(parts, heads, reply.error))
+            return (yield from failed(parts, heads, reply.error))
         if w.wake_notes is not None:
             yield from wake_after_commit(w, parts)
     return None
@@ -343,7 +343,7 @@ def _check(
             checks.append((counts[k], n, i))
 
 
-def _failed(
+def failed(
     parts: Sequence[AppendPart], heads: Sequence[int], error: Exception, at: int | None = None
 ) -> Flow[int]:
     """After a statement of an append transaction raised ``error``: roll back, then

@@ -32,10 +32,10 @@ from session_sql._store.transactions import (
     SurfaceOp,
     T,
     Writes,
-    _failed,
     classify,
     counted_append,
     event_rows,
+    failed,
     finish,
     head_run,
     surface_ops,
@@ -191,7 +191,7 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
     reply = yield Send(runs)
     heads = reply.counts[2:]
     if reply.error is not None:
-        return (yield from _failed(parts, heads, reply.error))
+        return (yield from failed(parts, heads, reply.error))
     if not whole(parts, heads, []):
         yield ROLLBACK
         return classify(parts, heads)
@@ -203,7 +203,7 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
             unnest = own.insert_events_unnest
             reply = yield Send([Run(unnest.sql, unnest_values(b.values))])
         if reply.error is not None:
-            return (yield from _failed(parts, heads, reply.error, at=i))
+            return (yield from failed(parts, heads, reply.error, at=i))
         if reply.counts[0] != len(b.values):
             yield ROLLBACK
             return classify(parts, heads, at=i)
@@ -218,7 +218,7 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
                 values = [(r["session_key"], r["pos"], r["event_seq"], r["tenant"]) for r in rows]
                 reply = yield Copy(surface, values)
                 if reply.error is not None:
-                    return (yield from _failed(parts, heads, reply.error, at=i))
+                    return (yield from failed(parts, heads, reply.error, at=i))
                 if reply.counts[0] != len(rows):
                     yield ROLLBACK
                     return classify(parts, heads, at=i)
@@ -230,7 +230,7 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
     if upkeep:
         reply = yield Send(upkeep)
         if reply.error is not None:
-            return (yield from _failed(parts, heads, reply.error))
+            return (yield from failed(parts, heads, reply.error))
         checks = [(reply.counts[k], n, i) for k, n, i in counted]
     return (yield from finish(w, parts, heads, checks))
 
