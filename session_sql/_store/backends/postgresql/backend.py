@@ -63,6 +63,7 @@ from session_sql._store.backends.base import (
 )
 from session_sql._store.backends.postgresql import appending, pool_queue, vacuuming
 from session_sql._store.backends.postgresql import catalog as pg_catalog
+from session_sql._store.backends.postgresql.driving import PG_IDLE
 from session_sql._store.backends.postgresql.errors import translate
 from session_sql._store.backends.postgresql.one_query import tenant_params
 from session_sql._store.backends.postgresql.prepared import forgetting_rollback
@@ -86,8 +87,6 @@ if TYPE_CHECKING:
     from session_sql._store.transactions import AppendPart
 
 __all__ = [
-    "PG_IDLE",
-    "PG_INERROR",
     "POSTGRESQL",
     "SET_TENANT",
     "PostgreSQLBackend",
@@ -95,8 +94,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("session_sql")
-PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
-PG_INERROR: Final = psycopg.pq.TransactionStatus.INERROR
 _PQ_OK: Final = psycopg.pq.ConnStatus.OK
 
 

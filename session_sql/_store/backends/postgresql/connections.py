@@ -14,7 +14,8 @@ from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
 from session_sql._store.backends.postgresql import appending, reading
-from session_sql._store.backends.postgresql.backend import PG_IDLE, is_quiet
+from session_sql._store.backends.postgresql.backend import is_quiet
+from session_sql._store.backends.postgresql.driving import PG_IDLE
 from session_sql._store.transactions import AppendPart, StoredHead, Writes
 from session_sql.errors import PermanentStoreError
 

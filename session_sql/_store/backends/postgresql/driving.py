@@ -11,7 +11,7 @@ two loops: what to run, and what an outcome means, is the flows'.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 
@@ -29,8 +29,10 @@ from session_sql._store.transactions import (
     drive,
 )
 
-PG_IDLE = psycopg.pq.TransactionStatus.IDLE
-PG_ACTIVE = psycopg.pq.TransactionStatus.ACTIVE
+PG_IDLE: Final = psycopg.pq.TransactionStatus.IDLE
+PG_ACTIVE: Final = psycopg.pq.TransactionStatus.ACTIVE
+PG_INERROR: Final = psycopg.pq.TransactionStatus.INERROR
+"""A connection's transaction states the package's code reads (one place for them)."""
 
 
 def run(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import psycopg
 
+from session_sql._store.backends.postgresql.driving import PG_INERROR
 from session_sql._store.backends.postgresql.prepared import (
     forget_prepared,
     know_prepared,
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
     from session_sql._store.context import Compiled
 
 _log = logging.getLogger("session_sql")
-
-PG_INERROR: Final = psycopg.pq.TransactionStatus.INERROR
 
 
 def tenant_params(w: Writes) -> Any:
