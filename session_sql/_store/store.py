@@ -196,10 +196,13 @@ class SessionStore:
         ``vacuum()`` gives them back.
         """
         lookup_id(session_id)
+        st = self._ctx.statements
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
-            gone = conn.execute(self._ctx.statements.delete_session, {"b_id": session_id}).rowcount
-        if gone != 1:
-            raise SessionNotFoundError.for_session(session_id)
+            key = {"b_id": session_id, "b_key": reader.session_key(conn, self._ctx, session_id)}
+            conn.execute(st.delete_id, key)
+            if conn.execute(st.delete_session, key).rowcount != 1:
+                raise SessionNotFoundError.for_session(session_id)
+        self._ctx.keys.pop(session_id, None)
         self._reclaim()
 
     def _reclaim(self) -> None:
@@ -448,7 +451,8 @@ class SessionStore:
         """The last seq of a session (-1 when its log is empty), from its row."""
         lookup_id(session_id)
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
-            head = conn.execute(self._ctx.statements.head_seq, {"b_id": session_id}).scalar()
+            key = reader.session_key(conn, self._ctx, session_id)
+            head = conn.execute(self._ctx.statements.head_seq, {"b_key": key}).scalar()
         if head is None:
             raise SessionNotFoundError.for_session(session_id)
         return int(head)
@@ -480,7 +484,8 @@ class SessionStore:
         lookup_id(session_id)
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
             if changes:
-                conn.execute(self._ctx.statements.update_metadata, {"b_id": session_id, **changes})
+                key = reader.session_key(conn, self._ctx, session_id)
+                conn.execute(self._ctx.statements.update_metadata, {"b_key": key, **changes})
             return listing.session_info(conn, self._ctx, session_id)
 
     def stats(self, session_id: str | None = None) -> StoreStats:
@@ -514,7 +519,8 @@ class SessionStore:
         lookup_id(session_id)
         query = self._ctx.statements.session_header
         with translate_errors(session_id), read_tx(engine or self._ctx.engine) as conn:
-            row = conn.execute(query, {"b_id": session_id}).first()
+            key = reader.session_key(conn, self._ctx, session_id)
+            row = conn.execute(query, {"b_key": key}).first()
         if row is None:
             raise SessionNotFoundError.for_session(session_id)
         return frozen_header(session_id, row.header)

@@ -17,11 +17,8 @@ from session_sql.errors import (
     TransientStoreError,
 )
 
-ID_SESSIONS: Final = NAMING_CONVENTION["uq"] % {
-    "table_name": "sessions",
-    "column_0_N_name": "id_tenant",
-}
-"""The unique constraint on a session's public id (a taken id: ``SessionExistsError``)."""
+ID_SESSIONS: Final = NAMING_CONVENTION["pk"] % {"table_name": "session_ids"}
+"""The key of a session's public id (a taken id: ``SessionExistsError``)."""
 PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
 
 _CONNECTION_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03"})
