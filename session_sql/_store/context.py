@@ -167,7 +167,7 @@ class Statements:
         # A walk of the surface primary key with one events primary-key lookup per node
         # (``Backend.join_events``), so the cost follows the surface, never the length of
         # the log.
-        with_events = functools.partial(_with_events, e=e, backend=backend)
+        with_events = functools.partial(_with_events, e=e, backend=backend, key=key)
         self.surface_messages = with_events(sf).where(sf.c.session_key == key).order_by(sf.c.pos)
         # Tail reads: the last ``b_limit`` rows before position ``b_before`` (exclusive), taken
         # from the surface key in a subquery first, so that only those rows' events are looked
@@ -230,11 +230,11 @@ def statements_for(schema: str | None, backend: Backend, tenant: str) -> Stateme
     return Statements(tables_for(schema), backend=backend, tenant=tenant)
 
 
-def _with_events(nodes: FromClause, *, e: Any, backend: Backend) -> Select[Any]:
-    """``(pos, event_seq, type, data)`` of surface rows ``nodes``, each joined to its event
-    by one events primary-key lookup (``Backend.join_events``)."""
+def _with_events(nodes: FromClause, *, e: Any, backend: Backend, key: Any) -> Select[Any]:
+    """``(pos, event_seq, type, data)`` of surface rows ``nodes`` of the session ``key``, each
+    joined to its event by one events primary-key lookup (``Backend.join_events``)."""
     data_text = cast(e.c.data, Text).label("data")
-    joined, (type_, data) = backend.join_events(nodes, e, (e.c.type, data_text))
+    joined, (type_, data) = backend.join_events(nodes, e, (e.c.type, data_text), key)
     return select(nodes.c.pos, nodes.c.event_seq, type_, data).select_from(joined)
 
 
@@ -242,7 +242,7 @@ def _surface_events(tables: SchemaTables, backend: Backend, key: Any) -> Select[
     """``(pos, *event_columns)`` of a session's surface rows in ``pos`` order: one events
     primary-key lookup per node, as in ``_with_events``."""
     sf = tables.surface
-    joined, columns = backend.join_events(sf, tables.events, event_columns(tables.events))
+    joined, columns = backend.join_events(sf, tables.events, event_columns(tables.events), key)
     query = select(sf.c.pos, *columns).select_from(joined)
     return query.where(sf.c.session_key == key).order_by(sf.c.pos)
 
@@ -431,8 +431,11 @@ class StoreContext:
         max_followers: int,
         tenant: str = "",
         replicas: Sequence[Engine] = (),
+        distributed: bool = False,
     ) -> None:
         self.engine = engine
+        self.distributed = distributed
+        """Whether the store's tables are distributed (Citus; ``ensure_schema``)."""
         """The primary: every write, the schema gate, LISTEN, and the write handles' reads."""
         self.replicas: tuple[Engine, ...] = tuple(replicas)
         """The hot standbys (``replica_urls``) that serve the store-level reads, in turn."""

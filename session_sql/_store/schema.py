@@ -10,6 +10,7 @@ names.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -455,11 +456,16 @@ def _meta_insert(tables: SchemaTables) -> Insert:
     return insert(tables.meta).values(meta_rows())
 
 
-def create_all(conn: Connection, schema: str | None) -> None:
-    """Create the schema (PostgreSQL), tables, indexes, view and meta rows on ``conn``.
+def create_all(
+    conn: Connection,
+    schema: str | None,
+    distribute: Callable[[Connection, SchemaTables], None] | None = None,
+) -> None:
+    """Create the schema (PostgreSQL), tables, indexes, view and meta rows on ``conn``;
+    ``distribute`` (Citus) runs once the tables exist, before the views that read them.
 
     Runs inside the caller's transaction, so a failure leaves nothing behind (DDL is
-    transactional on both SQLite and PostgreSQL).
+    transactional on both SQLite and PostgreSQL, and on Citus).
     """
     if conn.dialect.name == "sqlite":
         schema = None
@@ -469,6 +475,8 @@ def create_all(conn: Connection, schema: str | None) -> None:
         # an existing schema (the documented least-privilege setup) must not need it.
         if isinstance(element, CreateSchema) and inspect(conn).has_schema(str(schema)):
             continue
+        if element is tables.create_view and distribute is not None:
+            distribute(conn, tables)
         conn.execute(element)
     if conn.dialect.name == "postgresql":
         for statement in row_security_ddl(tables, conn.dialect):

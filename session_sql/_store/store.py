@@ -60,6 +60,7 @@ class SessionStore:
         tenant: str | None = None,
         max_followers: int | None = None,
         replica_urls: Sequence[str] | None = None,
+        distributed: bool | None = None,
         **engine_options: Any,
     ) -> None:
         self._ctx = ctx = connecting.connect(
@@ -73,6 +74,7 @@ class SessionStore:
             max_followers=max_followers,
             engine_options=engine_options,
             replica_urls=replica_urls,
+            distributed=distributed,
         )
         self.url = url
         self.display_url: str = make_url(url).render_as_string(hide_password=True)
@@ -83,6 +85,8 @@ class SessionStore:
         self.schema = ctx.backend.target_schema(schema)
         self.tenant: str = ctx.tenant
         """The tenant whose sessions this store reads and writes (``""``: the default one)."""
+        self.distributed: bool = ctx.distributed
+        """Whether the store's tables are distributed over a Citus cluster."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -532,9 +536,17 @@ def open_store(
     schema: str = DEFAULT_SCHEMA,
     catalog: Catalog | None = None,
     tenant: str | None = None,
+    distributed: bool | None = None,
     **options: Any,
 ) -> SessionStore:
     """Open (initialising when empty) a store; refuses another build's schema.
+
+    ``distributed`` (PostgreSQL with Citus, docs/citus.md): when the store is initialised,
+    ``None`` (default) distributes its tables where the ``citus`` extension is installed,
+    ``True`` requires it (``ConfigurationError`` without it), ``False`` creates plain tables
+    even there. An existing store is opened as it is, unless ``True`` or ``False`` asks for
+    the other kind (``ConfigurationError``); a store distributed only in part is refused
+    (``SchemaMismatchError``).
 
     ``options``: ``create`` (default True: an empty database or missing SQLite file is
     initialised; False: it is a ``StoreError`` and nothing is created — for read-only use),
@@ -561,4 +573,6 @@ def open_store(
     primary and reads the standby, waiting for it to replay what a wake-up names. An SQLite
     store refuses the option (``ConfigurationError``).
     """
-    return SessionStore(url, schema=schema, catalog=catalog, tenant=tenant, **options)
+    return SessionStore(
+        url, schema=schema, catalog=catalog, tenant=tenant, distributed=distributed, **options
+    )
