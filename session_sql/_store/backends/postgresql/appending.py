@@ -19,7 +19,7 @@ from psycopg import sql as pgsql
 from sqlalchemy import Table
 
 from session_sql._store.backends.postgresql import driving
-from session_sql._store.backends.postgresql.one_query import one_trip_flow, tenant_params
+from session_sql._store.backends.postgresql.one_query import one_trip_flow, tenant_runs
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 from session_sql._store.transactions import (
     ROLLBACK,
@@ -153,7 +153,7 @@ def append_flow(
         else:
             insert = Run(c.insert_event_values, values, many=True)
         planned.append(Planned(p, insert, len(values), ops))
-    begin = [Run(own.set_tenant.sql, tenant_params(w))]
+    begin = tenant_runs(w)
     return (yield from counted_append(w, parts, planned, begin=begin, stepwise=False))
 
 
@@ -184,12 +184,12 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
     ]
     events, surface = copy_statement(w.tables.events, EVENT_VALUE_COLUMNS), None
     runs = [
-        Run(own.set_tenant.sql, tenant_params(w)),
+        *tenant_runs(w),
         Run(ROW_SECURITY_ACTIVE, (qualified(w.tables.events),), fetch=True),
         *(head_run(w, b.part) for b in bulk),
     ]
     reply = yield Send(runs)
-    heads = reply.counts[2:]
+    heads = reply.counts[len(runs) - len(bulk) :]
     if reply.error is not None:
         return (yield from failed(parts, heads, reply.error))
     if not whole(parts, heads, []):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from session_sql._store.backends.postgresql import driving
-from session_sql._store.backends.postgresql.one_query import tenant_params
+from session_sql._store.backends.postgresql.one_query import tenant_text
 from session_sql._store.transactions import (
     Query,
     StoredHead,
@@ -23,14 +23,8 @@ if TYPE_CHECKING:
 
 
 def _read(w: Writes, cur: Any, session_key: int, from_seq: int) -> Query:
-    tenant = w.own.set_tenant
     params = refresh_params(w, session_key, from_seq)
-    text = ";".join(
-        [
-            cur.mogrify(tenant.sql, tenant_params(w)),
-            cur.mogrify(w.compiled.refresh_rows.sql, params),
-        ]
-    )
+    text = ";".join([tenant_text(w, cur.mogrify), cur.mogrify(w.compiled.refresh_rows.sql, params)])
     return Query(text, last_rows=True)
 
 
