@@ -69,7 +69,7 @@ __all__ = [
     "render_ddl",
     "row_security_ddl",
     "tables_for",
-    "tenant_sets",
+    "distributed_sets",
 ]
 
 SCHEMA_VERSION = 6
@@ -407,16 +407,22 @@ def default_tenant_flag(tenant: str) -> str:
     return "on" if tenant == "" else ""
 
 
-def tenant_sets(tenant: str) -> tuple[str, ...]:
-    """The tenant settings as ``SET LOCAL`` statements that Citus sends on to the workers
+def distributed_sets(tenant: str) -> tuple[str, ...]:
+    """What each transaction of a distributed store sets first (``SET LOCAL``).
+
+    The tenant settings, as statements that Citus sends on to the workers
     (``citus.propagate_set_commands``), where the shards' row-level security reads them: a
-    ``set_config`` call, which ``set_tenant`` is, stays on the coordinator. ``SET`` takes no
-    parameters, so the tenant is a quoted literal (standard strings: a quote is doubled)."""
+    ``set_config`` call stays on the coordinator. ``SET`` takes no parameters, so the tenant
+    is a quoted literal (standard strings: a quote is doubled). And custom plans only: a
+    prepared statement's generic plan cannot tell the shard from a parameter, and Citus would
+    run it on every shard.
+    """
     literal = "'" + tenant.replace("'", "''") + "'"
     return (
         "SET LOCAL citus.propagate_set_commands = 'local'",
         f"SET LOCAL {TENANT_SETTING} = {literal}",
         f"SET LOCAL {DEFAULT_TENANT_SETTING} = '{default_tenant_flag(tenant)}'",
+        "SET LOCAL plan_cache_mode = force_custom_plan",
     )
 
 

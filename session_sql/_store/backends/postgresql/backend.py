@@ -66,7 +66,7 @@ from session_sql._store.backends.postgresql import catalog as pg_catalog
 from session_sql._store.backends.postgresql import distribution as citus
 from session_sql._store.backends.postgresql.driving import PG_IDLE
 from session_sql._store.backends.postgresql.errors import translate
-from session_sql._store.backends.postgresql.one_query import tenant_runs
+from session_sql._store.backends.postgresql.one_query import tenant_params
 from session_sql._store.backends.postgresql.prepared import forgetting_rollback
 from session_sql._store.backends.postgresql.refused import explain_refused_connection
 from session_sql._store.rows import SURFACE_COLUMNS
@@ -74,7 +74,7 @@ from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
     TENANT_SETTING,
     default_tenant_flag,
-    tenant_sets,
+    distributed_sets,
 )
 from session_sql._store.transactions import Run
 from session_sql.errors import (
@@ -307,15 +307,17 @@ class PostgreSQLBackend(Backend):
     def begin_read(self, ctx: StoreContext, raw: Any) -> None:
         """The tenant setting first, in one pipeline with psycopg's ``BEGIN`` (the read's
         rows are then fetched outside it); on the async engine, through its adapter."""
-        runs = tenant_runs(ctx.writes)
+        w = ctx.writes
         driver = raw.driver_connection
+        if w.own.distributed_sets:  # one query of its own (see ``one_query.tenant_first``)
+            raw.cursor().execute(";".join(w.own.distributed_sets))
+            return
+        set_tenant, params = w.own.set_tenant.sql, tenant_params(w)
         if isinstance(driver, psycopg.AsyncConnection):
-            for run in runs:
-                raw.cursor().execute(run.sql, run.params)
+            raw.cursor().execute(set_tenant, params)
             return
         with driver.pipeline():
-            for run in runs:
-                raw.cursor().execute(run.sql, run.params)
+            raw.cursor().execute(set_tenant, params)
 
     # -- engines -----------------------------------------------------------------------
 
@@ -338,23 +340,25 @@ class PostgreSQLBackend(Backend):
         They are sent in one pipeline with psycopg's ``BEGIN``: no round trip is added to a
         transaction. The append flows set them themselves (``appending``, ``one_query``).
         On a distributed store they are ``SET LOCAL`` statements that reach the workers
-        (``statements.tenant_sets``).
+        (``schema.distributed_sets``).
         """
-        values: Any = (tenant, default_tenant_flag(tenant))
-        runs = [(SET_TENANT, values)]
-        if distributed:
-            runs = [(sql, None) for sql in tenant_sets(tenant)]
+        values = (tenant, default_tenant_flag(tenant))
+        sets = ";".join(distributed_sets(tenant))
 
         def on_begin(conn: Connection) -> None:
             driver = conn.connection.driver_connection
             if isinstance(driver, psycopg.AsyncConnection):  # SQLAlchemy's adapter awaits it
                 cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-                for sql, params in runs:
-                    cursor.execute(sql, params)
+                if distributed:
+                    cursor.execute(sets)
+                else:
+                    cursor.execute(SET_TENANT, values)
+                return
+            if distributed:  # one query of its own (see ``one_query.tenant_first``)
+                driver.execute(sets)  # type: ignore[union-attr]
                 return
             with driver.pipeline():  # type: ignore[union-attr]
-                for sql, params in runs:
-                    driver.execute(sql, params)  # type: ignore[union-attr]
+                driver.execute(SET_TENANT, values)  # type: ignore[union-attr]
 
         event.listen(engine, "begin", on_begin)
 

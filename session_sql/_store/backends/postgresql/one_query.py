@@ -55,21 +55,22 @@ def tenant_params(w: Writes) -> Any:
 
 
 def tenant_runs(w: Writes) -> list[Run]:
-    """The tenant setting as a pipeline's statements: ``set_tenant``, or on a distributed
-    store its ``SET LOCAL`` statements (one each: a pipeline runs one command a statement)."""
-    sets = w.own.tenant_sets
-    if sets:
-        return [Run(sql) for sql in sets]
+    """The tenant setting as a pipeline's first statement (``set_tenant``); none on a
+    distributed store, whose flows send ``tenant_first`` before their pipeline."""
+    if w.own.distributed_sets:
+        return []
     return [Run(w.own.set_tenant.sql, tenant_params(w))]
 
 
-def tenant_text(w: Writes, bind: Callable[[str, Any], str]) -> str:
-    """The tenant setting as text of a query of several statements (``bind``: a client
-    cursor's ``mogrify``)."""
-    sets = w.own.tenant_sets
-    if sets:
-        return ";".join(sets)
-    return bind(w.own.set_tenant.sql, tenant_params(w))
+def tenant_first(w: Writes) -> Flow[None]:
+    """A distributed store's tenant setting: its ``SET LOCAL`` statements as one query of
+    their own, before the transaction's pipeline. Citus sends them on to a worker when it
+    first uses one; sent inside a pipeline, or in one query with the statements that follow,
+    they make Citus plan those statements for every shard, or fail them."""
+    if w.own.distributed_sets:
+        reply = yield Query(";".join(w.own.distributed_sets))
+        if reply.error is not None:
+            raise reply.error
 
 
 def one_trip_flow(
@@ -112,10 +113,9 @@ def one_trip(w: Writes, part: AppendPart) -> list[tuple[Compiled, list[Any]]]:
     """
     c, own = w.compiled, w.own
     out: list[tuple[Compiled, list[Any]]] = [
+        (own.set_tenant, [tenant_params(w)]),
         (own.guarded_advance, [own.guarded_advance.bind(part.advance)]),
     ]
-    if not own.tenant_sets:  # else set by ``SET LOCAL`` statements (``one_query``)
-        out.insert(0, (own.set_tenant, [tenant_params(w)]))
     out.append((own.insert_event_strict, event_rows(w, part)))  # in the statement's order
     for op, params in surface_ops(w, part.session_key, part.transitions, part.next_pos):
         if op is SurfaceOp.INSERT_NODES:
@@ -204,8 +204,7 @@ def trip_query(
     ``DEALLOCATE ALL``), or ``literal`` is asked for, the query is :func:`one_query` and reads
     the connection's prepared statements in the same round trip (``PREPARED_NAMES``).
     """
-    if getattr(driver, "prepare_threshold", None) is None or w.own.tenant_sets:
-        # (A distributed store's tenant setting is SET statements, which cannot be prepared.)
+    if getattr(driver, "prepare_threshold", None) is None:
         return TripQuery(one_query(bind, w, part), None, False)
     known = None if literal else prepared_on(driver)
     if known is None:
@@ -287,8 +286,6 @@ def one_query(bind: Callable[[str, Any], str], w: Writes, part: AppendPart) -> s
             statements.extend([sql] * len(params))
         for one in params:
             values.extend(one if type(one) is tuple else [one[name] for name in names])
-    if w.own.tenant_sets:  # the SET statements first, their % doubled for ``bind``
-        statements[:0] = [s.replace("%", "%%") for s in w.own.tenant_sets]
     return bind(";".join(_with_wake(w, part, statements, values)), values)
 
 

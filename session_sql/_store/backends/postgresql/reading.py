@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from session_sql._store.backends.postgresql import driving
-from session_sql._store.backends.postgresql.one_query import tenant_text
+from session_sql._store.backends.postgresql.one_query import tenant_params
 from session_sql._store.transactions import (
     Query,
     StoredHead,
@@ -24,7 +24,13 @@ if TYPE_CHECKING:
 
 def _read(w: Writes, cur: Any, session_key: int, from_seq: int) -> Query:
     params = refresh_params(w, session_key, from_seq)
-    text = ";".join([tenant_text(w, cur.mogrify), cur.mogrify(w.compiled.refresh_rows.sql, params)])
+    tenant = w.own.set_tenant
+    text = ";".join(
+        [
+            cur.mogrify(tenant.sql, tenant_params(w)),
+            cur.mogrify(w.compiled.refresh_rows.sql, params),
+        ]
+    )
     return Query(text, last_rows=True)
 
 

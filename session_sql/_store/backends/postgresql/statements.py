@@ -35,7 +35,7 @@ from session_sql._store.schema import (
     JSONText,
     SchemaTables,
     default_tenant_flag,
-    tenant_sets,
+    distributed_sets,
 )
 
 
@@ -80,8 +80,9 @@ class OwnStatements:
             ),
             dialect,
         )
-        self.tenant_sets = tenant_sets(tenant) if distributed else ()
-        """A distributed store's tenant setting (``tenant_sets``), else empty."""
+        self.distributed_sets = distributed_sets(tenant) if distributed else ()
+        """What a distributed store's transactions set first (``distributed_sets``), else
+        empty."""
 
 
 def insert_unnest(table: Table) -> Insert:
