@@ -69,8 +69,7 @@ CAPABILITIES["citus"] = (
     - {
         # Each statement's plan is Citus's (a custom scan over a task), not PostgreSQL's.
         "explain_json",
-        # Statistics, dead rows and vacuums are the workers' shards', not the coordinator's.
-        "autoanalyze",
+        # Dead rows and vacuums are the workers' shards', not the coordinator's.
         "dead_rows",
         "vacuum_full",
         # A distributed store's tenant setting is SET statements, which cannot be prepared.
