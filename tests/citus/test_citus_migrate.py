@@ -10,6 +10,11 @@ source's did, and a rerun (the command, as after an interruption) checks and ski
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +25,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.schema import DropSchema
 from typer.testing import CliRunner
 
-from session_sql import SessionStore, migrate, open_store, thaw
+from session_sql import ConfigurationError, SessionStore, migrate, open_store, thaw
 from session_sql._store.database import make_engine
 from session_sql.cli import app
 
@@ -30,6 +35,7 @@ from .cluster import CitusCluster
 
 TENANTS = ("", "acme")
 T0 = 1_700_000_000_000
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -61,13 +67,13 @@ def _fill(url: str) -> None:
             store.create_session("s3", labels={"empty": "yes"})
 
 
-def _build_v5(reference: str, url: str, schema: str) -> None:
+def _build_v5(reference: str, url: str, schema: str, tenants: tuple[str, ...] = TENANTS) -> None:
     """A version 5 store at ``url``/``schema`` holding what ``reference`` holds, row for row as
     that release wrote it."""
     engine = make_engine(url)
     try:
         create_legacy_store(engine, schema, 5)
-        for tenant in TENANTS:
+        for tenant in tenants:
             with open_store(reference, tenant=tenant, create=False) as store:
                 for info in store.iter_sessions():
                     session = store.load_session(info.id)
@@ -143,6 +149,14 @@ def test_a_version_5_store_migrates_into_a_distributed_store(
     assert (report.source_version, report.tenants, report.sessions) == (5, 2, 6)
     assert (report.copied, report.skipped) == (6, 0)
     assert report.copied_events == report.events
+    with pytest.raises(ConfigurationError, match="distributed"):  # not the kind it is
+        migrate(
+            source_url,
+            citus_cluster.url,
+            from_schema=source_schema,
+            to_schema=citus_schema,
+            distributed=False,
+        )
     assert _distributed_tables(citus_admin, citus_schema) == {
         "sessions",
         "session_ids",
@@ -183,3 +197,83 @@ def test_a_version_5_store_migrates_into_a_distributed_store(
     assert again.exit_code == 0, again.output
     rerun = json.loads(again.stdout)
     assert (rerun["ok"], rerun["copied"], rerun["skipped"]) == (True, 0, 6)
+
+
+KILLED = textwrap.dedent(
+    """
+    import os, signal, sys
+    from session_sql import migrate
+
+    def progress(step):
+        if step.outcome == "copying" and step.session_id == "m-big":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    migrate(sys.argv[1], sys.argv[2], from_schema=sys.argv[3], to_schema=sys.argv[4],
+            distributed=True, progress=progress)
+    """
+)
+
+
+def _session_rows(admin: Engine, schema: str) -> tuple[int, int]:
+    """``(sessions rows, session_ids rows)`` of every tenant (to see duplicates or strays)."""
+    with admin.connect() as conn:
+        return (
+            int(conn.execute(text(f'SELECT count(*) FROM "{schema}".sessions')).scalar_one()),
+            int(conn.execute(text(f'SELECT count(*) FROM "{schema}".session_ids')).scalar_one()),
+        )
+
+
+def test_a_migration_into_a_distributed_store_killed_mid_session_resumes(
+    citus_cluster: CitusCluster,
+    citus_admin: Engine,
+    citus_schema: str,
+    v5_source: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """``kill -9`` inside a large session's copy from version 5 onto Citus: the sessions
+    committed before it are there, that one is absent, and the rerun copies the rest; every
+    session is there once, verified and identical."""
+    reference = f"sqlite:///{tmp_path / 'reference.db'}"
+    with open_store(reference) as store:
+        for sid in ("a1", "a2", "a3"):
+            say(store.create_session(sid), f"hi {sid}")
+        big = store.create_session("m-big")
+        for turn in range(1, 101):
+            tool_turn(big, turn)
+        say(store.create_session("z1"), "hi z1")  # after m-big, by creation and by id
+    source_url, source_schema = v5_source
+    _build_v5(reference, source_url, source_schema, tenants=("",))
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    done = subprocess.run(
+        [sys.executable, str(script), source_url, citus_cluster.url, source_schema, citus_schema],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert _session_rows(citus_admin, citus_schema) == (3, 3)  # a1..a3; m-big died with it
+    report = migrate(
+        source_url,
+        citus_cluster.url,
+        from_schema=source_schema,
+        to_schema=citus_schema,
+        distributed=True,
+    )
+    assert report.ok, report.failures
+    assert (report.source_version, report.copied, report.skipped) == (5, 2, 3)
+    assert _session_rows(citus_admin, citus_schema) == (5, 5)
+    with (
+        open_store(reference, create=False) as original,
+        open_store(citus_cluster.url, schema=citus_schema, create=False) as copied,
+    ):
+        assert copied.distributed is True
+        assert _snapshot(copied) == _snapshot(original)

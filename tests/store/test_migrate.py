@@ -445,14 +445,15 @@ def test_a_source_of_an_unknown_version_is_refused(place, stored):
     assert not Path(destination.url.removeprefix("sqlite:///")).exists()
 
 
-def test_an_earlier_version_missing_a_column_is_refused(place):
+@pytest.mark.parametrize("version", [2, 5])
+def test_an_earlier_version_missing_a_column_is_refused(place, version):
     source, destination = place("sqlite"), place("sqlite")
     engine = make_engine(source.url)
     try:
         create_legacy_store(
             engine,
             source.schema,
-            2,
+            version,
             lambda d: d.replace("\treplace_generation BIGINT NOT NULL,\n", ""),
         )
     finally:
