@@ -99,6 +99,7 @@ CITUS_CONTRACT = frozenset(
         "test_wake_after_commit",
         "test_retention",
         "test_analytics",
+        "test_session_keys",
     )
 )
 """The store contract modules that run on a distributed store too (each case creates a
