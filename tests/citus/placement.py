@@ -8,7 +8,6 @@ public id (a group of its own), which may sit on another worker.
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,13 +22,6 @@ from .cluster import CitusCluster, Node
 SHARDS = 4
 """Shards per distributed table of a test store (Citus's default is 32): few enough that a
 rebalance moves a handful in seconds, enough that both workers hold some."""
-
-HAS_DISTRIBUTED = "distributed" in inspect.signature(open_store).parameters
-"""Whether ``open_store`` takes ``distributed=`` (SPEC 13.1, schema version 6)."""
-
-DISTRIBUTED_MISSING = (
-    "open_store(..., distributed=True) (SPEC 13.1, schema version 6) is not implemented yet"
-)
 
 
 def open_distributed(cluster: CitusCluster, schema: str, **options: object) -> SessionStore:
