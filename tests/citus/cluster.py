@@ -107,6 +107,12 @@ class CitusCluster:
             # Online shard moves (citus_rebalance_start, tenant isolation) copy by logical
             # replication.
             "wal_level": "logical",
+            # Each move subscribes on the target node, whose launcher (PostgreSQL 15) starts
+            # an apply worker at most once per wal_retrieve_retry_interval (5 s by default):
+            # most of a move's time. And citus_rebalance_start runs its moves one at a time as
+            # background tasks, picked up every background_task_queue_interval (5 s).
+            "wal_retrieve_retry_interval": "'50ms'",
+            "citus.background_task_queue_interval": "'100ms'",
             # The cluster is started and left for the session; Citus's statistics collector
             # would otherwise phone home from a test machine.
             "citus.enable_statistics_collection": "off",
