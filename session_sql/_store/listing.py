@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Connection, and_, false, func, not_, or_, select
 
+from session_sql._store import reader
 from session_sql._store.context import StoreContext
 from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.metadata import HIDDEN_LABEL
@@ -31,10 +32,15 @@ def session_info(conn: Connection, ctx: StoreContext, session_id: str) -> Sessio
     """One session's ``SessionInfo``; ``SessionNotFoundError`` when it is missing."""
     lookup_id(session_id)
     s = ctx.tables.sessions
-    row = conn.execute(select(*info_columns(s)).where(own(ctx, s), s.c.id == session_id)).first()
-    if row is None:
+    query = select(*info_columns(s)).where(own(ctx, s))
+
+    def read(key: int) -> list[Any]:  # by its key: one shard on Citus
+        return list(conn.execute(query.where(s.c.session_key == key)).all())
+
+    rows = reader.by_kept_key(conn, ctx, session_id, read)
+    if not rows:
         raise SessionNotFoundError.for_session(session_id)
-    return info_from_row(row)
+    return info_from_row(rows[0])
 
 
 def list_sessions(

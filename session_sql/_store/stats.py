@@ -104,7 +104,8 @@ class _Scope:
 
     tables: SchemaTables
     tenant: str
-    session_id: str | None
+    key: int | None
+    """The one session's ``session_key`` (``None``: the tenant's sessions)."""
     pinned: tuple[int, int] | None
 
     def events(self, e: Any) -> tuple[Any, ColumnElement[bool]]:
@@ -122,9 +123,9 @@ class _Scope:
                 e.c.seq >= s.c.inherited_event_count,
             ),
         )
-        if self.session_id is None:
+        if self.key is None:
             return joined, true()
-        return joined, s.c.id == self.session_id
+        return joined, s.c.session_key == self.key
 
 
 # A subquery with a LIMIT is computed row by row and never merged into the query around it, so
@@ -156,17 +157,23 @@ def _scope(conn: Connection, t: SchemaTables, tenant: str, session_id: str | Non
     """The scope of a ``stats`` call (``SessionNotFoundError`` for a missing session)."""
     if session_id is None:
         return _Scope(t, tenant, None, None)
-    s = t.sessions
-    row = conn.execute(
-        select(s.c.session_key, s.c.inherited_event_count, s.c.head_seq).where(
-            s.c.tenant == tenant, s.c.id == session_id
-        )
-    ).one_or_none()
+    s, ids = t.sessions, t.session_ids
+    # By its key, found through session_ids: on Citus each statement then reads one shard.
+    key = conn.execute(
+        select(ids.c.session_key).where(ids.c.tenant == tenant, ids.c.id == session_id)
+    ).scalar_one_or_none()
+    row = None
+    if key is not None:
+        row = conn.execute(
+            select(s.c.session_key, s.c.inherited_event_count, s.c.head_seq).where(
+                s.c.tenant == tenant, s.c.session_key == key
+            )
+        ).one_or_none()
     if row is None:
         raise SessionNotFoundError.for_session(session_id)
     small = row.head_seq + 1 - row.inherited_event_count < PIN_BELOW
     pinned = (int(row.session_key), int(row.inherited_event_count)) if small else None
-    return _Scope(t, tenant, session_id, pinned)
+    return _Scope(t, tenant, int(row.session_key), pinned)
 
 
 def collect_stats(
@@ -263,8 +270,8 @@ def collect_stats(
         func.count(s.c.parent_session).label("forks"),
         func.coalesce(func.sum(s.c.head_seq + 1 - s.c.inherited_event_count), 0).label("events"),
     ).where(s.c.tenant == tenant)
-    if session_id is not None:
-        sessions_query = sessions_query.where(s.c.id == session_id)
+    if scope.key is not None:
+        sessions_query = sessions_query.where(s.c.session_key == scope.key)
 
     totals = conn.execute(sessions_query).one()
     by_type = {row.type: int(row.n) for row in conn.execute(by_type_query) if row.n}

@@ -469,12 +469,6 @@ def _works(call: Callable[[], object]) -> bool:
     return True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TransientStoreError,
-    reason="session_info, update_session and stats(session_id) select the session's row by "
-    "(tenant, id), not by its key: a query on every shard, which fails while any worker is down",
-)
 def test_a_worker_down_leaves_the_other_workers_session_rows_readable(
     citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
 ) -> None:

@@ -107,6 +107,7 @@ def test_create_session_with_seed_writes_seed_and_marker(store):
     assert_consistent(store, handle)
 
 
+@pytest.mark.requires("triggers")
 def test_seed_and_marker_are_one_transaction(store):
     store.create_session("other", seed=tool_turn_log())
     with (
@@ -187,6 +188,7 @@ def test_append_many_of_nothing_writes_nothing(store):
     assert dump_tables(store) == before
 
 
+@pytest.mark.requires("triggers")
 @pytest.mark.parametrize("failing", ["events", "surface"])
 def test_a_failed_transaction_leaves_no_partial_state(store, failing):
     """A batch is one transaction: the database refusing its last row undoes all of it."""

@@ -142,8 +142,9 @@ def _create_engine(
         dbapi_connection.autocommit = True
         dbapi_connection.execute(
             "SELECT set_config('lock_timeout', %s, false), "
-            "set_config('client_encoding', 'UTF8', false)",
-            (f"{lock_timeout_ms}ms",),
+            "set_config('client_encoding', 'UTF8', false), "
+            "set_config('citus.node_connection_timeout', %s, false)",
+            (f"{lock_timeout_ms}ms", str(CITUS_NODE_CONNECTION_TIMEOUT_MS)),
         )
         dbapi_connection.autocommit = autocommit
 
@@ -229,6 +230,13 @@ def is_quiet(conn: Any) -> bool:
         )
     except Exception:  # a closed connection has no socket: not quiet
         return False
+
+
+CITUS_NODE_CONNECTION_TIMEOUT_MS: Final = 5000
+"""How long a Citus coordinator waits to reach a worker for the store (its default is 30 s,
+beyond the store's own connect timeout of 10 s): a worker that is down then fails the call
+with ``TransientStoreError`` in seconds. On plain PostgreSQL the setting is an unused
+placeholder."""
 
 
 # --------------------------------------------------------------------------------------------
