@@ -87,10 +87,10 @@ CAPABILITIES["citus"] = (
 CITUS_CONTRACT = frozenset(
     f"tests/store/{name}.py"
     for name in (
+        "test_analytics",
         "test_append_together",
         "test_byte_fidelity",
-        "test_session_title",
-        "test_store_jsonl",
+        "test_session_keys",
         "test_store_lifecycle",
         "test_store_open",
         "test_store_reading",
@@ -100,14 +100,12 @@ CITUS_CONTRACT = frozenset(
         "test_store_writing",
         "test_stream_pinning",
         "test_tenants",
-        "test_wake_after_commit",
-        "test_retention",
-        "test_analytics",
-        "test_session_keys",
     )
 )
-"""The store contract modules that run on a distributed store too (each case creates a
-distributed schema of its own, half a second on the test cluster, so not every module)."""
+"""The store contract modules that run on a distributed store too. Each case creates a
+distributed schema of its own (half a second on the test cluster), so not every module, and
+of the store's API and tenant cases (tests/store/conftest.py) the sync API with the default
+tenant and the async API with a named one."""
 
 
 @dataclass(frozen=True)
@@ -266,7 +264,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = callspec.params.get("backend") if callspec is not None else None
         needed = {c for mark in marks for c in mark.args}
         has = CAPABILITIES.get(name, frozenset())
-        outside = "distributed" in has and _relative(item) not in CITUS_CONTRACT
+        outside = "distributed" in has and (
+            _relative(item) not in CITUS_CONTRACT
+            or (callspec.params.get("api") == "sync" and callspec.params.get("tenant"))
+        )
         if (name in CAPABILITIES and not needed <= has) or outside:
             lacking.append(item)
         else:
