@@ -129,7 +129,9 @@ class AsyncStoredSession:
         sync = self._sync
         async with self._lock:
             writers = self._runner.writers
-            if writers is None:
+            # The one query's set_config would not reach a Citus worker (see
+            # ``StoreContext.tenant_on_workers``): the sync read's transaction sets it there.
+            if writers is None or sync._ctx.tenant_on_workers:
                 row, rows = await self._runner.call(sync._read_new)
             else:
                 row, rows = await self._read_new_async(writers)

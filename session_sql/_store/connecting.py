@@ -65,14 +65,16 @@ def connect(
         # The gate, and whatever it creates, on the primary alone: a standby is read-only,
         # and holds what the primary holds once it has replayed it.
         spread = ensure_schema(engine, target, create=create, distributed=distributed)
+        sessions = tables_for(target).sessions
+        confined = spread and backend.row_security_applies(engine, sessions)
         with translate_errors(database=database_label(engine)):
             backend.prepare_store(engine)
-        backend.scope_transactions(engine, tenant, spread)
+        backend.scope_transactions(engine, tenant, confined)
         for standby in standbys:
             # The store's own options: each replica's pool is bounded as the primary's is.
             replica = make_engine(standby, **engine_options)
             replicas.append(replica)
-            backend.scope_transactions(replica, tenant, spread)
+            backend.scope_transactions(replica, tenant, confined)
     except (TypeError, ValueError) as exc:
         _dispose(engine, replicas)
         if isinstance(exc, SessionSQLError) or not engine_options:
@@ -102,6 +104,7 @@ def connect(
         tenant=tenant,
         replicas=replicas,
         distributed=spread,
+        tenant_on_workers=confined,
     )
 
 

@@ -432,10 +432,14 @@ class StoreContext:
         tenant: str = "",
         replicas: Sequence[Engine] = (),
         distributed: bool = False,
+        tenant_on_workers: bool = False,
     ) -> None:
         self.engine = engine
         self.distributed = distributed
         """Whether the store's tables are distributed (Citus; ``ensure_schema``)."""
+        self.tenant_on_workers = tenant_on_workers
+        """A distributed store whose role row-level security keeps to its tenant: the tenant
+        settings must reach the workers (``schema.distributed_sets``)."""
         """The primary: every write, the schema gate, LISTEN, and the write handles' reads."""
         self.replicas: tuple[Engine, ...] = tuple(replicas)
         """The hot standbys (``replica_urls``) that serve the store-level reads, in turn."""
@@ -456,10 +460,10 @@ class StoreContext:
         self.tenant = tenant
         """Every row this store reads or writes is this tenant's."""
         self.statements = statements_for(tables.metadata.schema, self.backend, tenant)
-        self.idle = IdleConnection(engine, tenant, distributed=distributed)
+        self.idle = IdleConnection(engine, tenant, tenant_on_workers=tenant_on_workers)
         """The connection kept for single-statement reads (see ``reader.surface_tail``)."""
         self._replica_idle = tuple(
-            IdleConnection(r, tenant, distributed=distributed) for r in self.replicas
+            IdleConnection(r, tenant, tenant_on_workers=tenant_on_workers) for r in self.replicas
         )
         self._turn = itertools.count()
         self.parsed = Kept()
@@ -546,7 +550,7 @@ class StoreContext:
                 return self.wake_notes(heads)
 
         own = self.backend.own_statements(
-            self.statements, self.tables, self.engine.dialect, self.distributed
+            self.statements, self.tables, self.engine.dialect, self.tenant_on_workers
         )
         return Writes(self.compiled, own, self.tables, self.tenant, self.max_event_bytes, notes)
 

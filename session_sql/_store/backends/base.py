@@ -151,7 +151,7 @@ class Backend(ABC):
 
     @abstractmethod
     def own_statements(
-        self, st: Statements, tables: SchemaTables, dialect: Dialect, distributed: bool
+        self, st: Statements, tables: SchemaTables, dialect: Dialect, tenant_on_workers: bool
     ) -> Any:
         """The statements only this database's transactions run, compiled for ``dialect``
         (``transactions.Writes.own``), or None."""
@@ -190,7 +190,7 @@ class Backend(ABC):
         """What an accepted store needs once (SQLite: WAL); run after the schema gate."""
 
     @abstractmethod
-    def scope_transactions(self, engine: Engine, tenant: str, distributed: bool) -> None:
+    def scope_transactions(self, engine: Engine, tenant: str, tenant_on_workers: bool) -> None:
         """Make every transaction on ``engine`` carry the tenant (row-level security)."""
 
     @abstractmethod
@@ -256,7 +256,7 @@ class Backend(ABC):
     # -- connections kept outside a checkout -------------------------------------------
 
     @abstractmethod
-    def keeps_idle(self, engine: Engine, distributed: bool) -> bool:
+    def keeps_idle(self, engine: Engine, tenant_on_workers: bool) -> bool:
         """Whether a store may keep a connection detached from this engine's pool."""
 
     @abstractmethod
@@ -382,6 +382,10 @@ class Backend(ABC):
     def distribution(self, conn: Connection, tables: SchemaTables) -> tuple[bool, list[str]]:
         """Whether the store is distributed, and what keeps its distribution from being
         complete (the gate refuses a half-distributed store)."""
+
+    @abstractmethod
+    def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
+        """Whether row-level security keeps this role to the rows of its tenant."""
 
     @abstractmethod
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:

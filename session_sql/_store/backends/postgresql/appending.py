@@ -124,10 +124,10 @@ async def append_parts_async(
 def _single(w: Writes, parts: Sequence[AppendPart]) -> AppendPart | None:
     """The one part of an append sent as one query (a single session, not a big batch).
 
-    Never on a distributed store: its tenant setting is ``SET LOCAL`` statements that Citus
-    sends on to a worker, and in a query of several statements the worker's copy fails
-    ("cannot execute a distributed query from a query on a shard"); the pipeline sends each
-    statement as its own."""
+    Never where the tenant settings must reach Citus's workers (``distributed_sets``): they
+    are ``SET LOCAL`` statements then, which Citus sends on to a worker, and in a query of
+    several statements the worker's copy fails ("cannot execute a distributed query from a
+    query on a shard"); the pipeline sends each statement as its own."""
     if w.own.distributed_sets or len(parts) != 1 or len(parts[0].events) >= COPY_MIN_ROWS:
         return None
     return parts[0]

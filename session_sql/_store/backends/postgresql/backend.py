@@ -278,14 +278,14 @@ class PostgreSQLBackend(Backend):
         return appending.append_parts(ctx, parts)
 
     def own_statements(
-        self, st: Statements, tables: SchemaTables, dialect: Dialect, distributed: bool
+        self, st: Statements, tables: SchemaTables, dialect: Dialect, tenant_on_workers: bool
     ) -> Any:
         from session_sql._store.backends.postgresql.statements import (  # noqa: PLC0415
             OwnStatements,  # (it imports the context, which imports this module)
         )
 
         tenant = str(st.tenant_param.value)
-        return OwnStatements(st, tables, tenant, dialect, distributed=distributed)
+        return OwnStatements(st, tables, tenant, dialect, tenant_on_workers=tenant_on_workers)
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """One statement over column arrays (``Statements.insert_events_unnest``)."""
@@ -340,7 +340,7 @@ class PostgreSQLBackend(Backend):
     def prepare_store(self, engine: Engine) -> None:
         return
 
-    def scope_transactions(self, engine: Engine, tenant: str, distributed: bool) -> None:
+    def scope_transactions(self, engine: Engine, tenant: str, tenant_on_workers: bool) -> None:
         """Set the tenant settings at the start of every transaction on ``engine``.
 
         They are transaction-local (``set_config(..., true)``), so they never outlive the
@@ -357,12 +357,12 @@ class PostgreSQLBackend(Backend):
             driver = conn.connection.driver_connection
             if isinstance(driver, psycopg.AsyncConnection):  # SQLAlchemy's adapter awaits it
                 cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-                if distributed:
+                if tenant_on_workers:
                     cursor.execute(sets)
                 else:
                     cursor.execute(SET_TENANT, values)
                 return
-            if distributed:  # one query of its own (see ``one_query.tenant_first``)
+            if tenant_on_workers:  # one query of its own (see ``one_query.tenant_first``)
                 driver.execute(sets)  # type: ignore[union-attr]
                 return
             with driver.pipeline():  # type: ignore[union-attr]
@@ -429,10 +429,10 @@ class PostgreSQLBackend(Backend):
 
     # -- connections kept outside a checkout -------------------------------------------
 
-    def keeps_idle(self, engine: Engine, distributed: bool) -> bool:
+    def keeps_idle(self, engine: Engine, tenant_on_workers: bool) -> bool:
         # A distributed store's tenant setting reaches the workers only as SET LOCAL, inside
         # a transaction: an autocommit connection's statements would run without it.
-        return not distributed
+        return not tenant_on_workers
 
     def open_idle(self, dbapi_connection: Any, tenant: str) -> None:
         """Autocommit, with the store's tenant set for the session: the connection serves
@@ -575,18 +575,26 @@ class PostgreSQLBackend(Backend):
         placed = citus.distribution(conn, tables)
         return bool(placed), citus.distribution_differences(tables, placed)
 
-    def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
-        """A role kept to one tenant would see no session, or only some, and a migration
-        must see them all."""
+    def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
+        return self._row_security(engine, sessions)[0]
+
+    def _row_security(self, engine: Engine, sessions: Table) -> tuple[bool, str]:
+        """Whether row-level security applies to the role on ``sessions``, and the role."""
         # Imported here: the package imports this module.
         from session_sql._store.database import read_tx, translate_errors  # noqa: PLC0415
 
-        label = self.database_label(engine)
         name = engine.dialect.identifier_preparer.format_table(sessions)
-        with translate_errors(database=label), read_tx(engine) as conn:
+        with translate_errors(database=self.database_label(engine)), read_tx(engine) as conn:
             active, role = conn.execute(
                 select(func.row_security_active(literal(name, Text)), func.current_user())
             ).one()
+        return bool(active), str(role)
+
+    def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
+        """A role kept to one tenant would see no session, or only some, and a migration
+        must see them all."""
+        label = self.database_label(engine)
+        active, role = self._row_security(engine, sessions)
         if active:
             raise ConfigurationError(
                 f"the {side} {label}: role {role!r} is subject to row-level "

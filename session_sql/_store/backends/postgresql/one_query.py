@@ -55,16 +55,17 @@ def tenant_params(w: Writes) -> Any:
 
 
 def tenant_runs(w: Writes) -> list[Run]:
-    """The tenant setting as a pipeline's first statement (``set_tenant``); none on a
-    distributed store, whose flows send ``tenant_first`` before their pipeline."""
+    """The tenant setting as a pipeline's first statement (``set_tenant``); none where it
+    must reach Citus's workers, whose flows send ``tenant_first`` before their pipeline."""
     if w.own.distributed_sets:
         return []
     return [Run(w.own.set_tenant.sql, tenant_params(w))]
 
 
 def tenant_first(w: Writes) -> Flow[None]:
-    """A distributed store's tenant setting: its ``SET LOCAL`` statements as one query of
-    their own, before the transaction's pipeline. Citus sends them on to a worker when it
+    """Where the tenant settings must reach Citus's workers (a distributed store whose role
+    row-level security applies to): its ``SET LOCAL`` statements as one query of their own,
+    before the transaction's pipeline. Citus sends them on to a worker when it
     first uses one; sent inside a pipeline, or in one query with the statements that follow,
     they make Citus plan those statements for every shard, or fail them."""
     if w.own.distributed_sets:

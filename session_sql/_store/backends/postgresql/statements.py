@@ -49,7 +49,7 @@ class OwnStatements:
         tenant: str,
         dialect: Dialect,
         *,
-        distributed: bool = False,
+        tenant_on_workers: bool = False,
     ):
         s, e, sf = tables.sessions, tables.events, tables.surface
         # The one-round-trip append: its statements and the commit go in one message, so
@@ -80,7 +80,7 @@ class OwnStatements:
             ),
             dialect,
         )
-        self.distributed_sets = distributed_sets(tenant) if distributed else ()
+        self.distributed_sets = distributed_sets(tenant) if tenant_on_workers else ()
         """What a distributed store's transactions set first (``distributed_sets``), else
         empty."""
 

@@ -210,7 +210,7 @@ class SQLiteBackend(Backend):
         return appending.append_parts(ctx, parts)
 
     def own_statements(
-        self, st: Statements, tables: SchemaTables, dialect: Dialect, distributed: bool
+        self, st: Statements, tables: SchemaTables, dialect: Dialect, tenant_on_workers: bool
     ) -> Any:
         return None  # SQLite runs only the statements both databases share
 
@@ -285,7 +285,7 @@ class SQLiteBackend(Backend):
         finally:
             raw.close()
 
-    def scope_transactions(self, engine: Engine, tenant: str, distributed: bool) -> None:
+    def scope_transactions(self, engine: Engine, tenant: str, tenant_on_workers: bool) -> None:
         return  # no row-level security: every statement filters on the tenant itself
 
     def require_existing(self, url: URL) -> None:
@@ -366,7 +366,7 @@ class SQLiteBackend(Backend):
 
     # -- connections kept outside a checkout -------------------------------------------
 
-    def keeps_idle(self, engine: Engine, distributed: bool) -> bool:
+    def keeps_idle(self, engine: Engine, tenant_on_workers: bool) -> bool:
         # An in-memory database is one connection, which the pool hands to every user.
         return not _in_memory(engine.url.database)
 
@@ -518,6 +518,9 @@ class SQLiteBackend(Backend):
 
     def distribution(self, conn: Connection, tables: SchemaTables) -> tuple[bool, list[str]]:
         return False, []
+
+    def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
+        return False
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
         return  # no row-level security
