@@ -323,8 +323,6 @@ def schema_(
     epilog=example(
         "session-sql bench --quick",
         "session-sql bench --url postgresql://postgres@127.0.0.1/test --only W1,W11 --json",
-        "session-sql bench --url postgresql://postgres@127.0.0.1/test"
-        " --citus-url postgresql://postgres@127.0.0.1:9700/postgres --only W13",
     )
 )
 def bench(

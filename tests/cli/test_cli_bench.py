@@ -263,7 +263,7 @@ def test_bench_url_sqlite_puts_its_files_beside_that_path(sqlite_cli: Cli, tmp_p
     named.parent.mkdir()
     seen: list[str] = []
 
-    def run(url, *, quick, progress, only=None):
+    def run(url, *, quick, progress, only=None, citus_url=None):
         with bench.bench_targets(url) as targets:
             for target in targets:
                 seen.append(target.workdir)
