@@ -11,7 +11,8 @@ The operations are one session's: an append of one event per transaction, ``appe
 batch of 100 events of the agent mix, a tail read (``messages(last=20)``) and ``open_session``
 of a session of ``SESSION_EVENTS`` events and ``SESSION_NODES`` surface nodes. Each is a router
 query on Citus (every statement goes to the shard that holds the session), so the figure is the
-coordinator's hop, not a fan-out.
+coordinator's hop, not a fan-out. ``create_session`` is timed too: it writes the id's row and
+the session's row, which lie on the shards of two distribution values (the id, the key).
 """
 
 from __future__ import annotations
@@ -53,7 +54,13 @@ statement after five runs)."""
 TARGET = 2.0
 """The bound W13 checks: Citus time at most twice plain PostgreSQL's."""
 
-OPERATIONS = ("append", f"append_many x{BATCH}", f"messages(last={TAIL})", "open_session")
+OPERATIONS = (
+    "append",
+    f"append_many x{BATCH}",
+    f"messages(last={TAIL})",
+    "open_session",
+    "create_session",
+)
 """W13's operations, in the order they are reported."""
 
 
@@ -163,6 +170,10 @@ def _open(side: _Side) -> Callable[[int], object]:
     return lambda i: side.store.open_session(side.readers[i % SESSIONS])
 
 
+def _create(side: _Side) -> Callable[[int], object]:
+    return lambda _: side.store.create_session()
+
+
 def _ms(samples: list[float], q: float = 0.5) -> float:
     ordered = sorted(samples)
     return round(ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000, 3)
@@ -196,6 +207,7 @@ def w_citus(
             ),
             f"messages(last={TAIL})": (TAIL, _tail(p), _tail(c), calls),
             "open_session": (1, _open(p), _open(c), calls),
+            "create_session": (1, _create(p), _create(c), calls),
         }
         out = []
         for op, (count, on_plain, on_citus, n) in runs.items():
