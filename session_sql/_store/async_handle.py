@@ -135,13 +135,15 @@ class AsyncStoredSession:
                 row, rows = await self._read_new_async(writers)
             return sync._fold_new(row, rows)
 
-    async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, list[Any]]:
+    async def _read_new_async(self, writers: AsyncWriteConnections) -> tuple[Any, Sequence[Any]]:
         """``_read_new`` on the store's kept async connections, with the same checks."""
         sync = self._sync
         with translate_errors(sync.id):
-            found = await writers.read_new(sync._ctx.writes, sync.id, sync.seq)
-        row, rows = found if found is not None else (None, [])
-        return sync._this_session(row), rows
+            found = await writers.read_new(sync._ctx.writes, sync._session_key, sync.seq)
+        if found is None:  # the row is gone: the sync read tells deleted from recreated
+            return await self._runner.call(sync._read_new)
+        row, rows = found
+        return sync._same_creation(row), rows
 
     async def _append_async(self, batch: list[Item]) -> list[SessionEvent]:
         """The sync handle's append, its persist step awaited; run to its end even when the

@@ -544,12 +544,19 @@ def open_async_store(
     schema: str = DEFAULT_SCHEMA,
     catalog: Catalog | None = None,
     tenant: str | None = None,
+    distributed: bool | None = None,
     **options: Any,
 ) -> AsyncSessionStore:
     """A store for asyncio, opened (initialised when empty) when awaited or entered.
 
     ``async with open_async_store(url) as store:`` or ``store = await open_async_store(url)``
-    (then ``await store.close()``). The options (``tenant`` included) are ``open_store``'s,
-    with its errors.
+    (then ``await store.close()``). The options (``tenant`` and ``distributed`` included) are
+    ``open_store``'s, with its errors.
     """
-    return AsyncSessionStore(url, schema=schema, catalog=catalog, tenant=tenant, options=options)
+    return AsyncSessionStore(
+        url,
+        schema=schema,
+        catalog=catalog,
+        tenant=tenant,
+        options={**options, "distributed": distributed},
+    )

@@ -54,10 +54,14 @@ class Inserted(NamedTuple):
 
 
 def insert_session_row(conn: Connection, ctx: StoreContext, row: Mapping[str, Any]) -> int:
-    """Insert a new ``sessions`` row in ``conn``'s transaction; returns its ``session_key``
-    (assigned by the database: an identity on PostgreSQL, the rowid on SQLite)."""
+    """Insert a new ``sessions`` row and its ``session_ids`` row in ``conn``'s transaction;
+    returns its ``session_key`` (assigned by the database: an identity on PostgreSQL, the rowid
+    on SQLite). A taken id fails on ``session_ids``' key (``SessionExistsError``)."""
     s = ctx.tables.sessions
-    return int(conn.execute(insert(s).returning(s.c.session_key), dict(row)).scalar_one())
+    key = int(conn.execute(insert(s).returning(s.c.session_key), dict(row)).scalar_one())
+    ids = {"id": row["id"], "tenant": row["tenant"], "session_key": key}
+    conn.execute(ctx.statements.insert_id, ids)
+    return key
 
 
 def insert_session(
@@ -92,7 +96,7 @@ def _insert_session(
     t = ctx.tables
     session_id = str(row["id"])
     with write_tx(ctx.engine) as conn:
-        taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
+        taken = conn.execute(ctx.statements.key_of, {"b_id": session_id})
         if taken.first() is not None:
             raise SessionExistsError.for_session(session_id)
         key = insert_session_row(conn, ctx, row)

@@ -37,9 +37,21 @@ def connect(
     max_followers: int | None,
     engine_options: dict[str, Any],
     replica_urls: Sequence[str] | None = None,
+    distributed: bool | None = None,
 ) -> StoreContext:
     """The context of a store opened on ``url`` (see ``open_store``)."""
     check_options(schema, catalog, clock, max_event_bytes)
+    if distributed not in (None, True, False):
+        raise ConfigurationError(
+            f"distributed must be None, True or False, not {distributed!r}",
+            option="distributed",
+        )
+    if distributed and isinstance(url, str) and not backend_for(url).distributable:
+        raise ConfigurationError(
+            "distributed=True needs PostgreSQL with the citus extension; an SQLite store "
+            "is never distributed",
+            option="distributed",
+        )
     followers = followers_option(max_followers)
     tenant = check_tenant(tenant)
     standbys = _replica_urls(url, replica_urls)
@@ -52,7 +64,7 @@ def connect(
             backend.require_existing(engine.url)
         # The gate, and whatever it creates, on the primary alone: a standby is read-only,
         # and holds what the primary holds once it has replayed it.
-        ensure_schema(engine, target, create=create)
+        spread = ensure_schema(engine, target, create=create, distributed=distributed)
         with translate_errors(database=database_label(engine)):
             backend.prepare_store(engine)
         backend.scope_transactions(engine, tenant)
@@ -89,6 +101,7 @@ def connect(
         max_followers=followers,
         tenant=tenant,
         replicas=replicas,
+        distributed=spread,
     )
 
 

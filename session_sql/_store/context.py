@@ -16,6 +16,7 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    BigInteger,
     Engine,
     FromClause,
     Select,
@@ -25,6 +26,7 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    insert,
     select,
 )
 from sqlalchemy import update as sa_update
@@ -52,16 +54,20 @@ class Statements:
 
     def __init__(self, tables: SchemaTables, *, backend: Backend, tenant: str) -> None:
         s, e, sf = tables.sessions, tables.events, tables.surface
+        ids = tables.session_ids
         # Every statement is scoped to the store's tenant. Core executions take its value from
         # here; the flows bind ``b_tenant`` (and the ``tenant`` column) themselves.
         tn = bindparam("b_tenant", tenant, type_=Text)
         self.tenant_param = tn
-        own_session = (s.c.tenant == tn, s.c.id == bindparam("b_id"))
-        # The session's number in ``events`` and ``surface``, looked up by its public id in the
-        # statement itself (one search of the sessions' unique index), so every statement
-        # keeps binding the id.
-        key = select(s.c.session_key).where(*own_session).scalar_subquery()
-        self.session_key = key
+        # A session is addressed by its key (``b_key``) in every statement of its own, so that
+        # on Citus each goes to the one shard holding the session; the key is read first from
+        # ``session_ids`` by the public id (``key_of``: one shard too), or kept by a handle.
+        key = bindparam("b_key", type_=BigInteger)
+        own_session = (s.c.tenant == tn, s.c.session_key == key)
+        by_id = (ids.c.tenant == tn, ids.c.id == bindparam("b_id"))
+        self.key_of = select(ids.c.session_key).where(*by_id)
+        self.insert_id = insert(ids)
+        self.delete_id = delete(ids).where(*by_id, ids.c.session_key == key)
         # The conditional head update is the optimistic lock: zero rows means another writer
         # won, the row was edited underneath us, or the session was deleted (and perhaps
         # recreated: the incarnation differs). On PostgreSQL it also takes the row lock that
@@ -69,8 +75,7 @@ class Statements:
         self.advance = (
             sa_update(s)
             .where(
-                s.c.tenant == tn,
-                s.c.id == bindparam("b_id"),
+                *own_session,
                 s.c.incarnation == bindparam("b_incarnation"),
                 s.c.head_seq == bindparam("b_expected_head"),
                 s.c.surface_next_pos == bindparam("b_expected_pos"),
@@ -90,13 +95,13 @@ class Statements:
         self.retarget_node = (
             sa_update(sf)
             .where(
-                sf.c.session_key == bindparam("b_key"),
+                sf.c.session_key == key,
                 sf.c.event_seq == bindparam("b_old"),
             )
             .values(event_seq=bindparam("b_new"))
         )
         self.drop_node = delete(sf).where(
-            sf.c.session_key == bindparam("b_key"),
+            sf.c.session_key == key,
             sf.c.event_seq == bindparam("b_seq"),
         )
         # ON CONFLICT DO NOTHING, then counting the rows: a lost race on PostgreSQL (whose
@@ -152,17 +157,17 @@ class Statements:
         self.surface_events = _surface_events(tables, backend, key)
 
         # -- reads
-        self.exists = select(s.c.id).where(*own_session)
         self.head_seq = select(s.c.head_seq).where(*own_session)
         # -- the store's one-statement writes of a row: its deletion (the events and surface
-        # rows go with it, by their foreign keys) and its metadata (the columns to set are
-        # the execution's parameters besides ``b_id``)
+        # rows go with it, by their foreign keys; its ``session_ids`` row by ``delete_id``)
+        # and its metadata (the columns to set are the execution's parameters besides
+        # ``b_key``)
         self.delete_session = delete(s).where(*own_session)
         self.update_metadata = sa_update(s).where(*own_session)
         # A walk of the surface primary key with one events primary-key lookup per node
         # (``Backend.join_events``), so the cost follows the surface, never the length of
         # the log.
-        with_events = functools.partial(_with_events, e=e, backend=backend)
+        with_events = functools.partial(_with_events, e=e, backend=backend, key=key)
         self.surface_messages = with_events(sf).where(sf.c.session_key == key).order_by(sf.c.pos)
         # Tail reads: the last ``b_limit`` rows before position ``b_before`` (exclusive), taken
         # from the surface key in a subquery first, so that only those rows' events are looked
@@ -196,14 +201,11 @@ class Statements:
         # (``key_of``), then every page by that key, so a session deleted and created again
         # under its id (a new key: keys are never reused) is never spliced into the stream;
         # ``key_alive`` tells a log that ended from a session that was deleted.
-        self.key_of = select(s.c.session_key).where(*own_session)
-        self.key_alive = select(s.c.session_key).where(
-            s.c.tenant == tn, s.c.session_key == bindparam("b_key")
-        )
+        self.key_alive = select(s.c.session_key).where(*own_session)
         self.stream_page = (
             select(*event_columns(tables.events))
             .where(
-                e.c.session_key == bindparam("b_key"),
+                e.c.session_key == key,
                 e.c.seq > bindparam("b_after"),
                 e.c.seq <= bindparam("b_to"),
             )
@@ -213,7 +215,7 @@ class Statements:
         self.events_after = (
             select(*event_columns(tables.events))
             .where(
-                e.c.session_key == bindparam("b_key"),
+                e.c.session_key == key,
                 e.c.seq > bindparam("b_after"),
             )
             .order_by(e.c.seq)
@@ -228,11 +230,11 @@ def statements_for(schema: str | None, backend: Backend, tenant: str) -> Stateme
     return Statements(tables_for(schema), backend=backend, tenant=tenant)
 
 
-def _with_events(nodes: FromClause, *, e: Any, backend: Backend) -> Select[Any]:
-    """``(pos, event_seq, type, data)`` of surface rows ``nodes``, each joined to its event
-    by one events primary-key lookup (``Backend.join_events``)."""
+def _with_events(nodes: FromClause, *, e: Any, backend: Backend, key: Any) -> Select[Any]:
+    """``(pos, event_seq, type, data)`` of surface rows ``nodes`` of the session ``key``, each
+    joined to its event by one events primary-key lookup (``Backend.join_events``)."""
     data_text = cast(e.c.data, Text).label("data")
-    joined, (type_, data) = backend.join_events(nodes, e, (e.c.type, data_text))
+    joined, (type_, data) = backend.join_events(nodes, e, (e.c.type, data_text), key)
     return select(nodes.c.pos, nodes.c.event_seq, type_, data).select_from(joined)
 
 
@@ -240,7 +242,7 @@ def _surface_events(tables: SchemaTables, backend: Backend, key: Any) -> Select[
     """``(pos, *event_columns)`` of a session's surface rows in ``pos`` order: one events
     primary-key lookup per node, as in ``_with_events``."""
     sf = tables.surface
-    joined, columns = backend.join_events(sf, tables.events, event_columns(tables.events))
+    joined, columns = backend.join_events(sf, tables.events, event_columns(tables.events), key)
     query = select(sf.c.pos, *columns).select_from(joined)
     return query.where(sf.c.session_key == key).order_by(sf.c.pos)
 
@@ -397,6 +399,23 @@ class FollowerSlots:
             self._held -= 1
 
 
+class SessionKeys(dict[str, int]):
+    """Public ids and the keys last read for them (``reader.session_key``), so a store-level
+    tail read by id is one statement (``reader.surface_tail``).
+
+    A kept key is never wrong, only stale: keys are never reused, and a session's
+    ``session_ids`` row goes in the transaction that deletes it, so a read by a stale key
+    finds no rows, and the reader then looks the id up again. Bounded: emptied when full.
+    """
+
+    LIMIT = 65_536
+
+    def __setitem__(self, session_id: str, key: int) -> None:
+        if len(self) >= self.LIMIT:
+            self.clear()
+        super().__setitem__(session_id, key)
+
+
 class StoreContext:
     """What a store's parts need: engine, tables, settings, and the prepared statements."""
 
@@ -412,8 +431,11 @@ class StoreContext:
         max_followers: int,
         tenant: str = "",
         replicas: Sequence[Engine] = (),
+        distributed: bool = False,
     ) -> None:
         self.engine = engine
+        self.distributed = distributed
+        """Whether the store's tables are distributed (Citus; ``ensure_schema``)."""
         """The primary: every write, the schema gate, LISTEN, and the write handles' reads."""
         self.replicas: tuple[Engine, ...] = tuple(replicas)
         """The hot standbys (``replica_urls``) that serve the store-level reads, in turn."""
@@ -442,6 +464,8 @@ class StoreContext:
         """Tail reads' projected messages by ``(type, data text)``: an agent reads its last
         N messages every turn, and all but the newest are rows it read the turn before
         (see ``reader``)."""
+        self.keys = SessionKeys()
+        """Session keys by public id (see ``SessionKeys``)."""
         self.checked = Kept()
         """``open_session``'s checked surface events by session id and row: a service opens
         a session for each request, and all but the newest surface rows are rows it checked

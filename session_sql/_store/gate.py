@@ -47,7 +47,12 @@ from session_sql._store.schema import (
     tables_for,
 )
 from session_sql._store.views import view_select
-from session_sql.errors import PermanentStoreError, SchemaMismatchError, SchemaVersionError
+from session_sql.errors import (
+    ConfigurationError,
+    PermanentStoreError,
+    SchemaMismatchError,
+    SchemaVersionError,
+)
 
 __all__ = ["ensure_schema", "stored_version"]
 
@@ -63,8 +68,15 @@ _ACROSS_VERSIONS = (
 )
 
 
-def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) -> None:
-    """Initialise an empty database (if ``create``), or check that it is exactly this build's.
+def ensure_schema(
+    engine: Engine, schema: str | None, *, create: bool = True, distributed: bool | None = None
+) -> bool:
+    """Initialise an empty database (if ``create``), or check that it is exactly this build's;
+    returns whether the store is distributed (Citus).
+
+    ``distributed``: ``None`` creates a store distributed where the ``citus`` extension is
+    installed, ``True`` requires that, ``False`` creates plain tables even there; an existing
+    store that is not what ``True`` or ``False`` asks for is refused (``ConfigurationError``).
 
     ``schema`` names the PostgreSQL schema and is ignored on SQLite. Raises
     ``SchemaVersionError`` (another build's database, session_sql tables without a version, or
@@ -83,25 +95,67 @@ def ensure_schema(engine: Engine, schema: str | None, *, create: bool = True) ->
         # its tables, and be refused as a store without a version. (Under the init lock
         # below no rival can commit one, so READ COMMITTED is right there.)
         with snapshot_tx(engine) as conn:
-            if backend_for(conn).vouches_for_schema(conn, tables):
-                return  # exactly the catalog this build created: nothing to reflect
+            backend = backend_for(conn)
+            if backend.vouches_for_schema(conn, tables):
+                # Exactly the catalog this build created: nothing to reflect.
+                return _distribution(conn, tables, label, distributed)
             insp = inspect(conn)
             if _present_objects(insp, tables):
                 _check(conn, insp, tables, label)
-                return
+                return _distribution(conn, tables, label, distributed)
             _refuse_foreign(insp, tables, label)
         if not create:
             raise PermanentStoreError.no_store(label, "it has no session_sql tables")
         # Looked empty: re-check under the init lock, since another process may be first.
         with create_tx(engine) as conn:
-            backend_for(conn).lock_schema_init(conn, schema)
+            backend.lock_schema_init(conn, schema)
             insp = inspect(conn)
             if not _present_objects(insp, tables):
                 _refuse_foreign(insp, tables, label)
-                create_all(conn, schema)
-                backend_for(conn).record_schema(conn, tables)
-                return
+                spread = _spread(conn, label, distributed)
+                create_all(conn, schema, backend.distribute if spread else None)
+                backend.record_schema(conn, tables)
+                return spread
             _check(conn, insp, tables, label)
+            return _distribution(conn, tables, label, distributed)
+
+
+def _spread(conn: Connection, label: str, distributed: bool | None) -> bool:
+    """Whether a new store is created distributed (see ``ensure_schema``)."""
+    if distributed is False:
+        return False
+    possible = backend_for(conn).can_distribute(conn)
+    if distributed and not possible:
+        raise ConfigurationError(
+            f"{label}: distributed=True needs PostgreSQL with the citus extension "
+            "(CREATE EXTENSION citus on the coordinator); this database has none",
+            option="distributed",
+        )
+    return possible
+
+
+def _distribution(conn: Connection, tables: SchemaTables, label: str, wanted: bool | None) -> bool:
+    """Whether the store is distributed; refuses a half-distributed one
+    (``SchemaMismatchError``, saying what is missing) and one that is not what ``wanted``
+    asks for (``ConfigurationError``)."""
+    spread, differences = backend_for(conn).distribution(conn, tables)
+    if differences:
+        listing = "".join(f"\n  - {d}" for d in differences)
+        raise SchemaMismatchError(
+            f"{label}: the store is distributed only in part; refusing to open it (create "
+            f"a distributed store and migrate into it, see docs/citus.md):{listing}",
+            expected=SCHEMA_VERSION,
+            actual=str(SCHEMA_VERSION),
+            differences=tuple(differences),
+        )
+    if wanted is not None and wanted != spread:
+        have, asked = ("distributed", "False") if spread else ("plain tables", "True")
+        raise ConfigurationError(
+            f"{label}: the store has {have}, but distributed={asked} was asked for; open it "
+            "with distributed=None, or migrate it into a new store of the other kind",
+            option="distributed",
+        )
+    return spread
 
 
 def _present_objects(insp: Inspector, tables: SchemaTables) -> set[str]:

@@ -91,6 +91,6 @@ class ImportFold:
             return self.batch[seq - first]
         row = self.conn.execute(
             self.ctx.statements.events_page,
-            {"b_id": self.session_id, "b_after": seq - 1, "b_to": seq, "b_limit": 1},
+            {"b_key": self.session_key, "b_after": seq - 1, "b_to": seq, "b_limit": 1},
         ).one()
         return event_from_row(self.session_id, row)

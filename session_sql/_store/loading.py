@@ -9,8 +9,6 @@ from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection
-
 from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store import bulk, reader
 from session_sql._store.context import StoreContext
@@ -31,7 +29,6 @@ from session_sql.errors import (
     CorruptSessionError,
     InvalidHeaderError,
     InvalidSeedError,
-    SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
 from session_sql.jsonvalue import FrozenDict
@@ -106,14 +103,6 @@ def fork(
     return StoredSession._attach(ctx, header, log, inherited, incarnation, key, state)
 
 
-def session_row(conn: Connection, ctx: StoreContext, session_id: str) -> Any:
-    """The session row (``header`` as JSON text); ``SessionNotFoundError`` when missing."""
-    row = conn.execute(ctx.statements.session_row, {"b_id": session_id}).first()
-    if row is None:
-        raise SessionNotFoundError.for_session(session_id)
-    return row
-
-
 def detached(ctx: StoreContext, loaded: Loaded, *, seeded: bool) -> Session:
     """An in-memory session over a loaded log (``seeded``: add the end-of-seed marker)."""
     return Session._from_checked(
@@ -139,9 +128,11 @@ def load(ctx: StoreContext, session_id: str) -> Loaded:
     log: list[SessionEvent] = []
     state = Replay()
     with translate_errors(session_id), snapshot_tx(ctx.read_engine()) as conn:
-        row = session_row(conn, ctx, session_id)
+        row = reader.session_row(conn, ctx, session_id)
         header = frozen_header(session_id, row.header)
-        rows = reader.event_rows_in(conn, ctx, session_id, row.head_seq, batch=reader.LOAD_BATCH)
+        rows = reader.event_rows_in(
+            conn, ctx, row.session_key, row.head_seq, batch=reader.LOAD_BATCH
+        )
         long_log = row.head_seq + 1 >= PAUSE_MIN_EVENTS
         try:
             with gc_paused() if long_log else nullcontext():
@@ -200,6 +191,7 @@ def insert_session(
         loser = prepared[inserted.lost].session
         with translate_errors(loser.id), read_tx(ctx.engine) as conn:
             loser._raise_lost_race(conn)
+    ctx.keys[session_id] = inserted.session_key
     return incarnation, inserted.session_key
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, cast, overload
 
+from session_sql._store import reader
 from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.database import fetch_rows, snapshot_tx, translate_errors
 from session_sql._store.reader import MAX_SEQ, event_rows_in
@@ -52,11 +53,9 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     a handle never writes on top of an event this build would refuse.
     """
     st = ctx.statements
-    params = {"b_id": session_id}
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
-        row = conn.execute(st.session_row, params).first()
-        if row is None:
-            raise SessionNotFoundError.for_session(session_id)
+        row = reader.session_row(conn, ctx, session_id)
+        params = {"b_key": row.session_key}
         page = ctx.compiled.surface_events
         nodes = fetch_rows(conn, page, {**page.defaults, **params})
         # The head and anything past it: a PK range read of at most two rows.
@@ -154,10 +153,13 @@ def read_log(
     """
     events: list[SessionEvent] = []
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
-        row = conn.execute(ctx.statements.session_row, {"b_id": session_id}).first()
+        try:
+            row = reader.session_row(conn, ctx, session_id)
+        except SessionNotFoundError:
+            row = None
         if row is None or row.incarnation != incarnation:
             raise SessionNotFoundError.deleted_since_opened(session_id, recreated=False)
-        for event_row in event_rows_in(conn, ctx, session_id, count - 1):
+        for event_row in event_rows_in(conn, ctx, row.session_key, count - 1):
             if event_row[0] != len(events):  # its seq
                 break
             events.append(checked_event(ctx, session_id, event_row))

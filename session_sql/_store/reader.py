@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time as _time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Engine
 from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.database import fetch_rows, read_tx, snapshot_tx, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait
+from session_sql._store.idle import IdleConnection
 from session_sql._store.stored import event_from_row, project_row
 from session_sql.errors import (
     CorruptSessionError,
@@ -29,16 +30,50 @@ MAX_SEQ = 2**63 - 1  # the largest BIGINT: no stored seq lies above it
 
 
 def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> None:
-    if conn.execute(ctx.statements.exists, {"b_id": session_id}).first() is None:
-        raise SessionNotFoundError.for_session(session_id)
+    session_key(conn, ctx, session_id)
 
 
 def session_key(conn: Connection, ctx: StoreContext, session_id: str) -> int:
-    """The session's key (``SessionNotFoundError`` when there is none): a stream pins it."""
+    """The session's key, read from ``session_ids`` (``SessionNotFoundError`` when there is
+    none): every statement of one session addresses it by its key; a stream pins it."""
     row = conn.execute(ctx.statements.key_of, {"b_id": session_id}).first()
     if row is None:
+        ctx.keys.pop(session_id, None)
         raise SessionNotFoundError.for_session(session_id)
-    return int(row[0])
+    key = ctx.keys[session_id] = int(row[0])
+    return key
+
+
+def by_kept_key(
+    conn: Connection, ctx: StoreContext, session_id: str, read: Callable[[int], list[Any]]
+) -> list[Any]:
+    """``read(key)`` of the session's key: the kept one (``StoreContext.keys``), so that a read
+    is one statement, or, when that finds nothing (no rows, or a session deleted and created
+    again under its id), the key read from ``session_ids`` (``SessionNotFoundError`` when
+    there is none)."""
+    kept = ctx.keys.get(session_id)
+    if kept is not None:
+        rows = read(kept)
+        if rows:
+            return rows
+    key = session_key(conn, ctx, session_id)
+    return [] if key == kept else read(key)
+
+
+def session_row(conn: Connection, ctx: StoreContext, session_id: str) -> Any:
+    """The session row (``header`` as JSON text; ``session_key`` among its columns), read by
+    the kept key when there is one (``StoreContext.keys``: one statement), else by the key
+    read from ``session_ids`` first; ``SessionNotFoundError`` when there is none."""
+    statement = ctx.statements.session_row
+    key = ctx.keys.get(session_id)
+    if key is not None:
+        row = conn.execute(statement, {"b_key": key}).first()
+        if row is not None:
+            return row
+    row = conn.execute(statement, {"b_key": session_key(conn, ctx, session_id)}).first()
+    if row is None:  # the row went after its id was read: deleted in between
+        raise SessionNotFoundError.for_session(session_id)
+    return row
 
 
 def require_key(conn: Connection, ctx: StoreContext, session_id: str, key: int) -> None:
@@ -66,14 +101,15 @@ def _project_kept(ctx: StoreContext, session_id: str, seq: int, type_: str, data
 
 
 def _surface_rows(
-    ctx: StoreContext, conn: Connection, session_id: str, before: int, limit: int | None
+    ctx: StoreContext, conn: Connection, key: int, before: int, limit: int | None
 ) -> list[Any]:
-    """``(pos, seq, type, data)`` rows in surface order: all, or the last ``limit`` before
-    position ``before`` (read backwards along the surface key, then reversed)."""
+    """``(pos, seq, type, data)`` rows of the session ``key`` in surface order: all, or the
+    last ``limit`` before position ``before`` (read backwards along the surface key, then
+    reversed)."""
     q = ctx.statements
     if limit is None:
-        return list(conn.execute(q.surface_messages, {"b_id": session_id}).all())
-    params = {"b_id": session_id, "b_before": before, "b_limit": limit}
+        return list(conn.execute(q.surface_messages, {"b_key": key}).all())
+    params = {"b_key": key, "b_before": before, "b_limit": limit}
     rows = list(conn.execute(q.surface_tail, params).all())
     rows.reverse()
     return rows
@@ -90,14 +126,12 @@ def surface_messages(
     if last is not None:
         with translate_errors(session_id):
             rows = surface_tail(ctx, session_id, MAX_SEQ, last)
-        if not rows:  # empty, or no such session: a second look tells which
-            check_session(ctx, session_id)
         rows.reverse()
     else:
         with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
-            rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
-            if not rows:
-                require_session(conn, ctx, session_id)
+            rows = by_kept_key(
+                conn, ctx, session_id, lambda key: _surface_rows(ctx, conn, key, MAX_SEQ, None)
+            )
     if last is not None:
         return [
             SurfaceMessage(pos, seq, type_, _project_kept(ctx, session_id, seq, type_, data))
@@ -119,9 +153,9 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
     """
     if last is None:
         with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
-            rows = _surface_rows(ctx, conn, session_id, MAX_SEQ, None)
-            if not rows:
-                require_session(conn, ctx, session_id)
+            rows = by_kept_key(
+                conn, ctx, session_id, lambda key: _surface_rows(ctx, conn, key, MAX_SEQ, None)
+            )
         items = ctx.catalog.item_types
         projected = (project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
         return [m for m in projected if m is not None]
@@ -141,9 +175,10 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
             return found
         found = []
     with translate_errors(session_id), snapshot_tx(ctx.read_engine()) as conn:
+        key = session_key(conn, ctx, session_id)
         before, page = MAX_SEQ, last
         while len(found) < last:
-            rows = _surface_rows(ctx, conn, session_id, before, page)
+            rows = _surface_rows(ctx, conn, key, before, page)
             for _, seq, type_, data in reversed(rows):
                 message = _project_kept(ctx, session_id, seq, type_, data)
                 if message is not None and len(found) < last:
@@ -151,8 +186,6 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
             if len(rows) < page:
                 break
             before, page = rows[0][0], min(page * 2, MAX_SEQ)
-        if not found and before == MAX_SEQ:
-            require_session(conn, ctx, session_id)
     found.reverse()
     return found
 
@@ -160,17 +193,21 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
 def surface(ctx: StoreContext, session_id: str, last: int | None = None) -> tuple[int, ...]:
     """The surface's event seqs in order (or the last ``last``), from the side table."""
     q = ctx.statements
+    if last is None:
+        query, limit = q.surface_seqs, {}
+    else:
+        query, limit = q.surface_seqs_tail, {"b_limit": last}
     with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
-        if last is None:
-            seqs = list(conn.execute(q.surface_seqs, {"b_id": session_id}).scalars())
-        elif last == 0:
-            seqs = []
-        else:
-            params = {"b_id": session_id, "b_limit": last}
-            seqs = list(conn.execute(q.surface_seqs_tail, params).scalars())
-            seqs.reverse()
-        if not seqs:
+        if last == 0:
             require_session(conn, ctx, session_id)
+            return FrozenList(())
+
+        def read(key: int) -> list[Any]:
+            return list(conn.execute(query, {"b_key": key, **limit}).scalars())
+
+        seqs = by_kept_key(conn, ctx, session_id, read)
+    if last is not None:
+        seqs.reverse()
     return FrozenList(seqs)
 
 
@@ -223,7 +260,7 @@ every page is a round trip."""
 def event_rows_in(
     conn: Connection,
     ctx: StoreContext,
-    session_id: str,
+    key: int,
     to_seq: int | None = None,
     batch: int | None = None,
 ) -> Iterator[Any]:
@@ -236,7 +273,7 @@ def event_rows_in(
     """
     limit = STREAM_BATCH if batch is None else batch
     last = MAX_SEQ if to_seq is None else to_seq
-    params = {"b_id": session_id, "b_after": -1, "b_to": last}
+    params = {"b_key": key, "b_after": -1, "b_to": last}
     page = ctx.compiled.events_page
     while True:
         rows = fetch_rows(conn, page, {**page.defaults, **params, "b_limit": limit})
@@ -255,14 +292,14 @@ def event_rows_in(
 
 
 def snapshot_events(
-    conn: Connection, ctx: StoreContext, session_id: str, head_seq: int
+    conn: Connection, ctx: StoreContext, session_id: str, key: int, head_seq: int
 ) -> Iterator[SessionEvent]:
     """Events ``0..head_seq`` in pages, all read on ``conn`` (one snapshot transaction).
 
     Raises ``CorruptSessionError`` when a seq is missing: the log must be whole up to the head.
     """
     expected = 0
-    for row in event_rows_in(conn, ctx, session_id, head_seq):
+    for row in event_rows_in(conn, ctx, key, head_seq):
         if row[0] != expected:  # its seq
             break
         yield event_from_row(session_id, row)
@@ -382,10 +419,28 @@ def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) ->
     the store's idle connection (``idle.IdleConnection``: no checkout, no pre-ping round
     trip), or, when that is in use, not kept, broken, or checkouts are watched by listeners,
     on a pooled connection.
+
+    The session is addressed by its key (``StoreContext.keys``; one shard on Citus): read
+    first when it is not kept, and read again when a kept one finds nothing (the session
+    may have been deleted and created again under its id). ``SessionNotFoundError`` when
+    there is no such session.
     """
-    c = ctx.compiled.surface_tail
-    params = c.bind({**c.defaults, "b_id": session_id, "b_before": before, "b_limit": limit})
     engine, idle = ctx.reads()  # a store-level read: a standby's when the store has them
+    kept = ctx.keys.get(session_id)
+    if kept is not None:
+        rows = _tail_by_key(ctx, engine, idle, kept, before, limit)
+        if rows:
+            return rows
+    with read_tx(engine) as conn:
+        key = session_key(conn, ctx, session_id)
+    return [] if key == kept else _tail_by_key(ctx, engine, idle, key, before, limit)
+
+
+def _tail_by_key(
+    ctx: StoreContext, engine: Engine, idle: IdleConnection, key: int, before: int, limit: int
+) -> list[Any]:
+    c = ctx.compiled.surface_tail
+    params = c.bind({**c.defaults, "b_key": key, "b_before": before, "b_limit": limit})
     rows = None if engine.pool.dispatch.checkout else _on_idle(idle, c.sql, params)
     if rows is not None:
         return rows

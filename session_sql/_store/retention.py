@@ -402,10 +402,11 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
     The rows still as selected (``updated_at``, ``head_seq``, ``incarnation``, and the
     metadata, which an edit changes without moving ``updated_at``) are locked
     first (PostgreSQL: ``FOR UPDATE``, which re-reads a row an append committed meanwhile;
-    SQLite holds the write lock already); then their surface rows and session rows go in one
-    statement per table, and the events with their session rows through the foreign key's
-    ``ON DELETE CASCADE``, as in ``delete_session``: it runs with the table owner's rights,
-    so a writer whose log is append-only (no ``DELETE`` on ``events``) can prune.
+    SQLite holds the write lock already); then their surface rows, session rows and
+    ``session_ids`` rows go in one statement per table, and the events with their session
+    rows through the foreign key's ``ON DELETE CASCADE``, as in ``delete_session``: it runs
+    with the table owner's rights, so a writer whose log is append-only (no ``DELETE`` on
+    ``events``) can prune.
     """
     s, sf = ctx.tables.sessions, ctx.tables.surface
     selected = [(c.key, c.session.updated_at, c.head_seq, c.incarnation) for c in batch]
@@ -430,6 +431,14 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
         if keys:
             for table in (sf, s):
                 conn.execute(delete(table).where(own(ctx, table), table.c.session_key.in_(keys)))
+            ids = ctx.tables.session_ids
+            pruned = [c.session.id for c in batch if c.key in keys]
+            conn.execute(
+                delete(ids).where(own(ctx, ids), ids.c.id.in_(pruned), ids.c.session_key.in_(keys))
+            )
+    for c in batch:
+        if c.key in keys:
+            ctx.keys.pop(c.session.id, None)
     return [c.key in keys for c in batch]
 
 

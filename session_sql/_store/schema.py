@@ -10,6 +10,7 @@ names.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -70,7 +71,7 @@ __all__ = [
     "tables_for",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """Bumped on any change to the structure below; a database of another version is refused."""
 
 APPLICATION = "session_sql"
@@ -110,6 +111,7 @@ class SchemaTables:
     metadata: MetaData
     meta: Table
     sessions: Table
+    session_ids: Table
     events: Table
     surface: Table
     surface_messages: Table
@@ -122,7 +124,7 @@ class SchemaTables:
     @property
     def base_tables(self) -> tuple[Table, ...]:
         """The real tables in creation order (parents first)."""
-        return (self.meta, self.sessions, self.events, self.surface)
+        return (self.meta, self.sessions, self.session_ids, self.events, self.surface)
 
 
 def _tenant_column() -> Column[str]:
@@ -196,8 +198,10 @@ def tables_for(schema: str | None) -> SchemaTables:
         ),
         PrimaryKeyConstraint("session_key"),
         # id first: a filter on the public id alone (an analyst's, through the views) finds
-        # the row without naming the tenant.
-        UniqueConstraint("id", "tenant"),
+        # the row without naming the tenant. Not unique here: a distributed table can only
+        # hold a key that contains its distribution column (session_key); ``session_ids``
+        # keeps the public id unique instead.
+        Index(None, "id", "tenant"),
         # The target of the other tables' foreign keys: a row's tenant must be its session's,
         # so a writer confined to one tenant by row-level security cannot attach a row of its
         # own tenant to another tenant's session (a foreign key check ignores the policies).
@@ -219,6 +223,20 @@ def tables_for(schema: str | None) -> SchemaTables:
             info={"dialect": "postgresql"},
         ),
         sqlite_autoincrement=True,
+    )
+
+    # The public id's uniqueness within a tenant, and the way from an id to its session's key.
+    # Its own table so that on Citus it is distributed by the id (a lookup by id goes to one
+    # shard) while the per-session tables are distributed by the key. No foreign key: the two
+    # are not co-located there; the store writes and deletes both in one transaction.
+    session_ids = Table(
+        "session_ids",
+        md,
+        Column("id", Text, nullable=False),
+        _tenant_column(),
+        Column("session_key", BigInteger, nullable=False),
+        PrimaryKeyConstraint("id", "tenant"),
+        sqlite_with_rowid=False,
     )
 
     # Fixed-width columns first: PostgreSQL aligns each bigint on 8 bytes, so this order
@@ -330,6 +348,7 @@ def tables_for(schema: str | None) -> SchemaTables:
         metadata=md,
         meta=meta,
         sessions=sessions,
+        session_ids=session_ids,
         events=events,
         surface=surface,
         surface_messages=view.table,
@@ -388,11 +407,12 @@ def default_tenant_flag(tenant: str) -> str:
 
 
 TENANT_POLICY = "tenant_isolation"
-"""The row-level security policy on ``sessions``, ``events`` and ``surface`` (PostgreSQL)."""
+"""The row-level security policy on ``sessions``, ``session_ids``, ``events`` and ``surface``
+(PostgreSQL)."""
 
 
 def row_security_ddl(tables: SchemaTables, dialect: Dialect) -> list[str]:
-    """PostgreSQL's row-level security: each of the three tables keeps a role that is not its
+    """PostgreSQL's row-level security: each of the tenant's tables keeps a role that is not its
     owner to the rows of the tenant named by ``TENANT_SETTING``, for reading and writing.
     A row of the default tenant ``""`` also needs ``DEFAULT_TENANT_SETTING`` to be ``on``: a
     connection whose transaction-local setting has reverted reads ``''`` and sees nothing.
@@ -408,7 +428,7 @@ def row_security_ddl(tables: SchemaTables, dialect: Dialect) -> list[str]:
         f"current_setting('{DEFAULT_TENANT_SETTING}', true) = 'on')"
     )
     out: list[str] = []
-    for table in (tables.sessions, tables.events, tables.surface):
+    for table in (tables.sessions, tables.session_ids, tables.events, tables.surface):
         name = prep.format_table(table)
         out.append(f"ALTER TABLE {name} ENABLE ROW LEVEL SECURITY")
         out.append(f"CREATE POLICY {TENANT_POLICY} ON {name} USING ({rule}) WITH CHECK ({rule})")
@@ -426,7 +446,7 @@ def view_names(tables: SchemaTables) -> list[str]:
     return [tables.surface_messages.name, *(v.name for v in tables.analytics_views)]
 
 
-DDL_DIGEST: Final = "3aeaacaf2af0fad16ee684cb3b2fe9843eabe820ecae88074d973cb22bf15ce1"
+DDL_DIGEST: Final = "5d2a28c7e4132cea0a8313b2e1ecc249241eb3e5bce7eec5016e1d9ebbc66ffb"
 """sha256 of ``render_ddl("postgresql")``: names this build's DDL in the catalog digest a
 PostgreSQL store records when it is created, so that a build whose DDL differs (with the
 same ``SCHEMA_VERSION``) never trusts another's record. A test holds it equal."""
@@ -436,11 +456,16 @@ def _meta_insert(tables: SchemaTables) -> Insert:
     return insert(tables.meta).values(meta_rows())
 
 
-def create_all(conn: Connection, schema: str | None) -> None:
-    """Create the schema (PostgreSQL), tables, indexes, view and meta rows on ``conn``.
+def create_all(
+    conn: Connection,
+    schema: str | None,
+    distribute: Callable[[Connection, SchemaTables], None] | None = None,
+) -> None:
+    """Create the schema (PostgreSQL), tables, indexes, view and meta rows on ``conn``;
+    ``distribute`` (Citus) runs once the tables exist, before the views that read them.
 
     Runs inside the caller's transaction, so a failure leaves nothing behind (DDL is
-    transactional on both SQLite and PostgreSQL).
+    transactional on both SQLite and PostgreSQL, and on Citus).
     """
     if conn.dialect.name == "sqlite":
         schema = None
@@ -450,6 +475,8 @@ def create_all(conn: Connection, schema: str | None) -> None:
         # an existing schema (the documented least-privilege setup) must not need it.
         if isinstance(element, CreateSchema) and inspect(conn).has_schema(str(schema)):
             continue
+        if element is tables.create_view and distribute is not None:
+            distribute(conn, tables)
         conn.execute(element)
     if conn.dialect.name == "postgresql":
         for statement in row_security_ddl(tables, conn.dialect):

@@ -60,6 +60,7 @@ class SessionStore:
         tenant: str | None = None,
         max_followers: int | None = None,
         replica_urls: Sequence[str] | None = None,
+        distributed: bool | None = None,
         **engine_options: Any,
     ) -> None:
         self._ctx = ctx = connecting.connect(
@@ -73,6 +74,7 @@ class SessionStore:
             max_followers=max_followers,
             engine_options=engine_options,
             replica_urls=replica_urls,
+            distributed=distributed,
         )
         self.url = url
         self.display_url: str = make_url(url).render_as_string(hide_password=True)
@@ -83,6 +85,8 @@ class SessionStore:
         self.schema = ctx.backend.target_schema(schema)
         self.tenant: str = ctx.tenant
         """The tenant whose sessions this store reads and writes (``""``: the default one)."""
+        self.distributed: bool = ctx.distributed
+        """Whether the store's tables are distributed over a Citus cluster."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -196,10 +200,13 @@ class SessionStore:
         ``vacuum()`` gives them back.
         """
         lookup_id(session_id)
+        st = self._ctx.statements
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
-            gone = conn.execute(self._ctx.statements.delete_session, {"b_id": session_id}).rowcount
-        if gone != 1:
-            raise SessionNotFoundError.for_session(session_id)
+            key = {"b_id": session_id, "b_key": reader.session_key(conn, self._ctx, session_id)}
+            conn.execute(st.delete_id, key)
+            if conn.execute(st.delete_session, key).rowcount != 1:
+                raise SessionNotFoundError.for_session(session_id)
+        self._ctx.keys.pop(session_id, None)
         self._reclaim()
 
     def _reclaim(self) -> None:
@@ -448,7 +455,8 @@ class SessionStore:
         """The last seq of a session (-1 when its log is empty), from its row."""
         lookup_id(session_id)
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
-            head = conn.execute(self._ctx.statements.head_seq, {"b_id": session_id}).scalar()
+            key = reader.session_key(conn, self._ctx, session_id)
+            head = conn.execute(self._ctx.statements.head_seq, {"b_key": key}).scalar()
         if head is None:
             raise SessionNotFoundError.for_session(session_id)
         return int(head)
@@ -480,7 +488,8 @@ class SessionStore:
         lookup_id(session_id)
         with translate_errors(session_id), write_tx(self._ctx.engine) as conn:
             if changes:
-                conn.execute(self._ctx.statements.update_metadata, {"b_id": session_id, **changes})
+                key = reader.session_key(conn, self._ctx, session_id)
+                conn.execute(self._ctx.statements.update_metadata, {"b_key": key, **changes})
             return listing.session_info(conn, self._ctx, session_id)
 
     def stats(self, session_id: str | None = None) -> StoreStats:
@@ -514,7 +523,8 @@ class SessionStore:
         lookup_id(session_id)
         query = self._ctx.statements.session_header
         with translate_errors(session_id), read_tx(engine or self._ctx.engine) as conn:
-            row = conn.execute(query, {"b_id": session_id}).first()
+            key = reader.session_key(conn, self._ctx, session_id)
+            row = conn.execute(query, {"b_key": key}).first()
         if row is None:
             raise SessionNotFoundError.for_session(session_id)
         return frozen_header(session_id, row.header)
@@ -526,9 +536,17 @@ def open_store(
     schema: str = DEFAULT_SCHEMA,
     catalog: Catalog | None = None,
     tenant: str | None = None,
+    distributed: bool | None = None,
     **options: Any,
 ) -> SessionStore:
     """Open (initialising when empty) a store; refuses another build's schema.
+
+    ``distributed`` (PostgreSQL with Citus, docs/citus.md): when the store is initialised,
+    ``None`` (default) distributes its tables where the ``citus`` extension is installed,
+    ``True`` requires it (``ConfigurationError`` without it), ``False`` creates plain tables
+    even there. An existing store is opened as it is, unless ``True`` or ``False`` asks for
+    the other kind (``ConfigurationError``); a store distributed only in part is refused
+    (``SchemaMismatchError``).
 
     ``options``: ``create`` (default True: an empty database or missing SQLite file is
     initialised; False: it is a ``StoreError`` and nothing is created — for read-only use),
@@ -555,4 +573,6 @@ def open_store(
     primary and reads the standby, waiting for it to replay what a wake-up names. An SQLite
     store refuses the option (``ConfigurationError``).
     """
-    return SessionStore(url, schema=schema, catalog=catalog, tenant=tenant, **options)
+    return SessionStore(
+        url, schema=schema, catalog=catalog, tenant=tenant, distributed=distributed, **options
+    )

@@ -378,10 +378,10 @@ class StoredHead(NamedTuple):
     incarnation: str
 
 
-def refresh_params(w: Writes, session_id: str, from_seq: int) -> Any:
+def refresh_params(w: Writes, session_key: int, from_seq: int) -> Any:
     """``Statements.refresh_rows``' parameters: the session's events from ``from_seq`` on."""
     c = w.compiled.refresh_rows
-    return c.bind({**c.defaults, "b_tenant": w.tenant, "b_id": session_id, "b_from": from_seq})
+    return c.bind({**c.defaults, "b_tenant": w.tenant, "b_key": session_key, "b_from": from_seq})
 
 
 def refresh_flow(read: Instruction) -> Flow[tuple[StoredHead, list[Any]] | None]:

@@ -86,7 +86,7 @@ def import_source(
         session_id = str(header["id"])
         check_header_limits(header, ctx.max_event_bytes)  # before the transaction
         with translate_errors(session_id), write_tx(ctx.engine) as conn:
-            taken = conn.execute(ctx.statements.exists, {"b_id": session_id})
+            taken = conn.execute(ctx.statements.key_of, {"b_id": session_id})
             if taken.first() is not None:
                 raise SessionExistsError.for_session(session_id)
             # The row goes first (the events reference it); its counters are set at the end.
@@ -104,7 +104,7 @@ def import_source(
                 check(folded.state, folded.inherited)
             conn.execute(
                 update(s)
-                .where(own(ctx, s), s.c.id == session_id)
+                .where(own(ctx, s), s.c.session_key == key)
                 .values(
                     head_seq=folded.state.length - 1,
                     surface_next_pos=folded.state.next_pos,
@@ -113,6 +113,7 @@ def import_source(
                     inherited_event_count=folded.inherited,
                 )
             )
+        ctx.keys[session_id] = key
         if folded.state.length:  # after the commit (see Backend.wake)
             ctx.backend.wake(ctx, [(session_id, folded.state.length - 1)])
         if analyze and folded.state.length >= ANALYZE_AFTER_IMPORTED_EVENTS:
@@ -139,6 +140,7 @@ def export(ctx: StoreContext, session_id: str, out: IO[str], *, primary: bool = 
     s = ctx.tables.sessions
     engine = ctx.engine if primary else ctx.read_engine()
     with translate_errors(session_id), snapshot_tx(engine) as conn:
+        key = reader.session_key(conn, ctx, session_id)
         row = conn.execute(
             select(
                 # As JSON text: parsed by ``stored.frozen_header``, never by the driver.
@@ -148,7 +150,7 @@ def export(ctx: StoreContext, session_id: str, out: IO[str], *, primary: bool = 
                 s.c.user_id,
                 s.c.title,
                 s.c.labels,
-            ).where(own(ctx, s), s.c.id == session_id)
+            ).where(own(ctx, s), s.c.session_key == key)
         ).first()
         if row is None:
             raise SessionNotFoundError.for_session(session_id)
@@ -160,5 +162,5 @@ def export(ctx: StoreContext, session_id: str, out: IO[str], *, primary: bool = 
             row.updated_at,
             events=row.head_seq + 1,
         )
-        events = reader.snapshot_events(conn, ctx, session_id, row.head_seq)
+        events = reader.snapshot_events(conn, ctx, session_id, key, row.head_seq)
         return write_jsonl(out, header, events)

@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict
 from session_sql._store import reader
 from session_sql._store.context import StoreContext
 from session_sql._store.database import snapshot_tx, translate_errors
-from session_sql._store.loading import session_row
 from session_sql._store.rows import stored_problems
 from session_sql._store.stored import event_from_row, frozen_header
 from session_sql.arguments import lookup_id
@@ -45,10 +44,10 @@ def verify(
     marker: SessionEvent | None = None  # the event at seq inherited_event_count, if folded
     count = 0
     with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
-        row = session_row(conn, ctx, session_id)
-        query = ctx.statements.surface_rows
-        table = [(pos, seq) for pos, seq in conn.execute(query, {"b_id": session_id}).all()]
-        rows = reader.event_rows_in(conn, ctx, session_id)  # all, past the head too
+        row = reader.session_row(conn, ctx, session_id)
+        key = {"b_key": row.session_key}
+        table = [(pos, seq) for pos, seq in conn.execute(ctx.statements.surface_rows, key).all()]
+        rows = reader.event_rows_in(conn, ctx, row.session_key)  # all, past the head too
 
         def events() -> Iterator[SessionEvent]:
             nonlocal count

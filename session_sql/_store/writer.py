@@ -111,7 +111,7 @@ class StoredSession(Session):
         next_pos, generation, digest = state.counters_after(transitions)
         advance = {
             "b_tenant": ctx.tenant,
-            "b_id": self.id,
+            "b_key": self._session_key,
             "b_incarnation": self._incarnation,
             "b_expected_head": self.seq - 1,
             "b_expected_pos": state.next_pos,
@@ -128,11 +128,8 @@ class StoredSession(Session):
         )
 
     def _raise_lost_race(self, conn: Connection) -> None:
-        row = conn.execute(self._ctx.statements.session_row, {"b_id": self.id}).first()
-        if row is None:
-            raise SessionNotFoundError.deleted_since_opened(self.id, recreated=False)
-        if row.incarnation != self._incarnation:
-            raise self._recreated()
+        row = conn.execute(self._ctx.statements.session_row, {"b_key": self._session_key})
+        row = self._this_session(conn, row.first(), opened=True)
         if row.head_seq == self.seq - 1:
             raise CorruptSessionError(
                 f"session {self.id!r}: the session row disagrees with the log (surface_next_pos "
@@ -143,8 +140,13 @@ class StoredSession(Session):
             )
         raise ConcurrencyError.appended_first(self.id, head=row.head_seq, expected=self.seq - 1)
 
-    def _recreated(self) -> SessionNotFoundError:
-        return SessionNotFoundError.deleted_since_opened(self.id, recreated=True)
+    def _gone(self, conn: Connection, *, opened: bool) -> SessionNotFoundError:
+        """The error for this handle's session row missing: its key is this creation's
+        alone, so the session was deleted, and perhaps created again under its id."""
+        again = conn.execute(self._ctx.statements.key_of, {"b_id": self.id}).first()
+        if not opened and again is None:
+            return SessionNotFoundError.for_session(self.id)
+        return SessionNotFoundError.deleted_since_opened(self.id, recreated=again is not None)
 
     def refresh(self) -> list[SessionEvent]:
         """Load (and fully validate) what other writers appended; returns the new events."""
@@ -160,22 +162,28 @@ class StoredSession(Session):
         ctx = self._ctx
         st = ctx.statements
         with translate_errors(self.id), read_tx(ctx.engine) as conn:
-            row = self._this_session(conn.execute(st.session_row, {"b_id": self.id}).first())
+            row = conn.execute(st.session_row, {"b_key": self._session_key}).first()
+            row = self._this_session(conn, row, opened=False)
             if row.head_seq < self.seq:
                 return row, ()  # nothing new (a head that went back is refused by the fold)
             # Bounded by the head read first: on PostgreSQL each statement has its own
             # snapshot, and every event up to a committed head is committed with it.
             rows = conn.execute(
-                st.events_from, {"b_id": self.id, "b_from": self.seq, "b_to": row.head_seq}
+                st.events_from,
+                {"b_key": self._session_key, "b_from": self.seq, "b_to": row.head_seq},
             ).all()
         return row, rows
 
-    def _this_session(self, row: Any) -> Any:
-        """The session row ``refresh`` read, if it is this handle's session still."""
+    def _this_session(self, conn: Connection, row: Any, *, opened: bool) -> Any:
+        """The session row read by this handle's key, if it is this handle's session still."""
         if row is None:
-            raise SessionNotFoundError.for_session(self.id)
+            raise self._gone(conn, opened=opened)
+        return self._same_creation(row)
+
+    def _same_creation(self, row: Any) -> Any:
+        """``row`` if its incarnation is this handle's (a row edited underneath: its key is)."""
         if row.incarnation != self._incarnation:
-            raise self._recreated()
+            raise SessionNotFoundError.deleted_since_opened(self.id, recreated=True)
         return row
 
     def _fold_new(self, row: Any, rows: Sequence[Any]) -> list[SessionEvent]:

@@ -90,9 +90,26 @@ def demo(*, db: StoreOptions) -> None:
     )
 
 
-@app.command(epilog=example("session-sql init --url postgresql://postgres@localhost/agents"))
+@app.command(
+    epilog=example(
+        "session-sql init --url postgresql://postgres@localhost/agents",
+        "session-sql init --distributed --url postgresql://postgres@coordinator/agents",
+    )
+)
 @store_options()
-def init(*, db: StoreOptions) -> None:
+def init(
+    *,
+    db: StoreOptions,
+    distributed: Annotated[
+        bool | None,
+        typer.Option(
+            "--distributed/--plain",
+            help="Distribute the tables over a Citus cluster (the default where the citus "
+            "extension is installed), or keep them plain tables even there.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Create the tables, or check an existing store.
 
     An empty database (or a missing SQLite file) is initialised; an existing store is checked
@@ -100,9 +117,10 @@ def init(*, db: StoreOptions) -> None:
     """
     from session_sql import SCHEMA_VERSION
 
-    with db.open(create=True) as store:
+    with db.open(create=True, distributed=distributed) as store:
         where = store.display_url + (f" (schema {store.schema})" if store.schema else "")
-    Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}")
+        layout = ", distributed" if store.distributed else ""
+    Out().line(f"store ready: {where}, schema version {SCHEMA_VERSION}{layout}")
 
 
 class SortOrder(StrEnum):

@@ -110,9 +110,13 @@ class StoreOptions:
     schema: str
     tenant: str = ""
 
-    def open(self, *, create: bool = False) -> AbstractContextManager[SessionStore]:
+    def open(
+        self, *, create: bool = False, distributed: bool | None = None
+    ) -> AbstractContextManager[SessionStore]:
         """``cli_store`` on this store."""
-        return cli_store(self.url, self.schema, tenant=self.tenant, create=create)
+        return cli_store(
+            self.url, self.schema, tenant=self.tenant, create=create, distributed=distributed
+        )
 
     def reader(self) -> AbstractContextManager[StoreReads]:
         """``cli_reader`` on this store."""

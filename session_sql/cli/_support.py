@@ -426,7 +426,12 @@ AMBIGUOUS_SHOWN = 8  # an ambiguous prefix lists at most this many of the ids it
 
 @contextmanager
 def cli_store(
-    url: str, schema: str, *, tenant: str = "", create: bool = False
+    url: str,
+    schema: str,
+    *,
+    tenant: str = "",
+    create: bool = False,
+    distributed: bool | None = None,
 ) -> Iterator[SessionStore]:
     """Open the store (scoped to ``tenant``); unless ``create``, a missing or empty store is an
     error, never created.
@@ -436,8 +441,12 @@ def cli_store(
     from session_sql import open_store
 
     try:
-        store = open_store(url, schema=schema, tenant=tenant, create=create)
+        store = open_store(
+            url, schema=schema, tenant=tenant, create=create, distributed=distributed
+        )
     except ConfigurationError as exc:
+        if exc.option == "distributed":
+            raise CliError(str(exc), code=2) from exc
         if exc.option == "tenant":
             raise CliError(f"invalid --tenant {tenant!r}: {exc}", code=2) from exc
         if exc.option == "url":

@@ -1,5 +1,5 @@
-"""A store opened on a Citus coordinator, as the product is today, is a plain store: its tables
-are the coordinator's own (Citus distributes nothing unasked), and a session round-trips."""
+"""A store opened on a Citus coordinator with ``distributed=False`` is a plain store: its tables
+are the coordinator's own, and a session round-trips."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from .cluster import CitusCluster
 def test_a_store_on_a_coordinator_is_local_and_round_trips(
     citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
 ) -> None:
-    with open_store(citus_cluster.url, schema=citus_schema) as store:
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=False) as store:
+        assert store.distributed is False
         handle = store.create_session("s")
         tool_turn(handle, 1)
         tool_turn(handle, 2)
@@ -37,4 +38,4 @@ def test_a_store_on_a_coordinator_is_local_and_round_trips(
             text("SELECT count(*) FROM pg_tables WHERE schemaname = :s"), {"s": citus_schema}
         ).scalar_one()
     assert distributed == 0
-    assert tables == 4
+    assert tables == 5

@@ -113,7 +113,8 @@ def recorded(engine: Engine) -> Iterator[Recorder]:
     def tail(ctx: Any, session_id: str, before: int, limit: int) -> list[Any]:
         if ctx.engine is engine:
             c = ctx.compiled.surface_tail
-            params = {**c.defaults, "b_id": session_id, "b_before": before, "b_limit": limit}
+            key = ctx.keys.get(session_id, -1)
+            params = {**c.defaults, "b_key": key, "b_before": before, "b_limit": limit}
             rec.executed.append((c.sql, c.bind(params)))
         return real_tail(ctx, session_id, before, limit)
 

@@ -86,7 +86,9 @@ def test_render_ddl_mentions_every_object():
         # The surrogate key: events and surface carry it instead of the tenant and the id.
         "session_key BIGINT GENERATED ALWAYS AS IDENTITY",
         "CONSTRAINT pk_sessions PRIMARY KEY (session_key)",
-        "CONSTRAINT uq_sessions_id_tenant UNIQUE (id, tenant)",
+        "CREATE INDEX ix_sessions_id_tenant ON session_sql.sessions (id, tenant)",
+        "CREATE TABLE session_sql.session_ids",
+        "CONSTRAINT pk_session_ids PRIMARY KEY (id, tenant)",
         "CONSTRAINT pk_events PRIMARY KEY (session_key, seq)",
         "CONSTRAINT pk_surface PRIMARY KEY (session_key, pos)",
         # A row's tenant is its session's: the foreign keys name both.
@@ -147,11 +149,16 @@ def test_metadata_is_cached_per_schema_and_named():
     assert "fk_events_session_key_tenant_sessions" in names
     assert "fk_surface_session_key_tenant_sessions" in names
     assert "fk_surface_session_key_event_seq_events" in names
-    # translate_errors maps driver errors by these names: an id is unique per tenant by the
-    # unique constraint (the primary key is the surrogate session_key).
-    assert pg_backend.ID_SESSIONS in {
-        c.name for c in tables.sessions.constraints if isinstance(c, UniqueConstraint)
-    }
+    # translate_errors maps driver errors by these names: an id is unique per tenant by
+    # ``session_ids``' primary key (the sessions' is the surrogate session_key), never by a
+    # unique constraint on ``sessions`` (Citus could not distribute it by session_key).
+    assert tables.session_ids.primary_key.name == pg_backend.ID_SESSIONS
+    assert [c.name for c in tables.session_ids.primary_key.columns] == ["id", "tenant"]
+    assert not [
+        c
+        for c in tables.sessions.constraints
+        if isinstance(c, UniqueConstraint) and "id" in c.columns
+    ]
     assert tables.sessions.primary_key.name == "pk_sessions"
     assert [c.name for c in tables.sessions.primary_key.columns] == ["session_key"]
     assert tables.events.primary_key.name == pg_backend.PK_EVENTS
@@ -300,6 +307,7 @@ def _insert_session(conn: Any, t: schema_mod.SchemaTables, session_id: str) -> i
     )
     key = result.inserted_primary_key[0]
     assert isinstance(key, int)
+    conn.execute(insert(t.session_ids).values(id=session_id, session_key=key))
     return key
 
 

@@ -133,6 +133,10 @@ class Backend(ABC):
     async_threads: ClassVar[bool]
     """Whether the async store runs this backend in worker threads (else on the event loop,
     through the async driver: ``make_engine(..., async_driver=True)``)."""
+    distributable: ClassVar[bool]
+    """Whether a store here may be distributed over several servers (PostgreSQL, where the
+    ``citus`` extension is installed)."""
+
     stale_statistics: ClassVar[bool]
     """Whether the planner statistics go stale unless the store refreshes them (SQLite writes
     none by itself; PostgreSQL's autovacuum analyzes): ``_store.statistics``."""
@@ -291,9 +295,12 @@ class Backend(ABC):
         """``INSERT ... ON CONFLICT DO NOTHING`` into ``table``."""
 
     @abstractmethod
-    def join_events(self, nodes: FromClause, events: Table, columns: Columns) -> Joined:
-        """``nodes`` (surface rows) joined to their events with one primary-key lookup per
-        node: the FROM clause, and ``columns`` (of ``events``) as selected from it."""
+    def join_events(
+        self, nodes: FromClause, events: Table, columns: Columns, key: ColumnElement[Any]
+    ) -> Joined:
+        """``nodes`` (surface rows of the session ``key``) joined to their events with one
+        primary-key lookup per node: the FROM clause, and ``columns`` (of ``events``) as
+        selected from it."""
 
     @abstractmethod
     def last_nodes(self, nodes: Table, where: Conditions, with_events: WithEvents) -> Select[Any]:
@@ -360,6 +367,19 @@ class Backend(ABC):
     def record_schema(self, conn: Connection, tables: SchemaTables) -> None:
         """After ``create_all`` in the same transaction: record what ``vouches_for_schema``
         needs to recognise this catalog later, if it needs anything."""
+
+    @abstractmethod
+    def can_distribute(self, conn: Connection) -> bool:
+        """Whether a new store here can be distributed over several servers (Citus)."""
+
+    @abstractmethod
+    def distribute(self, conn: Connection, tables: SchemaTables) -> None:
+        """Distribute the new, empty tables (``create_all``'s hook, before the views)."""
+
+    @abstractmethod
+    def distribution(self, conn: Connection, tables: SchemaTables) -> tuple[bool, list[str]]:
+        """Whether the store is distributed, and what keeps its distribution from being
+        complete (the gate refuses a half-distributed store)."""
 
     @abstractmethod
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:

@@ -63,6 +63,7 @@ from session_sql._store.backends.base import (
 )
 from session_sql._store.backends.postgresql import appending, pool_queue, vacuuming
 from session_sql._store.backends.postgresql import catalog as pg_catalog
+from session_sql._store.backends.postgresql import distribution as citus
 from session_sql._store.backends.postgresql.driving import PG_IDLE
 from session_sql._store.backends.postgresql.errors import translate
 from session_sql._store.backends.postgresql.one_query import tenant_params
@@ -261,6 +262,7 @@ class PostgreSQLBackend(Backend):
     standbys = True
     single_writer = False
     async_threads = False
+    distributable = True
     stale_statistics = False
 
     def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
@@ -460,12 +462,16 @@ class PostgreSQLBackend(Backend):
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return pg_insert(table).on_conflict_do_nothing()
 
-    def join_events(self, nodes: FromClause, events: Table, columns: Columns) -> Joined:
+    def join_events(
+        self, nodes: FromClause, events: Table, columns: Columns, key: ColumnElement[Any]
+    ) -> Joined:
         """A LATERAL subquery with LIMIT 1, which cannot be flattened into a join, so it
         stays one lookup per node (the planner may otherwise pick a hash join that reads
-        every event of the session, as it does while the table has no statistics yet)."""
+        every event of the session, as it does while the table has no statistics yet).
+        It names the session's key itself, not the node's: Citus routes a subquery by the
+        value of its distribution column, never through a correlation."""
         e = events
-        by_key = (e.c.session_key == nodes.c.session_key) & (e.c.seq == nodes.c.event_seq)
+        by_key = (e.c.session_key == key) & (e.c.seq == nodes.c.event_seq)
         lookup = select(*columns).where(by_key).limit(1).lateral("ev")
         return nodes.join(lookup, true()), list(lookup.c)
 
@@ -530,6 +536,16 @@ class PostgreSQLBackend(Backend):
 
     def record_schema(self, conn: Connection, tables: SchemaTables) -> None:
         pg_catalog.record_schema(conn, tables)
+
+    def can_distribute(self, conn: Connection) -> bool:
+        return citus.citus_installed(conn)
+
+    def distribute(self, conn: Connection, tables: SchemaTables) -> None:
+        citus.distribute(conn, tables)
+
+    def distribution(self, conn: Connection, tables: SchemaTables) -> tuple[bool, list[str]]:
+        placed = citus.distribution(conn, tables)
+        return bool(placed), citus.distribution_differences(tables, placed)
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
         """A role kept to one tenant would see no session, or only some, and a migration

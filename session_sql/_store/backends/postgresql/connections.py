@@ -77,12 +77,12 @@ class AsyncWriteConnections:
             await self.give(raw)
 
     async def read_new(
-        self, w: Writes, session_id: str, from_seq: int
+        self, w: Writes, session_key: int, from_seq: int
     ) -> tuple[StoredHead, list[Any]] | None:
         """``refresh``'s read on a kept connection (``reading.read_new_async``)."""
         raw = await self.take()
         try:
-            return await reading.read_new_async(w, self.cursor(raw), session_id, from_seq)
+            return await reading.read_new_async(w, self.cursor(raw), session_key, from_seq)
         finally:
             await self.give(raw)
 

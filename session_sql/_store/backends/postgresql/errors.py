@@ -1,8 +1,12 @@
-"""PostgreSQL's errors as session_sql errors, by SQLSTATE and constraint name (never by
-message text)."""
+"""PostgreSQL's errors as session_sql errors, by SQLSTATE and constraint name.
+
+The constraint's name comes from the error's fields; Citus relays a worker's error without
+them, so there (and only when the field is empty) it is read from the message, less the
+suffix that names the shard (``pk_session_ids_102008``)."""
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 import psycopg
@@ -17,11 +21,8 @@ from session_sql.errors import (
     TransientStoreError,
 )
 
-ID_SESSIONS: Final = NAMING_CONVENTION["uq"] % {
-    "table_name": "sessions",
-    "column_0_N_name": "id_tenant",
-}
-"""The unique constraint on a session's public id (a taken id: ``SessionExistsError``)."""
+ID_SESSIONS: Final = NAMING_CONVENTION["pk"] % {"table_name": "session_ids"}
+"""The key of a session's public id (a taken id: ``SessionExistsError``)."""
 PK_EVENTS: Final = NAMING_CONVENTION["pk"] % {"table_name": "events"}
 
 _CONNECTION_SQLSTATES: Final = frozenset({"57P01", "57P02", "57P03"})
@@ -39,10 +40,23 @@ _ERROR_KINDS: Final[dict[str, type[StoreError]]] = {
 _PREPARED_STATEMENT_SQLSTATES: Final = frozenset({"42P05", "26000"})
 
 
+_SHARD_CONSTRAINT: Final = re.compile(r'constraint "([a-z_]+?)(?:_[0-9]+)?"')
+"""A constraint named in a unique violation's message, without a shard's number."""
+
+
+def _constraint(orig: psycopg.Error) -> str | None:
+    """The violated constraint's name: the error field, or from a Citus worker's message."""
+    named = orig.diag.constraint_name
+    if named is not None:
+        return named
+    found = _SHARD_CONSTRAINT.search(orig.diag.message_primary or "")
+    return None if found is None else found.group(1)
+
+
 def translate(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
     """The session_sql error for a psycopg error, by SQLSTATE and constraint name."""
     sqlstate = orig.sqlstate or ""
-    constraint = orig.diag.constraint_name
+    constraint = _constraint(orig) if sqlstate == "23505" else None
     if sqlstate == "23505" and constraint == ID_SESSIONS:
         return SessionExistsError.for_session(session_id)
     if sqlstate == "23505" and constraint == PK_EVENTS:

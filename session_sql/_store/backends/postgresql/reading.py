@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     pass
 
 
-def _read(w: Writes, cur: Any, session_id: str, from_seq: int) -> Query:
+def _read(w: Writes, cur: Any, session_key: int, from_seq: int) -> Query:
     tenant = w.own.set_tenant
-    params = refresh_params(w, session_id, from_seq)
+    params = refresh_params(w, session_key, from_seq)
     text = ";".join(
         [
             cur.mogrify(tenant.sql, tenant_params(w)),
@@ -35,9 +35,9 @@ def _read(w: Writes, cur: Any, session_id: str, from_seq: int) -> Query:
 
 
 async def read_new_async(
-    w: Writes, cur: psycopg.AsyncClientCursor[Any], session_id: str, from_seq: int
+    w: Writes, cur: psycopg.AsyncClientCursor[Any], session_key: int, from_seq: int
 ) -> tuple[StoredHead, list[Any]] | None:
     """The async store's read, on a kept connection's client cursor (idle, in autocommit:
     the query's statements are one implicit transaction)."""
-    read = _read(w, cur, session_id, from_seq)
+    read = _read(w, cur, session_key, from_seq)
     return await driving.run_async(refresh_flow(read), cur.connection, cur)

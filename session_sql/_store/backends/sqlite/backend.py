@@ -203,6 +203,7 @@ class SQLiteBackend(Backend):
     standbys = False
     single_writer = True
     async_threads = True
+    distributable = False
     stale_statistics = True
 
     def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
@@ -396,7 +397,9 @@ class SQLiteBackend(Backend):
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return sqlite_insert(table).on_conflict_do_nothing()
 
-    def join_events(self, nodes: FromClause, events: Table, columns: Columns) -> Joined:
+    def join_events(
+        self, nodes: FromClause, events: Table, columns: Columns, key: ColumnElement[Any]
+    ) -> Joined:
         """A plain join: SQLite always runs it as a nested loop over ``nodes``."""
         e = events
         by_key = (e.c.session_key == nodes.c.session_key) & (e.c.seq == nodes.c.event_seq)
@@ -504,6 +507,15 @@ class SQLiteBackend(Backend):
 
     def record_schema(self, conn: Connection, tables: SchemaTables) -> None:
         return  # nothing to record: the expected catalog is this build's constant
+
+    def can_distribute(self, conn: Connection) -> bool:
+        return False
+
+    def distribute(self, conn: Connection, tables: SchemaTables) -> None:
+        raise AssertionError("an SQLite store is never distributed")
+
+    def distribution(self, conn: Connection, tables: SchemaTables) -> tuple[bool, list[str]]:
+        return False, []
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
         return  # no row-level security
