@@ -1,11 +1,14 @@
 """One session's operations on a distributed store are router queries, beside
 ``test_citus_distributed``: in a named tenant as in the default one, through a lost race and
-the ``refresh`` after it, and ``verify``, ``head_seq`` and ``events`` of one session. Each
+the ``refresh`` after it, and ``verify``, ``repair``, ``surface``, ``events``, ``export_jsonl``,
+``fork_session`` and ``delete_session`` of one session. Each
 connection of the store runs with ``citus.multi_task_query_log_level = 'error'``, so a
 statement that Citus would split over several shards fails instead of running; a listing,
 which must fan out, does fail under it: the setting is in force."""
 
 from __future__ import annotations
+
+import io
 
 import pytest
 from sqlalchemy.exc import DBAPIError
@@ -45,6 +48,13 @@ def _one_session(store: SessionStore, session_id: str) -> None:
     assert loaded.messages() == handle.messages()
     assert len(list(store.events(session_id))) == store.head_seq(session_id) + 1
     assert store.verify(session_id).ok
+    assert store.repair(session_id) == []
+    assert store.surface(session_id) == handle.surface.nodes
+    out = io.StringIO()
+    assert store.export_jsonl(session_id, out) > 0
+    child = store.fork_session(session_id, child_id=f"{session_id}-fork")
+    assert child.messages() == handle.messages()
+    store.delete_session(child.id)
 
 
 @pytest.mark.parametrize("tenant", ["", "acme"])
