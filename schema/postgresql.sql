@@ -129,7 +129,7 @@ FROM (SELECT o.tenant AS tenant, o.id AS session_id, b.session_key AS session_ke
       FROM session_sql.events AS b
       JOIN session_sql.sessions AS o ON o.session_key = b.session_key
       WHERE b.type IN ('turn/start', 'turn/end')
-      WINDOW w AS (PARTITION BY o.tenant, o.id ORDER BY b.seq)) AS t
+      WINDOW w AS (PARTITION BY b.session_key, o.tenant, o.id ORDER BY b.seq)) AS t
 JOIN session_sql.sessions AS s ON s.session_key = t.session_key
 WHERE t.type = 'turn/start';
 

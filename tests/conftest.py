@@ -1,9 +1,11 @@
-"""Shared fixtures: one contract suite over a temp-file SQLite and a PostgreSQL schema per test.
+"""Shared fixtures: one contract suite over a temp-file SQLite and a PostgreSQL schema per test,
+and the store's contract modules (``CITUS_CONTRACT``) over a distributed schema on Citus too.
 
 The PostgreSQL server is, in order: ``SESSION_SQL_TEST_POSTGRES_URL``; a local server on
 127.0.0.1:5432 if it answers within 2 s; a testcontainers PostgreSQL if Docker works. With
 none, PostgreSQL tests are skipped — unless ``SESSION_SQL_REQUIRE_POSTGRES=1``, which makes
-them fail instead.
+them fail instead. The Citus cluster is one the tests start (``citus.cluster``); without
+Citus installed its cases skip, unless ``SESSION_SQL_REQUIRE_CITUS=1``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import DropSchema
 
 from session_sql._store.database import make_engine
+
+from .citus.cluster import ENV_REQUIRE_CITUS, CitusCluster, citus_missing, start_cluster
 
 DEFAULT_LOCAL_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 ENV_URL = "SESSION_SQL_TEST_POSTGRES_URL"
@@ -60,8 +64,46 @@ CAPABILITIES: dict[str, frozenset[str]] = {
         }
     ),
 }
+CAPABILITIES["citus"] = (
+    CAPABILITIES["postgresql"]
+    - {
+        # Each statement's plan is Citus's (a custom scan over a task), not PostgreSQL's.
+        "explain_json",
+        # Statistics, dead rows and vacuums are the workers' shards', not the coordinator's.
+        "autoanalyze",
+        "dead_rows",
+        "vacuum_full",
+        # A distributed store's tenant setting is SET statements, which cannot be prepared.
+        "prepared_statements",
+    }
+    | {"distributed"}  # the per-session tables are spread over workers by session_key
+)
 """What each backend has: tests ask for these (``@pytest.mark.requires(...)`` or
 ``backend.has(...)``) instead of naming a backend. Only this table knows the names."""
+
+CITUS_CONTRACT = frozenset(
+    f"tests/store/{name}.py"
+    for name in (
+        "test_append_together",
+        "test_byte_fidelity",
+        "test_session_title",
+        "test_store_jsonl",
+        "test_store_lifecycle",
+        "test_store_open",
+        "test_store_reading",
+        "test_store_refusals",
+        "test_store_tail",
+        "test_store_verify",
+        "test_store_writing",
+        "test_stream_pinning",
+        "test_tenants",
+        "test_wake_after_commit",
+        "test_retention",
+        "test_analytics",
+    )
+)
+"""The store contract modules that run on a distributed store too (each case creates a
+distributed schema of its own, half a second on the test cluster, so not every module)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +184,7 @@ EXPECT = {
         ),
     ),
 }
+EXPECT["citus"] = EXPECT["postgresql"]  # a coordinator answers as PostgreSQL
 
 
 @dataclass(frozen=True)
@@ -218,13 +261,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         callspec = getattr(item, "callspec", None)
         name = callspec.params.get("backend") if callspec is not None else None
         needed = {c for mark in marks for c in mark.args}
-        if name in CAPABILITIES and not needed <= CAPABILITIES[name]:
+        has = CAPABILITIES.get(name, frozenset())
+        outside = "distributed" in has and _relative(item) not in CITUS_CONTRACT
+        if (name in CAPABILITIES and not needed <= has) or outside:
             lacking.append(item)
         else:
             kept.append(item)
     if lacking:
         config.hook.pytest_deselected(items=lacking)
         items[:] = kept
+
+
+def _relative(item: pytest.Item) -> str:
+    return Path(str(item.path)).resolve().relative_to(ROOT).as_posix()
+
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -333,23 +385,56 @@ def postgres_admin(postgres_server: str) -> Iterator[Engine]:
     params=[
         pytest.param("sqlite", id="sqlite"),
         pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
+        pytest.param("citus", id="citus", marks=pytest.mark.citus),
     ]
 )
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """A fresh, empty store location: a temp SQLite file, or a new PostgreSQL schema."""
+    """A fresh, empty store location: a temp SQLite file, a new PostgreSQL schema, or a new
+    schema on a Citus coordinator (where the store it holds is created distributed)."""
     if "file" in CAPABILITIES[request.param]:
         sqlite = Backend(request.param, f"sqlite:///{tmp_path / 'sessions.db'}", "session_sql")
         skip_lacking(request, sqlite)
         yield sqlite
         return
     skip_lacking(request, Backend(request.param, "", ""))
-    admin: Engine = request.getfixturevalue("postgres_admin")
+    fixture = "citus_admin" if "distributed" in CAPABILITIES[request.param] else "postgres_admin"
+    admin: Engine = request.getfixturevalue(fixture)
     schema = f"t_{uuid.uuid4().hex}"
-    yield Backend("postgresql", str(admin.url.render_as_string(hide_password=False)), schema)
+    yield Backend(request.param, str(admin.url.render_as_string(hide_password=False)), schema)
     with admin.begin() as conn:
         # Never wait forever on a connection a failed test left open.
         conn.execute(text("SET LOCAL lock_timeout = '10s'"))
         conn.execute(DropSchema(schema, cascade=True, if_exists=True))
+
+
+@functools.cache
+def _citus_missing() -> str | None:
+    return citus_missing()
+
+
+@pytest.fixture(scope="session")
+def citus_cluster() -> Iterator[CitusCluster]:
+    """A running Citus cluster (coordinator + 2 workers) the tests start: ``.url`` is the
+    coordinator's; ``stop_worker(i)`` and ``start_worker(i)`` take a worker down and bring
+    it back. Skips without Citus installed, unless ``SESSION_SQL_REQUIRE_CITUS=1``."""
+    reason = _citus_missing()
+    if reason is not None:
+        if os.environ.get(ENV_REQUIRE_CITUS) == "1":
+            pytest.fail(f"{ENV_REQUIRE_CITUS}=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    cluster = start_cluster(workers=2)
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture(scope="session")
+def citus_admin(citus_cluster: CitusCluster) -> Iterator[Engine]:
+    """An engine on the coordinator, for creating and dropping per-test schemas."""
+    engine = create_engine(citus_cluster.url, poolclass=NullPool)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture

@@ -67,12 +67,12 @@ def connect(
         spread = ensure_schema(engine, target, create=create, distributed=distributed)
         with translate_errors(database=database_label(engine)):
             backend.prepare_store(engine)
-        backend.scope_transactions(engine, tenant)
+        backend.scope_transactions(engine, tenant, spread)
         for standby in standbys:
             # The store's own options: each replica's pool is bounded as the primary's is.
             replica = make_engine(standby, **engine_options)
             replicas.append(replica)
-            backend.scope_transactions(replica, tenant)
+            backend.scope_transactions(replica, tenant, spread)
     except (TypeError, ValueError) as exc:
         _dispose(engine, replicas)
         if isinstance(exc, SessionSQLError) or not engine_options:

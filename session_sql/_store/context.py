@@ -456,9 +456,11 @@ class StoreContext:
         self.tenant = tenant
         """Every row this store reads or writes is this tenant's."""
         self.statements = statements_for(tables.metadata.schema, self.backend, tenant)
-        self.idle = IdleConnection(engine, tenant)
+        self.idle = IdleConnection(engine, tenant, distributed=distributed)
         """The connection kept for single-statement reads (see ``reader.surface_tail``)."""
-        self._replica_idle = tuple(IdleConnection(r, tenant) for r in self.replicas)
+        self._replica_idle = tuple(
+            IdleConnection(r, tenant, distributed=distributed) for r in self.replicas
+        )
         self._turn = itertools.count()
         self.parsed = Kept()
         """Tail reads' projected messages by ``(type, data text)``: an agent reads its last
@@ -543,7 +545,9 @@ class StoreContext:
             def notes(heads: Iterable[tuple[str, int]]) -> list[dict[str, str]]:
                 return self.wake_notes(heads)
 
-        own = self.backend.own_statements(self.statements, self.tables, self.engine.dialect)
+        own = self.backend.own_statements(
+            self.statements, self.tables, self.engine.dialect, self.distributed
+        )
         return Writes(self.compiled, own, self.tables, self.tenant, self.max_event_bytes, notes)
 
     @functools.cached_property

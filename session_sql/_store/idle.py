@@ -34,7 +34,7 @@ class IdleConnection:
     so no other user sees the setting, and each read stays one statement.
     """
 
-    def __init__(self, engine: Engine, tenant: str = "") -> None:
+    def __init__(self, engine: Engine, tenant: str = "", *, distributed: bool = False) -> None:
         self._engine = engine
         self._tenant = tenant
         self._lock = threading.Lock()
@@ -42,7 +42,7 @@ class IdleConnection:
         self._backend = backend_for(engine)
         # Only beside a queue pool (the store's own): another pool class may hand out one
         # shared connection, which detaching would take from everybody else.
-        kept = self._backend.keeps_idle(engine) and isinstance(engine.pool, QueuePool)
+        kept = self._backend.keeps_idle(engine, distributed) and isinstance(engine.pool, QueuePool)
         self._closed = not kept
 
     @contextmanager

@@ -423,9 +423,16 @@ def delete_batch(ctx: StoreContext, batch: Sequence[Candidate]) -> list[bool]:
     )
     with translate_errors(), write_tx(ctx.engine) as conn:
         metadata = {c.key: c.metadata for c in batch}
+        if ctx.distributed:
+            # Citus locks rows only by a statement on one shard: one per session.
+            rows = [
+                row for c in batch for row in conn.execute(still.where(s.c.session_key == c.key))
+            ]
+        else:
+            rows = list(conn.execute(still))
         keys = {
             row.session_key
-            for row in conn.execute(still)
+            for row in rows
             if (row.user_id, row.title, dict(row.labels)) == metadata[row.session_key]
         }
         if keys:

@@ -69,6 +69,7 @@ __all__ = [
     "render_ddl",
     "row_security_ddl",
     "tables_for",
+    "distributed_sets",
 ]
 
 SCHEMA_VERSION = 6
@@ -406,6 +407,25 @@ def default_tenant_flag(tenant: str) -> str:
     return "on" if tenant == "" else ""
 
 
+def distributed_sets(tenant: str) -> tuple[str, ...]:
+    """What each transaction of a distributed store sets first (``SET LOCAL``).
+
+    The tenant settings, as statements that Citus sends on to the workers
+    (``citus.propagate_set_commands``), where the shards' row-level security reads them: a
+    ``set_config`` call stays on the coordinator. ``SET`` takes no parameters, so the tenant
+    is a quoted literal (standard strings: a quote is doubled). And custom plans only: a
+    prepared statement's generic plan cannot tell the shard from a parameter, and Citus would
+    run it on every shard.
+    """
+    literal = "'" + tenant.replace("'", "''") + "'"
+    return (
+        "SET LOCAL citus.propagate_set_commands = 'local'",
+        f"SET LOCAL {TENANT_SETTING} = {literal}",
+        f"SET LOCAL {DEFAULT_TENANT_SETTING} = '{default_tenant_flag(tenant)}'",
+        "SET LOCAL plan_cache_mode = force_custom_plan",
+    )
+
+
 TENANT_POLICY = "tenant_isolation"
 """The row-level security policy on ``sessions``, ``session_ids``, ``events`` and ``surface``
 (PostgreSQL)."""
@@ -446,7 +466,7 @@ def view_names(tables: SchemaTables) -> list[str]:
     return [tables.surface_messages.name, *(v.name for v in tables.analytics_views)]
 
 
-DDL_DIGEST: Final = "5d2a28c7e4132cea0a8313b2e1ecc249241eb3e5bce7eec5016e1d9ebbc66ffb"
+DDL_DIGEST: Final = "7b689da4ffb9eddfdc8a632d793d16a7c77637c473c05397f7c22ca95ac1dd20"
 """sha256 of ``render_ddl("postgresql")``: names this build's DDL in the catalog digest a
 PostgreSQL store records when it is created, so that a build whose DDL differs (with the
 same ``SCHEMA_VERSION``) never trusts another's record. A test holds it equal."""

@@ -75,8 +75,10 @@ def _count_in_turn(
 # Starts and ends in log order, each start next to the event that follows it among them (one
 # range scan of the turn-boundary index, no lookup per turn); that event is the turn's end when
 # it is the turn/end of the same turn number. The counts are range scans of the primary key.
-# The window is partitioned by the public (tenant, id), which is one session_key, so that a
-# filter on `session_id` or `tenant` is pushed into the window's subquery.
+# The window is partitioned by the session's key and its public (tenant, id), which name the
+# same rows: by the key so that Citus runs it on each shard (a window must be partitioned by
+# the distribution column), by the id so that a filter on `session_id` or `tenant` is pushed
+# into the window's subquery.
 _TURNS = f"""
 SELECT t.tenant AS tenant,
        t.session_id AS session_id,
@@ -103,7 +105,7 @@ FROM (SELECT o.tenant AS tenant, o.id AS session_id, b.session_key AS session_ke
       FROM {{p}}events AS b
       JOIN {{p}}sessions AS o ON o.session_key = b.session_key
       WHERE b.type IN ('turn/start', 'turn/end')
-      WINDOW w AS (PARTITION BY o.tenant, o.id ORDER BY b.seq)) AS t
+      WINDOW w AS (PARTITION BY b.session_key, o.tenant, o.id ORDER BY b.seq)) AS t
 JOIN {{p}}sessions AS s ON s.session_key = t.session_key
 WHERE t.type = 'turn/start'
 """

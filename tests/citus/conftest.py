@@ -1,6 +1,8 @@
 """Fixtures of the Citus suite: one throwaway cluster (coordinator + 2 workers) per session.
 
-The cluster is started on first use and stopped, its directory deleted, when the session ends.
+The cluster (``citus_cluster``, ``citus_admin``: tests/conftest.py, where the store's contract
+cases use it too) is started on first use and stopped, its directory deleted, when the session
+ends.
 Without Citus installed the tests skip with one line, unless ``SESSION_SQL_REQUIRE_CITUS=1``.
 """
 
@@ -13,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Engine, text
 from sqlalchemy.schema import DropSchema
 
-from .cluster import ENV_REQUIRE_CITUS, CitusCluster, citus_missing, start_cluster
+from .cluster import ENV_REQUIRE_CITUS, citus_missing
 
 HERE = Path(__file__).resolve().parent
 
@@ -44,26 +45,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.environ.get(ENV_REQUIRE_CITUS) == "1":
         pytest.fail(f"{ENV_REQUIRE_CITUS}=1 but {reason}", pytrace=False)
     pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def citus_cluster() -> Iterator[CitusCluster]:
-    """A running Citus cluster: ``.url`` is the coordinator's; ``stop_worker(i)`` and
-    ``start_worker(i)`` take a worker down and bring it back."""
-    assert _missing() is None  # pytest_runtest_setup skipped the test otherwise
-    cluster = start_cluster(workers=2)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
-
-
-@pytest.fixture(scope="session")
-def citus_admin(citus_cluster: CitusCluster) -> Iterator[Engine]:
-    """An engine on the coordinator, for creating and dropping per-test schemas."""
-    engine = create_engine(citus_cluster.url, poolclass=NullPool)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

@@ -220,3 +220,42 @@ def test_the_calls_that_fan_out_stay_correct(
         export = tmp_path / "s1.jsonl"
         store.export_jsonl("s1", export)
         assert json.loads(export.read_text().splitlines()[0])["id"] == "s1"
+        report = store.prune(user_id="u")  # a row lock per session: one shard each
+        assert sorted(s.id for s in report.sessions) == ["s1", "s3"]
+        assert sorted(s.id for s in store.list_sessions()) == ["s0", "s2", "s4", "s5"]
+
+
+def test_row_level_security_holds_on_the_workers(
+    citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
+) -> None:
+    """A role kept to its tenant by row-level security reads and writes its tenant's rows on
+    the workers (the tenant setting reaches them), and no other tenant's."""
+    url = citus_cluster.url
+    with open_store(url, schema=citus_schema, tenant="other") as owner:
+        owner.create_session("theirs")
+    role = "tenant_" + citus_schema[-8:]
+    with citus_admin.begin() as conn:
+        conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(text(f'GRANT USAGE ON SCHEMA "{citus_schema}" TO "{role}"'))
+        conn.execute(
+            text(
+                f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{citus_schema}" TO "{role}"'
+            )
+        )
+    confined = url.replace("postgres@", f"{role}@")
+    try:
+        with open_store(confined, schema=citus_schema, tenant="acme") as store:
+            handle = store.create_session("mine")
+            handle.append_many(_items(3))
+            handle.append_many(_items(40, 3))
+            assert len(store.messages("mine", last=5)) == 5
+            assert [s.id for s in store.list_sessions()] == ["mine"]
+            assert store.load_session("mine").seq == handle.seq + 1
+            with store.engine.connect() as conn:  # even without the store's tenant filter
+                conn.execute(text("SET citus.propagate_set_commands = 'local'"))
+                seen = conn.execute(text(f'SELECT DISTINCT tenant FROM "{citus_schema}".sessions'))
+                assert set(seen.scalars()) <= {"acme"}
+    finally:
+        with citus_admin.begin() as conn:
+            conn.execute(text(f'DROP OWNED BY "{role}"'))
+            conn.execute(text(f'DROP ROLE "{role}"'))

@@ -150,7 +150,9 @@ class Backend(ABC):
         ``transactions.classify``)."""
 
     @abstractmethod
-    def own_statements(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> Any:
+    def own_statements(
+        self, st: Statements, tables: SchemaTables, dialect: Dialect, distributed: bool
+    ) -> Any:
         """The statements only this database's transactions run, compiled for ``dialect``
         (``transactions.Writes.own``), or None."""
 
@@ -188,7 +190,7 @@ class Backend(ABC):
         """What an accepted store needs once (SQLite: WAL); run after the schema gate."""
 
     @abstractmethod
-    def scope_transactions(self, engine: Engine, tenant: str) -> None:
+    def scope_transactions(self, engine: Engine, tenant: str, distributed: bool) -> None:
         """Make every transaction on ``engine`` carry the tenant (row-level security)."""
 
     @abstractmethod
@@ -254,7 +256,7 @@ class Backend(ABC):
     # -- connections kept outside a checkout -------------------------------------------
 
     @abstractmethod
-    def keeps_idle(self, engine: Engine) -> bool:
+    def keeps_idle(self, engine: Engine, distributed: bool) -> bool:
         """Whether a store may keep a connection detached from this engine's pool."""
 
     @abstractmethod

@@ -19,7 +19,11 @@ from psycopg import sql as pgsql
 from sqlalchemy import Table
 
 from session_sql._store.backends.postgresql import driving
-from session_sql._store.backends.postgresql.one_query import one_trip_flow, tenant_params
+from session_sql._store.backends.postgresql.one_query import (
+    one_trip_flow,
+    tenant_first,
+    tenant_runs,
+)
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, SURFACE_COLUMNS
 from session_sql._store.transactions import (
     ROLLBACK,
@@ -59,7 +63,7 @@ def append_parts(ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
     raw = ctx.engine.raw_connection()
     try:
         driver: psycopg.Connection[Any] = raw.driver_connection  # type: ignore[assignment]
-        one = _single(parts) is not None
+        one = _single(ctx.writes, parts) is not None
         client = psycopg.ClientCursor(driver) if one else None
         bind = _no_bind if client is None else client.mogrify
         flow = append_flow(ctx.writes, parts, driver, bind)
@@ -107,7 +111,7 @@ async def append_parts_async(
     off for its length)."""
     driver = client.connection
     flow = append_flow(w, parts, driver, client.mogrify)
-    if _single(parts) is not None:
+    if _single(w, parts) is not None:
         return await driving.run_async(flow, driver, client)
     await driver.set_autocommit(False)
     try:
@@ -117,11 +121,16 @@ async def append_parts_async(
             await driver.set_autocommit(True)
 
 
-def _single(parts: Sequence[AppendPart]) -> AppendPart | None:
-    """The one part of an append sent as one query (a single session, not a big batch)."""
-    if len(parts) == 1 and len(parts[0].events) < COPY_MIN_ROWS:
-        return parts[0]
-    return None
+def _single(w: Writes, parts: Sequence[AppendPart]) -> AppendPart | None:
+    """The one part of an append sent as one query (a single session, not a big batch).
+
+    Never on a distributed store: its tenant setting is ``SET LOCAL`` statements that Citus
+    sends on to a worker, and in a query of several statements the worker's copy fails
+    ("cannot execute a distributed query from a query on a shard"); the pipeline sends each
+    statement as its own."""
+    if w.own.distributed_sets or len(parts) != 1 or len(parts[0].events) >= COPY_MIN_ROWS:
+        return None
+    return parts[0]
 
 
 def _no_bind(sql: str, params: Any) -> str:
@@ -133,7 +142,7 @@ def append_flow(
 ) -> Flow[int | None]:
     """The transaction of ``parts``: one query for one session's (a lost race is index 0),
     else a pipeline, or ``COPY`` for a big batch."""
-    one = _single(parts)
+    one = _single(w, parts)
     if one is not None:
         moved = yield from one_trip_flow(w, one, driver, bind)
         return None if moved else 0
@@ -153,7 +162,8 @@ def append_flow(
         else:
             insert = Run(c.insert_event_values, values, many=True)
         planned.append(Planned(p, insert, len(values), ops))
-    begin = [Run(own.set_tenant.sql, tenant_params(w))]
+    yield from tenant_first(w)
+    begin = tenant_runs(w)
     return (yield from counted_append(w, parts, planned, begin=begin, stepwise=False))
 
 
@@ -183,13 +193,14 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
         for p in parts
     ]
     events, surface = copy_statement(w.tables.events, EVENT_VALUE_COLUMNS), None
+    yield from tenant_first(w)
     runs = [
-        Run(own.set_tenant.sql, tenant_params(w)),
+        *tenant_runs(w),
         Run(ROW_SECURITY_ACTIVE, (qualified(w.tables.events),), fetch=True),
         *(head_run(w, b.part) for b in bulk),
     ]
     reply = yield Send(runs)
-    heads = reply.counts[2:]
+    heads = reply.counts[len(runs) - len(bulk) :]
     if reply.error is not None:
         return (yield from failed(parts, heads, reply.error))
     if not whole(parts, heads, []):

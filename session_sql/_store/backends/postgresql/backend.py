@@ -74,6 +74,7 @@ from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
     TENANT_SETTING,
     default_tenant_flag,
+    distributed_sets,
 )
 from session_sql._store.transactions import Run
 from session_sql.errors import (
@@ -268,12 +269,15 @@ class PostgreSQLBackend(Backend):
     def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         return appending.append_parts(ctx, parts)
 
-    def own_statements(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> Any:
+    def own_statements(
+        self, st: Statements, tables: SchemaTables, dialect: Dialect, distributed: bool
+    ) -> Any:
         from session_sql._store.backends.postgresql.statements import (  # noqa: PLC0415
             OwnStatements,  # (it imports the context, which imports this module)
         )
 
-        return OwnStatements(st, tables, str(st.tenant_param.value), dialect)
+        tenant = str(st.tenant_param.value)
+        return OwnStatements(st, tables, tenant, dialect, distributed=distributed)
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """One statement over column arrays (``Statements.insert_events_unnest``)."""
@@ -303,8 +307,12 @@ class PostgreSQLBackend(Backend):
     def begin_read(self, ctx: StoreContext, raw: Any) -> None:
         """The tenant setting first, in one pipeline with psycopg's ``BEGIN`` (the read's
         rows are then fetched outside it); on the async engine, through its adapter."""
-        set_tenant, params = ctx.writes.own.set_tenant.sql, tenant_params(ctx.writes)
+        w = ctx.writes
         driver = raw.driver_connection
+        if w.own.distributed_sets:  # one query of its own (see ``one_query.tenant_first``)
+            raw.cursor().execute(";".join(w.own.distributed_sets))
+            return
+        set_tenant, params = w.own.set_tenant.sql, tenant_params(w)
         if isinstance(driver, psycopg.AsyncConnection):
             raw.cursor().execute(set_tenant, params)
             return
@@ -324,20 +332,30 @@ class PostgreSQLBackend(Backend):
     def prepare_store(self, engine: Engine) -> None:
         return
 
-    def scope_transactions(self, engine: Engine, tenant: str) -> None:
+    def scope_transactions(self, engine: Engine, tenant: str, distributed: bool) -> None:
         """Set the tenant settings at the start of every transaction on ``engine``.
 
         They are transaction-local (``set_config(..., true)``), so they never outlive the
         transaction on a pooled connection (they read ``''`` after it, which names no tenant).
         They are sent in one pipeline with psycopg's ``BEGIN``: no round trip is added to a
         transaction. The append flows set them themselves (``appending``, ``one_query``).
+        On a distributed store they are ``SET LOCAL`` statements that reach the workers
+        (``schema.distributed_sets``).
         """
         values = (tenant, default_tenant_flag(tenant))
+        sets = ";".join(distributed_sets(tenant))
 
         def on_begin(conn: Connection) -> None:
             driver = conn.connection.driver_connection
             if isinstance(driver, psycopg.AsyncConnection):  # SQLAlchemy's adapter awaits it
-                conn.connection.dbapi_connection.cursor().execute(SET_TENANT, values)  # type: ignore[union-attr]
+                cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+                if distributed:
+                    cursor.execute(sets)
+                else:
+                    cursor.execute(SET_TENANT, values)
+                return
+            if distributed:  # one query of its own (see ``one_query.tenant_first``)
+                driver.execute(sets)  # type: ignore[union-attr]
                 return
             with driver.pipeline():  # type: ignore[union-attr]
                 driver.execute(SET_TENANT, values)  # type: ignore[union-attr]
@@ -403,8 +421,10 @@ class PostgreSQLBackend(Backend):
 
     # -- connections kept outside a checkout -------------------------------------------
 
-    def keeps_idle(self, engine: Engine) -> bool:
-        return True
+    def keeps_idle(self, engine: Engine, distributed: bool) -> bool:
+        # A distributed store's tenant setting reaches the workers only as SET LOCAL, inside
+        # a transaction: an autocommit connection's statements would run without it.
+        return not distributed
 
     def open_idle(self, dbapi_connection: Any, tenant: str) -> None:
         """Autocommit, with the store's tenant set for the session: the connection serves

@@ -34,6 +34,7 @@ from session_sql._store.transactions import (
     AppendPart,
     Flow,
     Query,
+    Run,
     SurfaceOp,
     Writes,
     classify,
@@ -51,6 +52,25 @@ def tenant_params(w: Writes) -> Any:
     """The parameters of ``set_tenant``: this store's tenant."""
     c = w.own.set_tenant
     return c.bind({**c.defaults, "b_tenant": w.tenant})
+
+
+def tenant_runs(w: Writes) -> list[Run]:
+    """The tenant setting as a pipeline's first statement (``set_tenant``); none on a
+    distributed store, whose flows send ``tenant_first`` before their pipeline."""
+    if w.own.distributed_sets:
+        return []
+    return [Run(w.own.set_tenant.sql, tenant_params(w))]
+
+
+def tenant_first(w: Writes) -> Flow[None]:
+    """A distributed store's tenant setting: its ``SET LOCAL`` statements as one query of
+    their own, before the transaction's pipeline. Citus sends them on to a worker when it
+    first uses one; sent inside a pipeline, or in one query with the statements that follow,
+    they make Citus plan those statements for every shard, or fail them."""
+    if w.own.distributed_sets:
+        reply = yield Query(";".join(w.own.distributed_sets))
+        if reply.error is not None:
+            raise reply.error
 
 
 def one_trip_flow(

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 
 def _read(w: Writes, cur: Any, session_key: int, from_seq: int) -> Query:
-    tenant = w.own.set_tenant
     params = refresh_params(w, session_key, from_seq)
+    tenant = w.own.set_tenant
     text = ";".join(
         [
             cur.mogrify(tenant.sql, tenant_params(w)),

@@ -35,13 +35,22 @@ from session_sql._store.schema import (
     JSONText,
     SchemaTables,
     default_tenant_flag,
+    distributed_sets,
 )
 
 
 class OwnStatements:
     """PostgreSQL's statements of one schema and tenant, as Core and compiled."""
 
-    def __init__(self, st: Statements, tables: SchemaTables, tenant: str, dialect: Dialect):
+    def __init__(
+        self,
+        st: Statements,
+        tables: SchemaTables,
+        tenant: str,
+        dialect: Dialect,
+        *,
+        distributed: bool = False,
+    ):
         s, e, sf = tables.sessions, tables.events, tables.surface
         # The one-round-trip append: its statements and the commit go in one message, so
         # nothing may depend on a row count read by the client. The head update fails the
@@ -71,6 +80,9 @@ class OwnStatements:
             ),
             dialect,
         )
+        self.distributed_sets = distributed_sets(tenant) if distributed else ()
+        """What a distributed store's transactions set first (``distributed_sets``), else
+        empty."""
 
 
 def insert_unnest(table: Table) -> Insert:

@@ -209,7 +209,9 @@ class SQLiteBackend(Backend):
     def append_parts(self, ctx: StoreContext, parts: Sequence[AppendPart]) -> int | None:
         return appending.append_parts(ctx, parts)
 
-    def own_statements(self, st: Statements, tables: SchemaTables, dialect: Dialect) -> Any:
+    def own_statements(
+        self, st: Statements, tables: SchemaTables, dialect: Dialect, distributed: bool
+    ) -> Any:
         return None  # SQLite runs only the statements both databases share
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
@@ -283,7 +285,7 @@ class SQLiteBackend(Backend):
         finally:
             raw.close()
 
-    def scope_transactions(self, engine: Engine, tenant: str) -> None:
+    def scope_transactions(self, engine: Engine, tenant: str, distributed: bool) -> None:
         return  # no row-level security: every statement filters on the tenant itself
 
     def require_existing(self, url: URL) -> None:
@@ -364,7 +366,7 @@ class SQLiteBackend(Backend):
 
     # -- connections kept outside a checkout -------------------------------------------
 
-    def keeps_idle(self, engine: Engine) -> bool:
+    def keeps_idle(self, engine: Engine, distributed: bool) -> bool:
         # An in-memory database is one connection, which the pool hands to every user.
         return not _in_memory(engine.url.database)
 
