@@ -69,8 +69,7 @@ CAPABILITIES["citus"] = (
     - {
         # Each statement's plan is Citus's (a custom scan over a task), not PostgreSQL's.
         "explain_json",
-        # Statistics, dead rows and vacuums are the workers' shards', not the coordinator's.
-        "autoanalyze",
+        # Dead rows and vacuums are the workers' shards', not the coordinator's.
         "dead_rows",
         "vacuum_full",
         # A distributed store's tenant setting is SET statements, which cannot be prepared.
@@ -100,6 +99,7 @@ CITUS_CONTRACT = frozenset(
         "test_wake_after_commit",
         "test_retention",
         "test_analytics",
+        "test_session_keys",
     )
 )
 """The store contract modules that run on a distributed store too (each case creates a

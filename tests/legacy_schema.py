@@ -1,10 +1,11 @@
 """Stores of an earlier schema version, created from that release's rendered DDL.
 
-``tests/fixtures/schema_v1/`` to ``schema_v4/`` hold the DDL of schema versions 1 to 4 as
+``tests/fixtures/schema_v1/`` to ``schema_v5/`` hold the DDL of schema versions 1 to 5 as
 those releases rendered it (default schema ``session_sql``); the gate must refuse such a store
 and ``migrate`` must copy from it. ``insert_legacy_session`` writes a session into a store of
-one of those versions the way its release's writer did: rows keyed by the session id (and,
-from version 3, the tenant), with metadata and the surface digest from version 3. The rows
+one of those versions the way its release's writer did: events and surface rows keyed by the
+session id (and, from version 3, the tenant), from version 5 by the ``session_key`` the
+database gave the session's row; metadata and the surface digest from version 3. The rows
 are spelled here, frozen, not by this build's codec (whose columns are another version's).
 """
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, column, insert, table
+from sqlalchemy import Engine, column, insert, select, table
 
 from session_sql import DEFAULT_CATALOG, SessionEvent, thaw
 from session_sql._store.database import write_tx
@@ -28,7 +29,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def legacy_ddl(version: int, dialect: str, schema: str) -> str:
-    """The DDL of an older ``version`` (1 to 4) for ``dialect``, in ``schema``."""
+    """The DDL of an older ``version`` (1 to 5) for ``dialect``, in ``schema``."""
     text = (FIXTURES / f"schema_v{version}" / f"{dialect}.sql").read_text(encoding="utf-8")
     if dialect == "postgresql":
         text = text.replace("SCHEMA IF NOT EXISTS session_sql;", f"SCHEMA IF NOT EXISTS {schema};")
@@ -65,13 +66,48 @@ V4_EVENT_COLUMNS = (
 )
 """The ``events`` columns the writers of versions 3 and 4 wrote (1 and 2: all but ``tenant``)."""
 
+V5_EVENT_COLUMNS = (
+    "session_key",
+    "seq",
+    "time",
+    "ignorable",
+    "tenant",
+    "type",
+    "surface_op",
+    "source_event_seqs",
+    "data",
+)
+"""The ``events`` columns the writer of version 5 wrote, in its order (``session_key`` first,
+``tenant`` kept for the row-level security policy and the foreign key to ``sessions``)."""
+
+KEYED = 5
+"""The first version whose events and surface rows name their session by ``session_key``."""
+
 
 def legacy_event_values(
-    version: int, tenant: str, session_id: str, event: SessionEvent
+    version: int, tenant: str, session_id: str, event: SessionEvent, session_key: int = 0
 ) -> dict[str, Any]:
-    """The ``events`` row of ``event`` as the writer of schema ``version`` spelled it."""
+    """The ``events`` row of ``event`` as the writer of schema ``version`` spelled it (from
+    version 5 under ``session_key``, not ``session_id``)."""
     op = event.surface_op
     seqs = event.source_event_seqs
+    surface_op = (
+        None if op is None else json.dumps("append" if isinstance(op, str) else op.to_json())
+    )
+    source_event_seqs = None if seqs is None else "[" + ", ".join(map(str, seqs)) + "]"
+    if version >= KEYED:
+        v5 = (
+            session_key,
+            event.seq,
+            event.time,
+            True if event.ignorable else None,
+            tenant,
+            event.type,
+            surface_op,
+            source_event_seqs,
+            dumps_frozen(event.data),
+        )
+        return dict(zip(V5_EVENT_COLUMNS, v5, strict=True))
     values = (
         tenant,
         session_id,
@@ -80,8 +116,8 @@ def legacy_event_values(
         event.time,
         # Version 3 and 4's codec; before it, the compact spelling.
         dumps_frozen(event.data) if version >= 3 else dumps_compact(event.data),
-        None if seqs is None else "[" + ", ".join(map(str, seqs)) + "]",
-        None if op is None else json.dumps("append" if isinstance(op, str) else op.to_json()),
+        source_event_seqs,
+        surface_op,
         True if event.ignorable else None,
     )
     row = dict(zip(V4_EVENT_COLUMNS, values, strict=True))
@@ -104,9 +140,10 @@ def insert_legacy_session(
     inherited_event_count: int = 0,
     updated_at: int = 1_700_000_000_000,
 ) -> None:
-    """Write a session into a store of schema ``version`` (1 to 4) as that release did: the
+    """Write a session into a store of schema ``version`` (1 to 5) as that release did: the
     row, the events and the surface rows the fold of the log implies, in one transaction.
-    ``tenant`` and the metadata exist from version 3."""
+    ``tenant`` and the metadata exist from version 3; from version 5 the database numbers the
+    row (``session_key``) and the events and surface rows carry that key."""
     if version < 3 and (tenant or user_id is not None or title is not None or labels):
         raise ValueError(f"schema version {version} has no tenants and no metadata")
     state = Replay()
@@ -134,17 +171,29 @@ def insert_legacy_session(
         row["user_id"] = user_id
         row["title"] = title
         row["labels"] = json.dumps(labels or {})
-    event_rows = [legacy_event_values(version, tenant, session_id, e) for e in events]
-    surface_rows = [
-        {**owner, "session_id": session_id, "pos": pos, "event_seq": seq}
-        for pos, seq in state.rows()
-    ]
 
     def legacy(name: str, names: Sequence[str]) -> Any:
         return table(name, *(column(n) for n in names), schema=schema)
 
     with write_tx(engine) as conn:
         conn.execute(insert(legacy("sessions", list(row))), [row])
+        key = 0
+        if version >= KEYED:
+            s = legacy("sessions", ["session_key", "tenant", "id"])
+            key = conn.execute(
+                select(s.c.session_key).where(s.c.tenant == tenant, s.c.id == session_id)
+            ).scalar_one()
+        event_rows = [legacy_event_values(version, tenant, session_id, e, key) for e in events]
+        if version >= KEYED:  # v5 wrote (session_key, pos, event_seq, tenant)
+            surface_rows = [
+                {"session_key": key, "pos": pos, "event_seq": seq, "tenant": tenant}
+                for pos, seq in state.rows()
+            ]
+        else:
+            surface_rows = [
+                {**owner, "session_id": session_id, "pos": pos, "event_seq": seq}
+                for pos, seq in state.rows()
+            ]
         if event_rows:
             conn.execute(insert(legacy("events", list(event_rows[0]))), event_rows)
         if surface_rows:

@@ -1,8 +1,10 @@
 """``migrate``: copy every session of every tenant from one store into a new one (SPEC §11.4).
 
 The source may be of this build (read through the gate) or of an earlier schema version that
-the gate refuses: versions 3 and 4 (events and surface rows under the tenant and session id),
-version 2 (no tenants, no metadata) and version 1 (no incarnation either). Those are read with
+the gate refuses: version 5 (this build's tables, the public id kept unique by ``sessions``
+itself instead of a ``session_ids`` table), versions 3 and 4 (events and surface rows under
+the tenant and session id), version 2 (no tenants, no metadata) and version 1 (no incarnation
+either). Those are read with
 plain SQL over the columns migrate reads; the sessions of versions 1 and 2 go to the default
 tenant ``""``. A session is read in one snapshot of the source, a page of events at a
 time, and stored by the destination's import (``transfer.import_source``): the same checks, fold
@@ -176,6 +178,7 @@ def migrate(
     to_schema: str = DEFAULT_SCHEMA,
     catalog: Catalog | None = None,
     progress: Progress | None = None,
+    distributed: bool | None = None,
     **options: Any,
 ) -> MigrationReport:
     """Copy every session of every tenant from the store at ``from_url`` into ``to_url``.
@@ -188,6 +191,10 @@ def migrate(
     then verified. ``catalog`` checks the events (pass the one your sessions need);
     ``options`` open the destination (as ``open_store``'s: ``max_event_bytes``,
     ``synchronous``, ...); ``progress`` is called as sessions and events go by.
+    ``distributed`` is ``open_store``'s, for the destination (PostgreSQL with Citus): ``None``
+    creates it distributed where the ``citus`` extension is installed, ``True`` requires
+    Citus, ``False`` creates plain tables even there; a destination that already exists (an
+    interrupted migration) must be of the kind asked for.
 
     Raises ``ConfigurationError`` (an unusable URL or option, both URLs naming one store),
     ``StoreError`` (no store at ``from_url``, an unreachable database),
@@ -199,7 +206,7 @@ def migrate(
     """
     source = Source(from_url, from_schema)
     try:
-        destination = _Destination(to_url, to_schema, catalog, options)
+        destination = _Destination(to_url, to_schema, catalog, distributed, options)
         try:
             if _same_store(source.engine, source.schema, destination.engine, to_schema):
                 raise ConfigurationError(
@@ -477,13 +484,19 @@ class _Destination:
     tenant by tenant, so each tenant is opened once)."""
 
     def __init__(
-        self, url: str, schema: str, catalog: Catalog | None, options: Mapping[str, Any]
+        self,
+        url: str,
+        schema: str,
+        catalog: Catalog | None,
+        distributed: bool | None,
+        options: Mapping[str, Any],
     ) -> None:
         check_url(url, "to_url")
         check_options(schema, catalog, None, None)
         self._url = url
         self._schema = schema
         self._catalog = catalog
+        self._distributed = distributed
         self._options = dict(options)
         self._store: SessionStore | None = None
         self._existing = self._probe()
@@ -498,6 +511,7 @@ class _Destination:
             catalog=self._catalog,
             tenant=tenant,
             create=create,
+            distributed=self._distributed,
             **self._options,
         )
 

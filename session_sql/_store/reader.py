@@ -65,15 +65,14 @@ def session_row(conn: Connection, ctx: StoreContext, session_id: str) -> Any:
     the kept key when there is one (``StoreContext.keys``: one statement), else by the key
     read from ``session_ids`` first; ``SessionNotFoundError`` when there is none."""
     statement = ctx.statements.session_row
-    key = ctx.keys.get(session_id)
-    if key is not None:
-        row = conn.execute(statement, {"b_key": key}).first()
-        if row is not None:
-            return row
-    row = conn.execute(statement, {"b_key": session_key(conn, ctx, session_id)}).first()
-    if row is None:  # the row went after its id was read: deleted in between
+
+    def read(key: int) -> list[Any]:
+        return list(conn.execute(statement, {"b_key": key}).all())
+
+    rows = by_kept_key(conn, ctx, session_id, read)
+    if not rows:  # the row went after its id was read: deleted in between
         raise SessionNotFoundError.for_session(session_id)
-    return row
+    return rows[0]
 
 
 def require_key(conn: Connection, ctx: StoreContext, session_id: str, key: int) -> None:
@@ -311,13 +310,6 @@ def snapshot_events(
             session_id=session_id,
             seq=expected,
         )
-
-
-def check_session(ctx: StoreContext, session_id: str, engine: Engine | None = None) -> None:
-    """Raise ``SessionNotFoundError`` unless the session exists (one read transaction, on
-    ``engine``; default: the store's next read engine)."""
-    with translate_errors(session_id), read_tx(engine or ctx.read_engine()) as conn:
-        require_session(conn, ctx, session_id)
 
 
 def follow_key(ctx: StoreContext, session_id: str) -> int:

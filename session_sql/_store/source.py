@@ -2,9 +2,11 @@
 
 A store of this build is opened through the whole gate; earlier versions (which the gate
 refuses) are read with plain SQL over frozen definitions of the columns ``migrate`` reads.
-Versions 3 and 4 keep each session's events and surface rows under its ``tenant`` and
-``session_id`` (this build's under a ``session_key`` from its ``sessions`` row), with metadata
-and the surface digest. Versions 1 and 2 have only the columns every version has:
+Version 5 is laid out like this build (events and surface rows under the ``session_key`` of
+their ``sessions`` row, with metadata and the surface digest), but its ``sessions`` keeps the
+public id unique itself: it has no ``session_ids`` table. Versions 3 and 4 keep each
+session's events and surface rows under its ``tenant`` and ``session_id``, with metadata and
+the surface digest. Versions 1 and 2 have only the columns every version has:
 ``sessions`` (header, counters, ``updated_at``), ``events`` and ``surface``; they have no
 tenant and no metadata (everything is the default tenant's), version 1 not even
 ``incarnation``, which is never read.
@@ -79,11 +81,14 @@ __all__ = [
     "refuse_row_security",
 ]
 
-READABLE_VERSIONS = (1, 2, 3, 4, SCHEMA_VERSION)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, SCHEMA_VERSION)
 """The schema versions a source may have: this build's and every one before it."""
 
 TENANTED = 3
 """The first version with tenants, metadata and the surface digest."""
+
+KEYED = 5
+"""The first version whose events and surface rows name their session by ``session_key``."""
 
 PAGE = 500
 """Sessions listed, and events read, per statement."""
@@ -108,17 +113,20 @@ class _Layout:
             return table.c.tenant == tenant
         return true() if tenant == "" else false()
 
-    def of_session(self, table: Table, tenant: str, session_id: str) -> ColumnElement[bool]:
-        """The rows of ``table`` (events or surface) that belong to one session."""
+    def of_session(
+        self, table: Table, tenant: str, session_id: str, row: Any
+    ) -> ColumnElement[bool]:
+        """The rows of ``table`` (events or surface) that belong to one session, whose
+        ``sessions`` row (read in the same snapshot) is ``row``: by its ``session_key`` from
+        version 5 on (one shard of a distributed store), by tenant and id before."""
         if self.keyed:
-            s = self.sessions
-            key = select(s.c.session_key).where(s.c.tenant == tenant, s.c.id == session_id)
-            return table.c.session_key == key.scalar_subquery()
+            return table.c.session_key == int(row.session_key)
         return and_(self.own(table, tenant), table.c.session_id == session_id)
 
     def listing_order(self) -> tuple[ColumnElement[Any], ...]:
         """The order sessions are listed in: tenant by tenant, along an index of the version
-        (the primary key before 5; this build's has no index on ``(tenant, id)``)."""
+        (the primary key before 5; from 5 on, the ``(tenant, created_at, id)`` index: neither
+        5 nor this build has one on ``(tenant, id)``)."""
         s = self.sessions
         if self.keyed:
             return (s.c.tenant, s.c.created_at, s.c.id)
@@ -126,14 +134,22 @@ class _Layout:
 
 
 @functools.cache
-def _legacy_layout(schema: str | None, tenanted: bool) -> _Layout:
-    """Versions 1 to 4: the columns migrate reads, as those versions had them. Versions 1
+def _legacy_layout(schema: str | None, version: int) -> _Layout:
+    """Versions 1 to 5: the columns migrate reads, as those versions had them. Versions 1
     and 2 have no tenant and no metadata; 3 and 4 add them and the surface digest (4's
-    ``events.data`` is JSONB on PostgreSQL: read as text like every version's)."""
+    ``events.data`` is JSONB on PostgreSQL: read as text like every version's); 5 names a
+    session's events and surface rows by the ``session_key`` of its row."""
     md = MetaData(schema=schema)
+    tenanted, keyed = version >= TENANTED, version >= KEYED
 
     def tenant() -> list[Column[Any]]:
         return [Column("tenant", Text)] if tenanted else []
+
+    def owner() -> list[Column[Any]]:
+        """How a row of events or surface names its session."""
+        if keyed:
+            return [Column("session_key", BigInteger)]
+        return [*tenant(), Column("session_id", Text)]
 
     metadata: list[Column[Any]] = []
     if tenanted:
@@ -143,9 +159,12 @@ def _legacy_layout(schema: str | None, tenanted: bool) -> _Layout:
             Column("title", Text),
             Column("labels", Text),
         ]
+    # Version 5 lists sessions along its (tenant, created_at, id) index (``listing_order``).
+    key = [Column("session_key", BigInteger), Column("created_at", BigInteger)] if keyed else []
     sessions = Table(
         "sessions",
         md,
+        *key,
         *tenant(),
         Column("id", Text),
         Column("inherited_event_count", BigInteger),
@@ -159,8 +178,7 @@ def _legacy_layout(schema: str | None, tenanted: bool) -> _Layout:
     events = Table(
         "events",
         md,
-        *tenant(),
-        Column("session_id", Text),
+        *owner(),
         Column("seq", BigInteger),
         Column("type", Text),
         Column("time", BigInteger),
@@ -172,12 +190,11 @@ def _legacy_layout(schema: str | None, tenanted: bool) -> _Layout:
     surface = Table(
         "surface",
         md,
-        *tenant(),
-        Column("session_id", Text),
+        *owner(),
         Column("pos", BigInteger),
         Column("event_seq", BigInteger),
     )
-    return _Layout(sessions, events, surface, tenanted=tenanted)
+    return _Layout(sessions, events, surface, tenanted=tenanted, keyed=keyed)
 
 
 def current_layout(schema: str | None) -> _Layout:
@@ -226,7 +243,7 @@ class Source:
                 ensure_schema(engine, target, create=False)  # the whole gate
                 self.layout = current_layout(target)
             elif self.version in READABLE_VERSIONS:
-                self.layout = _legacy_layout(target, self.version >= TENANTED)
+                self.layout = _legacy_layout(target, self.version)
                 _check_legacy_columns(engine, self.layout, self.version)
             else:
                 label = database_label(engine)
@@ -295,6 +312,8 @@ class Source:
         ]
         if layout.tenanted:
             columns += [s.c.surface_digest, s.c.user_id, s.c.title, s.c.labels]
+        if layout.keyed:
+            columns.append(s.c.session_key)
         with translate_errors(session_id), snapshot_tx(self.engine) as conn:
             row = conn.execute(
                 select(*columns).where(layout.own(s, tenant), s.c.id == session_id)
@@ -321,7 +340,7 @@ class Source:
                 )
             row_sum = 0
             nodes = select(sf.c.pos, sf.c.event_seq).where(
-                layout.of_session(sf, tenant, session_id)
+                layout.of_session(sf, tenant, session_id, row)
             )
             for pos, seq in conn.execute(nodes):
                 row_sum += node_digest(pos, seq)
@@ -367,7 +386,7 @@ class SourceSession:
         head = int(self._row.head_seq)
         query = (
             select(*event_columns(e))
-            .where(self._layout.of_session(e, self.tenant, self.session_id))
+            .where(self._layout.of_session(e, self.tenant, self.session_id, self._row))
             .order_by(e.c.seq)
             .limit(PAGE)
         )

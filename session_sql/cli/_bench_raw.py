@@ -5,8 +5,8 @@ compiled once per dialect and executed with stdlib ``sqlite3`` or raw psycopg, s
 SQLAlchemy cost is measured; the SQLite connection runs the engine's ``sqlite_pragmas``. The
 baseline writes the same event rows and a conditional session-row update, without validation
 and without surface upkeep. As the store, it creates a session with one row insert that
-returns its ``session_key``, writes events under that key, and reads a session by its public
-id through the key's lookup in ``sessions``.
+returns its ``session_key`` (and its ``session_ids`` row), writes events under that key, and
+reads a session by its public id through the key's lookup in ``sessions``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ class RawStatements:
     """The baseline's SQL, compiled once from the store's own tables for one dialect."""
 
     insert_session: str
+    insert_id: str
     insert_event: str
     advance: str
     surface_data: str
@@ -74,6 +75,10 @@ def raw_statements(backend: str, schema: str | None) -> RawStatements:
             insert(s)
             .values({c.name: bindparam(c.name) for c in s.c if c.name != "session_key"})
             .returning(s.c.session_key)
+        ),
+        # The public id's row, which keeps it unique (the store writes it beside the session).
+        insert_id=sql_text(
+            insert(t.session_ids).values({c.name: bindparam(c.name) for c in t.session_ids.c})
         ),
         # Generated columns (events.call_id) are computed by the database, never written.
         insert_event=sql_text(
@@ -209,6 +214,8 @@ class _RawBaseline:
         with self._autocommit():
             rows = self.conn.execute(self.sql.insert_session, _session_row(self.tenant, sid))
             self.keys[sid] = int(rows.fetchall()[0][0])
+            ids = {"id": sid, "tenant": self.tenant, "session_key": self.keys[sid]}
+            self.conn.execute(self.sql.insert_id, ids)
         return sid
 
     def _fetch(self, statement: Any, **params: Any) -> list[Any]:

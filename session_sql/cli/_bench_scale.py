@@ -137,16 +137,21 @@ def _copy(conn: Connection, target: Target, start: int, stop: int) -> None:
         .order_by(nums.c.n, tpl.c.session_key)
     )
     given = conn.execute(
-        insert(s).from_select(columns, rows).returning(s.c.session_key, s.c.id)
+        insert(s).from_select(columns, rows).returning(s.c.session_key, s.c.id, s.c.tenant)
     ).all()
-    _analyze(conn, [s])
-    first = min(int(key) for key, _ in given)
+    ids = t.session_ids
+    conn.execute(
+        insert(ids),
+        [{"id": sid, "tenant": tenant, "session_key": key} for key, sid, tenant in given],
+    )
+    _analyze(conn, [s, ids])
+    first = min(int(row[0]) for row in given)
     order = (
         conn.execute(select(s.c.id).where(s.c.session_key.in_(keys)).order_by(s.c.session_key))
         .scalars()
         .all()
     )
-    for key, sid in given:
+    for key, sid, _ in given:
         template, _, copy = str(sid).rpartition("-")
         if int(key) != first + (int(copy) - start) * len(keys) + order.index(template):
             raise RuntimeError(f"W12: the copies' keys are not consecutive ({sid}: {key})")

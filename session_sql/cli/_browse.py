@@ -90,12 +90,7 @@ def demo(*, db: StoreOptions) -> None:
     )
 
 
-@app.command(
-    epilog=example(
-        "session-sql init --url postgresql://postgres@localhost/agents",
-        "session-sql init --distributed --url postgresql://postgres@coordinator/agents",
-    )
-)
+@app.command(epilog=example("session-sql init --url postgresql://postgres@localhost/agents"))
 @store_options()
 def init(
     *,

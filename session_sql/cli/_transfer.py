@@ -480,6 +480,15 @@ def migrate(
             help="PostgreSQL schema of the destination (ignored on SQLite).",
         ),
     ] = DEFAULT_SCHEMA,
+    distributed: Annotated[
+        bool | None,
+        typer.Option(
+            "--distributed/--plain",
+            help="Create the destination distributed over a Citus cluster (the default where "
+            "the citus extension is installed), or as plain tables even there.",
+            show_default=False,
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Draw no progress bar.")] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -489,7 +498,9 @@ def migrate(
     one transaction, with its tenant, metadata, times and fork lineage, then verified against
     the source (its replay, counters, digest and events). A store of an earlier schema version
     (which this build refuses to open) is read too; versions 1 and 2 had no tenants, so their
-    sessions go to the default tenant. Nothing is ever written to the source.
+    sessions go to the default tenant. Nothing is ever written to the source. The destination
+    is created like 'init' creates a store: distributed where the citus extension is
+    installed, unless --plain.
 
     An interrupted migrate is resumed by running it again: the sessions already copied are
     checked and skipped, the rest copied. A destination that holds anything else is refused
@@ -514,8 +525,11 @@ def migrate(
                 from_schema=from_schema,
                 to_schema=to_schema,
                 progress=None if quiet else show,
+                distributed=distributed,
             )
         except ConfigurationError as exc:
+            if exc.option == "distributed":
+                raise CliError(str(exc), code=2) from exc
             raise CliError(f"invalid --from, --to or schema: {exc}", code=2) from exc
     for failure in report.failures:
         tenant = f" of tenant {failure.tenant!r}" if failure.tenant else ""

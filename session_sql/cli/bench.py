@@ -482,7 +482,7 @@ def _store_bytes(store: SessionStore, target: Target) -> int:
     t = tables_for(target.schema)
     sizes = [
         func.pg_total_relation_size(literal(table.fullname).cast(REGCLASS))
-        for table in (t.sessions, t.events, t.surface)
+        for table in (t.sessions, t.session_ids, t.events, t.surface)
     ]
     with store.engine.connect() as conn:
         return int(sum(conn.execute(select(*sizes)).one()))

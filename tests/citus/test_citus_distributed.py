@@ -237,11 +237,8 @@ def test_row_level_security_holds_on_the_workers(
     with citus_admin.begin() as conn:
         conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
         conn.execute(text(f'GRANT USAGE ON SCHEMA "{citus_schema}" TO "{role}"'))
-        conn.execute(
-            text(
-                f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{citus_schema}" TO "{role}"'
-            )
-        )
+        rights = "SELECT, INSERT, UPDATE, DELETE"
+        conn.execute(text(f'GRANT {rights} ON ALL TABLES IN SCHEMA "{citus_schema}" TO "{role}"'))
     confined = url.replace("postgres@", f"{role}@")
     try:
         with open_store(confined, schema=citus_schema, tenant="acme") as store:

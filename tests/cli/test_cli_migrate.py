@@ -101,33 +101,56 @@ def test_a_missing_source_exits_1_and_creates_nothing(sqlite_cli):
     assert not (sqlite_cli.cwd / "new.db").exists()
 
 
-@pytest.mark.parametrize("version", [2, 4])
-def test_an_earlier_version_store_is_migrated(sqlite_cli, version):
+@pytest.mark.parametrize("version", [2, 4, 5])
+def test_an_earlier_version_store_is_migrated(cli, backend, version):
     tenant = "acme" if version >= 3 else ""
-    engine = make_engine(sqlite_cli.url)
+    engine = make_engine(cli.url)
     try:
-        create_legacy_store(engine, "session_sql", version)
+        create_legacy_store(engine, cli.schema, version)
         session = Session("old")
         tool_turn(session, 1)
         insert_legacy_session(
-            engine, None, version, session.header, list(session.events), tenant=tenant
+            engine,
+            backend.table_schema,
+            version,
+            session.header,
+            list(session.events),
+            tenant=tenant,
         )
     finally:
         engine.dispose()
-    refused = sqlite_cli("ls")
+    refused = cli("ls")
     assert refused.code == 1  # the gate refuses to open it, and says what to run
     assert f"schema version {version} is older" in refused.stderr
     assert "session-sql migrate" in refused.stderr
 
-    out = sqlite_cli("migrate", "--to", _target(sqlite_cli))
+    out = cli("migrate", "--to", _target(cli))
 
     assert out.code == 0, out.stderr
     assert f"schema version {version}," in out.stdout and "1 copied" in out.stdout
-    listed = sqlite_cli("ls", "--url", _target(sqlite_cli), "--tenant", tenant)
+    listed = cli("ls", "--url", _target(cli), "--tenant", tenant)
     assert listed.code == 0 and "old" in listed.stdout
-    with open_store(_target(sqlite_cli), tenant=tenant, create=False) as store:
+    with open_store(_target(cli), tenant=tenant, create=False) as store:
         assert [e.to_json() for e in store.events("old")] == [e.to_json() for e in session.events]
         assert store.verify("old").ok
+
+
+def test_distributed_needs_citus_and_plain_is_the_default_elsewhere(sqlite_cli):
+    """--distributed asks for a destination on Citus (a usage error on SQLite, where nothing
+    is created); --plain keeps plain tables (what SQLite always has)."""
+    with sqlite_cli.store() as store:
+        say(store.create_session("s1"), "hello")
+
+    refused = sqlite_cli("migrate", "--to", _target(sqlite_cli), "--distributed")
+
+    assert refused.code == 2
+    assert "citus" in refused.stderr
+    assert not (sqlite_cli.cwd / "new.db").exists()
+    plain = sqlite_cli("migrate", "--to", _target(sqlite_cli), "--plain", "--json")
+    assert plain.code == 0, plain.stderr
+    assert json.loads(plain.stdout)["copied"] == 1
+    with open_store(_target(sqlite_cli), create=False) as store:
+        assert not store.distributed
 
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason="the console script is not installed")

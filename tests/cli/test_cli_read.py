@@ -25,6 +25,23 @@ def test_init_creates_and_rechecks_the_store(cli, backend, tmp_path):
     assert again.code == 0 and again.stdout == first.stdout
 
 
+def test_init_distributed_without_citus_is_a_usage_error_and_creates_nothing(
+    cli, backend, tmp_path
+):
+    """``--distributed`` needs a PostgreSQL database with the citus extension (Citus's own
+    tests are in tests/citus); ``--plain`` creates the store as everywhere else."""
+    refused = cli("init", "--distributed")
+    assert refused.code == 2
+    assert "citus" in refused.stderr and "distributed=True" in refused.stderr
+    assert not (tmp_path / "sessions.db").exists()
+    plain = cli("init", "--plain")
+    assert plain.code == 0, plain.stderr
+    assert not plain.stdout.rstrip().endswith(", distributed")
+    again = cli("init", "--distributed")  # and a plain store is not what it asks for
+    assert again.code == 2
+    assert "distributed" in again.stderr
+
+
 def test_ls_lists_sessions_newest_first(shared):
     cli, demo, store = shared.cli, shared.demo, shared.store
     out = cli("ls")

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Iterator
 from typing import Any, TypeVar
 
 from session_sql import AsyncSessionStore, AsyncStoredSession, SessionStore, open_async_store
-from session_sql._store.reader import check_session
+from session_sql._store.reader import follow_key
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ class SyncFacade:
     def follow(self, session_id: str, **kwargs: Any) -> Iterator[Any]:
         # The sync follow refuses a missing session when called; the async iterator does at
         # its first step (no I/O can happen before it). Take that step's check here.
-        self._run(self.astore._runner.call(check_session, self.astore._store._ctx, session_id))
+        self._run(self.astore._runner.call(follow_key, self.astore._store._ctx, session_id))
         return self._follow(session_id, **kwargs)
 
     def _follow(self, session_id: str, **kwargs: Any) -> Iterator[Any]:

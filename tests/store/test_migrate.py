@@ -1,9 +1,10 @@
 """``migrate`` (SPEC §11.4): every session of every tenant into a new store, verified, resumable.
 
 Each direction (SQLite and PostgreSQL, both ways and onto themselves) copies tenants that share
-session ids, forks, metadata and times; sources of schema versions 1 to 4 are built from those
+session ids, forks, metadata and times; sources of schema versions 1 to 5 are built from those
 releases' DDL and written as their writers wrote them. An interruption (an exception inside a
-copy, or a process killed in the middle of a large session) is resumed by a rerun without
+copy, or a process killed in the middle of a large session, of this version's store or of a
+version 5 one) is resumed by a rerun without
 duplicates; conflicting destinations and bad URLs are refused before anything is written.
 """
 
@@ -298,7 +299,7 @@ def test_an_earlier_version_is_read_into_the_default_tenant(place, kind, version
 
 
 def build_legacy(reference: Backend, where: Backend, version: int) -> None:
-    """A store of schema ``version`` (3 or 4) at ``where`` holding what ``reference``, a store
+    """A store of schema ``version`` (3 to 5) at ``where`` holding what ``reference``, a store
     of this build, holds: every tenant's sessions, row for row as that release wrote them."""
     engine = make_engine(where.url)
     try:
@@ -329,7 +330,7 @@ def data_texts(where: Backend, version: int) -> dict[tuple[str, str, int], str]:
     order shows and whitespace does not), by ``(tenant, session id, seq)``."""
     t = tables_for(where.table_schema)
     s = t.sessions
-    if version < session_sql.SCHEMA_VERSION:  # tenant and session id in each row
+    if version < 5:  # tenant and session id in each row; from 5 on, the session's key
         names = ("tenant", "session_id", "seq", "data")
         e = table("events", *(column(n) for n in names), schema=where.table_schema)
         query = select(e.c.tenant, e.c.session_id, e.c.seq, cast(e.c.data, Text))
@@ -367,12 +368,13 @@ def source_pages(source: Backend) -> tuple[dict[str, list[Any]], Callable[[], No
     return pages, lambda: event.remove(Engine, "before_cursor_execute", on_statement)
 
 
-@pytest.mark.parametrize("version", [3, 4])
+@pytest.mark.parametrize("version", [3, 4, 5])
 @pytest.mark.parametrize(("source_kind", "destination_kind"), DIRECTIONS)
 def test_a_tenanted_earlier_version_is_copied_whole_in_pages_and_resumed(
     place, source_kind, destination_kind, version, monkeypatch
 ):
-    """Versions 3 and 4 key events and surface by tenant and session id. Their stores, built
+    """Versions 3 and 4 key events and surface by tenant and session id, version 5 by the
+    session's key (with the public id unique in ``sessions`` itself). Their stores, built
     from that release's DDL with what a store of this build holds (tenants sharing ids,
     metadata, forks, a replacement and a removal), copy into this build identically, a page
     of sessions and of events per statement; a rerun skips all of it."""
@@ -406,11 +408,12 @@ def test_a_tenanted_earlier_version_is_copied_whole_in_pages_and_resumed(
     # Streaming: 9 sessions listed two at a time; each log read two events per statement.
     assert len(pages["sessions"]) == 5
     assert len(pages["events"]) == sum(math.ceil(n / 2) for n in logs)
-    # The data goes in as the source gave it back: the release's text on SQLite; on
-    # PostgreSQL, version 4's JSONB (keys sorted) as read, which the json column then keeps.
+    # The data goes in as the source gave it back: the release's text on SQLite and in
+    # version 5's json column; on PostgreSQL, the JSONB of versions 3 and 4 (keys sorted) as
+    # read, which the json column then keeps.
     read = data_texts(source, version)
     assert data_texts(destination, session_sql.SCHEMA_VERSION) == read
-    if not source.has("jsonb_in_old_schemas"):
+    if version >= 5 or not source.has("jsonb_in_old_schemas"):
         assert read == data_texts(reference, session_sql.SCHEMA_VERSION)
     before = dump_tables_all_tenants(destination)
 
@@ -442,14 +445,15 @@ def test_a_source_of_an_unknown_version_is_refused(place, stored):
     assert not Path(destination.url.removeprefix("sqlite:///")).exists()
 
 
-def test_an_earlier_version_missing_a_column_is_refused(place):
+@pytest.mark.parametrize("version", [2, 5])
+def test_an_earlier_version_missing_a_column_is_refused(place, version):
     source, destination = place("sqlite"), place("sqlite")
     engine = make_engine(source.url)
     try:
         create_legacy_store(
             engine,
             source.schema,
-            2,
+            version,
             lambda d: d.replace("\treplace_generation BIGINT NOT NULL,\n", ""),
         )
     finally:
@@ -508,10 +512,14 @@ KILLED = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("version", ["current", 5])
 @pytest.mark.parametrize("kind", BACKENDS)
-def test_a_process_killed_inside_a_large_session_resumes(place, kind, tmp_path):
-    source, destination = place("sqlite"), place(kind)
-    with _open(source) as store:
+def test_a_process_killed_inside_a_large_session_resumes(place, kind, version, tmp_path):
+    """``kill -9`` in the middle of a large session's copy, from a store of this version or
+    of version 5 (the upgrade to this one): the rerun checks what was committed, copies the
+    rest, and every session ends up there once, verified and identical."""
+    built, destination = place("sqlite"), place(kind)
+    with _open(built) as store:
         for sid in ("a1", "a2", "a3"):
             say(store.create_session(sid), f"hi {sid}")
         big = store.create_session("m-big")
@@ -519,6 +527,11 @@ def test_a_process_killed_inside_a_large_session_resumes(place, kind, tmp_path):
             tool_turn(big, turn)
         big_count = big.seq
         say(store.create_session("z1"), "hi z1")  # after m-big, by id and by creation
+    source = built
+    if version == 5:
+        source = place("sqlite")
+        build_legacy(built, source, 5)
+    expected = snapshot(built, "")
     script = tmp_path / "killed.py"
     script.write_text(KILLED)
     args = [source.url, destination.url, source.schema, destination.schema]
@@ -535,10 +548,12 @@ def test_a_process_killed_inside_a_large_session_resumes(place, kind, tmp_path):
     assert total_sessions(destination) == 3  # a1..a3; m-big's transaction died with it
     report = _run(source, destination)
     assert report.ok
+    assert report.source_version == (5 if version == 5 else session_sql.SCHEMA_VERSION)
     assert (report.copied, report.skipped) == (2, 3)
     with _open(destination) as store:
         assert store.head_seq("m-big") == big_count - 1
         assert all(store.verify(i.id).ok for i in store.iter_sessions())
+    assert snapshot(destination, "") == expected
     assert total_sessions(destination) == 5
 
 
