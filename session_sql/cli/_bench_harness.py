@@ -50,10 +50,14 @@ class Target:
     synchronous: str = "FULL"
     tenant: str = ""
     """The tenant both sides write (the store's ``tenant=``, the raw rows' tenant column)."""
+    distributed: bool | None = None
+    """The store's ``distributed=`` (W13's store on a Citus coordinator: True)."""
 
     def store(self, **options: Any) -> SessionStore:
         if self.backend == "sqlite":
             options.setdefault("synchronous", self.synchronous)
+        if self.distributed is not None:
+            options.setdefault("distributed", self.distributed)
         return open_store(self.url, schema=self.schema, tenant=self.tenant, **options)
 
     def fresh(self, name: str) -> Target:

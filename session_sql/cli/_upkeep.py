@@ -345,9 +345,22 @@ def bench(
             "--only",
             metavar="W1,W7,...",
             help=(
-                "Run only these workloads (comma-separated, W1 to W12; W4, W5, W9 and W10"
+                "Run only these workloads (comma-separated, W1 to W13; W4, W5, W9 and W10"
                 " share one setup and run together). W12, the store grown to 10M events"
-                " (a long run), runs only when named."
+                " (a long run), runs only when named; W13 needs --citus-url."
+            ),
+        ),
+    ] = None,
+    citus_url: Annotated[
+        str | None,
+        typer.Option(
+            "--citus-url",
+            metavar="URL",
+            envvar="SESSION_SQL_BENCH_CITUS_URL",
+            help=(
+                "postgresql://... of a Citus coordinator: W13 times one session's operations"
+                " on a distributed store there (a throwaway schema) beside a plain store on"
+                " --url (PostgreSQL), and reports Citus time over plain time."
             ),
         ),
     ] = None,
@@ -362,7 +375,8 @@ def bench(
     own statements (compiled once from its tables) and the engine's SQLite pragmas. It never
     touches your sessions.db: SQLite runs use temporary files (beside the file a sqlite:///
     --url names), PostgreSQL schemas that are dropped after. W8 (storage) measures on a fresh
-    file or schema of its own.
+    file or schema of its own. W13 (with --citus-url) reports a distributed store on a Citus
+    coordinator against a plain store on --url: Citus time over plain time, per operation.
     """
 
     def progress(name: str) -> None:
@@ -371,15 +385,15 @@ def bench(
     selected = None
     if only is not None:
         selected = frozenset(name.strip().upper() for name in only.split(",") if name.strip())
-        unknown = sorted(selected - {f"W{i}" for i in range(1, 13)})
+        unknown = sorted(selected - {f"W{i}" for i in range(1, 14)})
         if unknown or not selected:
             named = ", ".join(unknown) or "(none given)"
-            raise CliError(f"--only: unknown workloads {named}; give W1 to W12", code=2)
+            raise CliError(f"--only: unknown workloads {named}; give W1 to W13", code=2)
     from rich.text import Text
 
     from session_sql.cli import bench as workloads
 
-    report = workloads.run(url, quick=quick, progress=progress, only=selected)
+    report = workloads.run(url, quick=quick, progress=progress, only=selected, citus_url=citus_url)
     out = Out()
     if as_json:
         out.json(report)

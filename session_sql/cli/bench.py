@@ -11,7 +11,9 @@ once per dialect and run on the raw driver connection; its SQLite connection run
 ``sqlite_pragmas``. W8 measures on a fresh database of its own; W9 reads W4's big session, and
 W10 opens W4's sessions (compacted) and appends to them.
 W11 (PostgreSQL) compares the async API with the sync one, both session_sql. W12 grows the
-store to 10M events and times the everyday operations at each size (``_bench_scale``).
+store to 10M events and times the everyday operations at each size (``_bench_scale``). W13,
+given a Citus coordinator, times one session's operations on a distributed store there beside
+a plain store on the PostgreSQL of ``url`` (``_bench_citus``).
 
 This module holds the writes (W1-W3), the multi-process workloads (W6, W7), W8, W11 and
 ``run``; the event mix is in ``_bench_events``, the harness (``Target``, timing, the temporary
@@ -33,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import func, literal, select
+from sqlalchemy import func, literal, make_url, select
 from sqlalchemy.dialects.postgresql import REGCLASS
 
 from session_sql import (
@@ -45,6 +47,8 @@ from session_sql import (
     open_store,
     retry_on_conflict,
 )
+from session_sql.cli._bench_citus import OPERATIONS as CITUS_OPERATIONS
+from session_sql.cli._bench_citus import citus_target, w_citus
 from session_sql.cli._bench_events import (
     Item,
     _chunk,
@@ -64,11 +68,13 @@ from session_sql.cli._bench_raw import Raw, RawPostgres, RawSQLite
 from session_sql.cli._bench_reads import _big_session, w_open, w_read  # noqa: F401 (tests)
 from session_sql.cli._bench_scale import OPERATIONS as SCALE_OPERATIONS
 from session_sql.cli._bench_scale import SCALE_LEVELS, w_scale
+from session_sql.cli._support import CliError
 from session_sql.errors import ConcurrencyError
 from session_sql.schema import tables_for
 
 __all__ = [
     "ASYNC_WORKERS",
+    "CITUS_OPERATIONS",
     "Raw",
     "RawPostgres",
     "RawSQLite",
@@ -83,6 +89,7 @@ __all__ = [
     "w_append",
     "w_append_many",
     "w_async_appends",
+    "w_citus",
     "w_compaction",
     "w_contention",
     "w_follow",
@@ -488,10 +495,12 @@ def run(
     progress: Callable[[str], None] = lambda _: None,
     scale: float = 1.0,
     only: frozenset[str] | None = None,
+    citus_url: str | None = None,
 ) -> dict[str, Any]:
     """Run every workload for the backend of ``url`` (or those named in ``only``, e.g.
     ``{"W1", "W11"}``) and return the JSON report. W12 (the store grown to 10M events) runs
-    only when named.
+    only when named. W13 runs when ``citus_url`` names a Citus coordinator (``url`` must then
+    be a plain PostgreSQL, the baseline); naming W13 without one is a ``CliError``.
 
     ``scale`` shrinks every size (the tests run the real workloads at a tiny scale). W4, W5,
     W9 and W10 share one setup: naming any of them runs all four.
@@ -503,6 +512,11 @@ def run(
     def wanted(*names: str) -> bool:
         return only is None or any(name in only for name in names)
 
+    if citus_url is not None or (only is not None and "W13" in only):
+        if citus_url is None:
+            raise CliError("W13 needs a Citus coordinator: give --citus-url (or set it)")
+        if url is None or make_url(url).get_backend_name() != "postgresql":
+            raise CliError("W13 compares Citus with plain PostgreSQL: give --url postgresql://...")
     reps = 3 if quick else 5
     n1 = size(1500, 300, 60)
     workloads: list[Workload] = []
@@ -556,6 +570,11 @@ def run(
         if only is not None and "W12" in only:  # minutes to hours: only when named
             levels = [size(level, level // 10, 1000) for level in SCALE_LEVELS]
             workloads.extend(w_scale(main, _store_bytes, levels, progress))
+        if citus_url is not None and wanted("W13"):
+            progress("W13 Citus beside plain PostgreSQL")
+            with citus_target(citus_url, main) as citus:
+                calls, events = size(400, 200, 20), size(2000, 2000, 200)
+                workloads.extend(w_citus(main, citus, calls, events))
     return {
         "backend": targets[0].backend,
         "quick": quick,

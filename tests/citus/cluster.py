@@ -74,6 +74,9 @@ class CitusCluster:
     base: Path
     _as_user: list[str] = field(repr=False)
     _bin: Path = field(repr=False)
+    durable: bool = False
+    """``fsync`` on, as on a server that keeps its commits (the bench's W13 compares with
+    one); the tests run with it off."""
 
     @property
     def url(self) -> str:
@@ -102,7 +105,7 @@ class CitusCluster:
             "listen_addresses": "'127.0.0.1'",
             "unix_socket_directories": f"'{self.base}'",
             "shared_preload_libraries": "'citus'",
-            "fsync": "off",
+            "fsync": "on" if self.durable else "off",
             "max_connections": "100",
             # Online shard moves (citus_rebalance_start, tenant isolation) copy by logical
             # replication.
@@ -168,8 +171,9 @@ def _ports(count: int) -> list[int]:
     return ports
 
 
-def start_cluster(workers: int = 2) -> CitusCluster:
+def start_cluster(workers: int = 2, *, durable: bool = False) -> CitusCluster:
     """Start a coordinator and ``workers`` workers; the caller must ``close()`` it.
+    ``durable`` keeps ``fsync`` on (the tests turn it off).
 
     Call only when ``citus_missing()`` is ``None``.
     """
@@ -183,7 +187,7 @@ def start_cluster(workers: int = 2) -> CitusCluster:
     names = ["coordinator", *(f"worker{i + 1}" for i in range(workers))]
     ports = _ports(len(names))
     nodes = [Node(name, port, base / name) for name, port in zip(names, ports, strict=True)]
-    cluster = CitusCluster(nodes[0], tuple(nodes[1:]), base, as_user, bin_dir)
+    cluster = CitusCluster(nodes[0], tuple(nodes[1:]), base, as_user, bin_dir, durable)
     try:
         for node in nodes:
             cluster.init(node)

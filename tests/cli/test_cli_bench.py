@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from session_sql._store.database import sqlite_pragmas
 from session_sql.cli import bench
+from session_sql.cli._support import CliError
 
 from .conftest import Cli
 
@@ -192,10 +193,10 @@ FAKE = {
 
 @pytest.fixture
 def fake_run(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str | None, bool]]:
-    calls: list[tuple[str | None, bool]] = []
+    calls: list[tuple[str | None, bool] | tuple[str | None, bool, str]] = []
 
-    def run(url, *, quick, progress, only=None):
-        calls.append((url, quick))
+    def run(url, *, quick, progress, only=None, citus_url=None):
+        calls.append((url, quick) if citus_url is None else (url, quick, citus_url))
         progress("W1 append (FULL)")
         return FAKE
 
@@ -217,6 +218,24 @@ def test_bench_json_is_the_report(sqlite_cli: Cli, fake_run):
     assert out.code == 0
     assert json.loads(out.stdout) == FAKE
     assert fake_run == [("postgresql://u@h/db", False)]
+
+
+def test_bench_takes_a_citus_url_from_the_option_or_the_environment(
+    sqlite_cli: Cli, fake_run, monkeypatch
+):
+    pg, citus = "postgresql://u@h/db", "postgresql://u@c:9700/postgres"
+    assert sqlite_cli("bench", "--url", pg, "--citus-url", citus).code == 0
+    monkeypatch.setenv("SESSION_SQL_BENCH_CITUS_URL", citus)
+    assert sqlite_cli("bench", "--url", pg, "--only", "W13").code == 0
+    assert fake_run == [(pg, False, citus), (pg, False, citus)]
+
+
+def test_w13_needs_a_citus_url_and_a_plain_postgresql(monkeypatch):
+    monkeypatch.delenv("SESSION_SQL_BENCH_CITUS_URL", raising=False)
+    with pytest.raises(CliError, match="--citus-url"):
+        bench.run("postgresql://u@h/db", quick=True, only=frozenset({"W13"}))
+    with pytest.raises(CliError, match="--url postgresql"):
+        bench.run(None, quick=True, citus_url="postgresql://u@c/postgres")
 
 
 def test_w10_opens_and_appends_to_compacted_sessions_of_two_lengths(backend):
@@ -244,7 +263,7 @@ def test_bench_url_sqlite_puts_its_files_beside_that_path(sqlite_cli: Cli, tmp_p
     named.parent.mkdir()
     seen: list[str] = []
 
-    def run(url, *, quick, progress, only=None):
+    def run(url, *, quick, progress, only=None, citus_url=None):
         with bench.bench_targets(url) as targets:
             for target in targets:
                 seen.append(target.workdir)
@@ -265,9 +284,9 @@ def test_only_runs_the_named_workloads(backend):
 
 
 def test_only_refuses_an_unknown_workload(sqlite_cli: Cli):
-    out = sqlite_cli("bench", "--quick", "--only", "W1,W13")
+    out = sqlite_cli("bench", "--quick", "--only", "W1,W14")
     assert out.code == 2
-    assert "W13" in out.stderr
+    assert "W14" in out.stderr
 
 
 def test_w12_grows_the_store_with_sessions_that_read_and_verify(backend):
