@@ -152,6 +152,7 @@ def bulk_session(engine: Engine, schema: str | None, session_id: str, count: int
                 "incarnation": "0" * 32,
             },
         ).scalar_one()
+        conn.execute(insert(t.session_ids), {"id": session_id, "session_key": key})
         conn.execute(
             text(_sql(engine.dialect.name, None if sqlite else schema)),
             {"turns": count // TURN, "session_key": key, "at": at},
