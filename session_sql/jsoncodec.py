@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from math import copysign, isfinite
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 
@@ -26,7 +26,10 @@ from session_sql.jsonvalue import (
     FrozenDict,
     FrozenList,
     JSONValue,
+    _list_of,
+    _snapshot_exact,
     _UndecidedError,
+    snapshot_fast,
     snapshot_json,
 )
 
@@ -325,10 +328,41 @@ def _loads_exact(text: str, root: str) -> JSONValue:
     return value
 
 
-def _orjson_default(value: Any) -> Any:
-    if type(value) is FrozenList:
-        return list(value)
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+_REMEMBER_MAX = 1 << 16
+_REMEMBER_MAX_CHARS = 1 << 25
+
+
+class _Remembered:
+    """The texts ``snapshot_stored`` wrote, by the identity of the frozen value, until
+    ``dumps_frozen`` takes them: an entry holds its value, so the identity is not reused
+    while it lasts. Bounded (entries and characters): a batch that is never written (an
+    append refused, a session that stores nothing) leaves entries behind, and they are
+    dropped together when a bound is reached; a dropped text is written again, the same."""
+
+    texts: ClassVar[dict[int, tuple[Any, str]]] = {}
+    chars: ClassVar[int] = 0
+
+
+def snapshot_stored(value: Any, *, root: str = "value") -> JSONValue:
+    """``snapshot_json`` for event data about to be written: the text orjson writes while
+    checking it (``snapshot_fast``) is kept for ``dumps_frozen``, so a batch's data is
+    encoded once, by the pass that validates it."""
+    t = type(value)
+    if t is not dict and t is not list:
+        return snapshot_json(value, root=root)
+    try:
+        frozen, data = snapshot_fast(value)
+    except _UndecidedError:
+        return _snapshot_exact(value, root)
+    if b"e+" not in data:  # else dumps_frozen's own rule applies (see there)
+        remembered = _Remembered.texts
+        if len(remembered) >= _REMEMBER_MAX or _Remembered.chars >= _REMEMBER_MAX_CHARS:
+            remembered.clear()
+            _Remembered.chars = 0
+        text = data.decode()
+        remembered[id(frozen)] = (frozen, text)
+        _Remembered.chars += len(text)
+    return frozen
 
 
 def dumps_frozen(value: JSONValue) -> str:
@@ -337,10 +371,15 @@ def dumps_frozen(value: JSONValue) -> str:
     The same JSON value as ``dumps_compact`` writes (orjson's encoder; it may spell a small
     float differently, ``1e-7`` for ``1e-07``). Values it does not take — nested deeper than
     orjson goes, or holding a float that needs ``dumps_compact``'s exponent rule — are written
-    by ``dumps_compact``. Only for validated values: orjson would write NaN as ``null``.
+    by ``dumps_compact``. Only for validated values: orjson would write NaN as ``null``. The
+    text ``snapshot_stored`` wrote for ``value``, if it still has it, is taken instead.
     """
+    hit = _Remembered.texts.pop(id(value), None)
+    if hit is not None and hit[0] is value:
+        _Remembered.chars -= len(hit[1])
+        return hit[1]
     try:
-        data = orjson.dumps(value, default=_orjson_default)
+        data = orjson.dumps(value, default=_list_of)
     except TypeError:  # orjson.JSONEncodeError: depth, or a type it does not know
         return dumps_compact(value)
     if b"e+" in data:  # may be inside a string too; then dumps_compact writes the same value
