@@ -342,7 +342,22 @@ def _snapshot_exact(value: Any, root: str) -> JSONValue:
 
 
 def thaw(value: Any) -> Any:
-    """Return a plain, mutable deep copy (``dict``/``list``) of a frozen (or plain) JSON value."""
+    """Return a plain, mutable deep copy (``dict``/``list``) of a frozen (or plain) JSON value.
+
+    A frozen container is copied by orjson (written, then read back: both in C, exact for
+    the values ``snapshot_json`` makes); text holding ``null`` (which orjson also writes for
+    a non-finite float a hand-built ``FrozenDict`` might hold) or anything orjson refuses is
+    copied by the walk instead.
+    """
+    t = type(value)
+    if t is FrozenDict or t is FrozenList:
+        try:
+            text = orjson.dumps(value, default=_list_of)
+        except TypeError:  # orjson.JSONEncodeError: depth, or a type it does not know
+            pass
+        else:
+            if b"null" not in text:
+                return orjson.loads(text)
     try:
         return _thaw_fast(value, 0)
     except _UndecidedError:  # deeper than _FAST_DEPTH, or a container of another type

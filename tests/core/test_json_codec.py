@@ -29,8 +29,10 @@ from session_sql.jsonvalue import (
     FrozenDict,
     FrozenList,
     _snapshot_exact,
+    _thaw_exact,
     json_equal,
     snapshot_json,
+    thaw,
 )
 
 # -- loads_frozen ------------------------------------------------------------------------------
@@ -285,3 +287,25 @@ def test_remembered_texts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     values = [snapshot_stored({"n": n}) for n in range(10)]
     assert len(jsoncodec._Remembered.texts) <= 3
     assert [dumps_frozen(v) for v in values] == [f'{{"n":{n}}}' for n in range(10)]
+
+
+# -- thaw: orjson's copy and the walk's agree ----------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_thaw_copies_a_frozen_value_as_the_walk_does(value: Any) -> None:
+    try:
+        frozen = snapshot_json([value, {"k": value}])
+    except NotJSONError:
+        return
+    thawed = thaw(frozen)
+    assert json_equal(thawed, _thaw_exact(frozen))
+    assert type(thawed) is list
+    assert type(thawed[1]) is dict
+
+
+def test_thaw_keeps_a_non_finite_float_a_hand_built_value_holds() -> None:
+    thawed = thaw(FrozenDict({"a": math.inf, "b": [math.nan]}))
+    assert thawed["a"] == math.inf
+    assert math.isnan(thawed["b"][0])
