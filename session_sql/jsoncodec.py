@@ -12,9 +12,9 @@ kept floats on JSONB).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from math import copysign, isfinite
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import orjson
 
@@ -26,7 +26,10 @@ from session_sql.jsonvalue import (
     FrozenDict,
     FrozenList,
     JSONValue,
+    _list_of,
+    _snapshot_exact,
     _UndecidedError,
+    snapshot_fast,
     snapshot_json,
 )
 
@@ -228,25 +231,33 @@ def _parsed_item(x: Any, depth: int) -> Any:
     if tx is int:
         if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
             raise _UndecidedError
-    elif tx is float:
-        _check_parsed_float(x)
-    return x
-
-
-def _check_parsed_float(x: float) -> None:
-    if x >= _BIG_FLOAT or x <= -_BIG_FLOAT or (x == 0.0 and copysign(1.0, x) < 0):
+    elif tx is float and (x >= _BIG_FLOAT or x <= -_BIG_FLOAT or _negative_zero(x)):
         raise _UndecidedError
+    return x
 
 
 # The walks below are the hot loop of every read: containers are frozen in place (orjson's
 # own dicts and lists, nobody else holds them), strings pass with one type test, and the
-# rarer kinds are tested in the order they occur in event data.
+# rarer kinds are tested in the order they occur in event data. Each container's loop is
+# written out in its own function (no helper call per container: a read walks thousands).
 
 
 def _parsed_dict(d: dict[str, Any], depth: int) -> FrozenDict:
     if depth > _FAST_DEPTH:
         raise _UndecidedError
-    _freeze_children(d, d.items(), depth)
+    for k, x in d.items():
+        tx = type(x)
+        if tx is str:
+            continue
+        if tx is dict:
+            d[k] = _parsed_dict(x, depth + 1)
+        elif tx is list:
+            d[k] = _parsed_list(x, depth + 1)
+        elif tx is int:
+            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
+                raise _UndecidedError
+        elif tx is float and (x >= _BIG_FLOAT or x <= -_BIG_FLOAT or _negative_zero(x)):
+            raise _UndecidedError
     return FrozenDict(d)
 
 
@@ -261,26 +272,24 @@ def _parsed_list(items: list[Any], depth: int) -> FrozenList:
         if max(items) > MAX_SAFE_INTEGER or min(items) < -MAX_SAFE_INTEGER:
             raise _UndecidedError
         return FrozenList(items)
-    _freeze_children(items, enumerate(items), depth)
-    return FrozenList(items)
-
-
-def _freeze_children(container: Any, children: Iterable[tuple[Any, Any]], depth: int) -> None:
-    """Freeze the containers among ``children`` (a dict's items or a list's enumerate) into
-    ``container`` in place, and check its numbers: one walk for dicts and lists alike."""
-    for k, x in children:
+    for i, x in enumerate(items):
         tx = type(x)
         if tx is str:
             continue
         if tx is dict:
-            container[k] = _parsed_dict(x, depth + 1)
+            items[i] = _parsed_dict(x, depth + 1)
         elif tx is list:
-            container[k] = _parsed_list(x, depth + 1)
+            items[i] = _parsed_list(x, depth + 1)
         elif tx is int:
             if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
                 raise _UndecidedError
-        elif tx is float:
-            _check_parsed_float(x)
+        elif tx is float and (x >= _BIG_FLOAT or x <= -_BIG_FLOAT or _negative_zero(x)):
+            raise _UndecidedError
+    return FrozenList(items)
+
+
+def _negative_zero(x: float) -> bool:
+    return x == 0.0 and copysign(1.0, x) < 0
 
 
 def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
@@ -325,10 +334,41 @@ def _loads_exact(text: str, root: str) -> JSONValue:
     return value
 
 
-def _orjson_default(value: Any) -> Any:
-    if type(value) is FrozenList:
-        return list(value)
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+_REMEMBER_MAX = 1 << 16
+_REMEMBER_MAX_CHARS = 1 << 25
+
+
+class _Remembered:
+    """The texts ``snapshot_stored`` wrote, by the identity of the frozen value, until
+    ``dumps_frozen`` takes them: an entry holds its value, so the identity is not reused
+    while it lasts. Bounded (entries and characters): a batch that is never written (an
+    append refused, a session that stores nothing) leaves entries behind, and they are
+    dropped together when a bound is reached; a dropped text is written again, the same."""
+
+    texts: ClassVar[dict[int, tuple[Any, str]]] = {}
+    chars: ClassVar[int] = 0
+
+
+def snapshot_stored(value: Any, *, root: str = "value") -> JSONValue:
+    """``snapshot_json`` for event data about to be written: the text orjson writes while
+    checking it (``snapshot_fast``) is kept for ``dumps_frozen``, so a batch's data is
+    encoded once, by the pass that validates it."""
+    t = type(value)
+    if t is not dict and t is not list:
+        return snapshot_json(value, root=root)
+    try:
+        frozen, data = snapshot_fast(value)
+    except _UndecidedError:
+        return _snapshot_exact(value, root)
+    if b"e+" not in data:  # else dumps_frozen's own rule applies (see there)
+        remembered = _Remembered.texts
+        if len(remembered) >= _REMEMBER_MAX or _Remembered.chars >= _REMEMBER_MAX_CHARS:
+            remembered.clear()
+            _Remembered.chars = 0
+        text = data.decode()
+        remembered[id(frozen)] = (frozen, text)
+        _Remembered.chars += len(text)
+    return frozen
 
 
 def dumps_frozen(value: JSONValue) -> str:
@@ -337,10 +377,15 @@ def dumps_frozen(value: JSONValue) -> str:
     The same JSON value as ``dumps_compact`` writes (orjson's encoder; it may spell a small
     float differently, ``1e-7`` for ``1e-07``). Values it does not take — nested deeper than
     orjson goes, or holding a float that needs ``dumps_compact``'s exponent rule — are written
-    by ``dumps_compact``. Only for validated values: orjson would write NaN as ``null``.
+    by ``dumps_compact``. Only for validated values: orjson would write NaN as ``null``. The
+    text ``snapshot_stored`` wrote for ``value``, if it still has it, is taken instead.
     """
+    hit = _Remembered.texts.pop(id(value), None)
+    if hit is not None and hit[0] is value:
+        _Remembered.chars -= len(hit[1])
+        return hit[1]
     try:
-        data = orjson.dumps(value, default=_orjson_default)
+        data = orjson.dumps(value, default=_list_of)
     except TypeError:  # orjson.JSONEncodeError: depth, or a type it does not know
         return dumps_compact(value)
     if b"e+" in data:  # may be inside a string too; then dumps_compact writes the same value

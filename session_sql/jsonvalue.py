@@ -5,10 +5,11 @@ A frozen value is built from ``FrozenDict`` (a read-only ``dict``) and ``FrozenL
 serialises with ``json.dumps`` directly, without being thawed first. JSON text is
 ``jsoncodec``'s: it parses into these values and writes them back.
 
-The hot path here (``snapshot_json``) first tries a fast path — a recursive walk with type
-dispatch — and hands anything that path cannot decide (a bad value, deep nesting, a cycle) to
-the exact path, which gives the same result or the same error; so the fast path changes speed,
-never an outcome. ``_UndecidedError`` and ``_FAST_DEPTH`` are that protocol, shared with
+The hot path here (``snapshot_json``) first tries a fast path — orjson's encoder checks keys
+and strings in C, then a recursive walk with type dispatch checks numbers and freezes — and
+hands anything that path cannot decide (a bad value, deep nesting, a cycle) to the exact path,
+which gives the same result or the same error; so the fast path changes speed, never an
+outcome. ``_UndecidedError`` and ``_FAST_DEPTH`` are that protocol, shared with
 ``jsoncodec``.
 """
 
@@ -18,6 +19,8 @@ import json
 from collections.abc import Iterable, Iterator
 from math import copysign, isfinite
 from typing import Any, NoReturn, TypeAlias
+
+import orjson
 
 from session_sql.errors import NotJSONError
 
@@ -161,70 +164,98 @@ class _UndecidedError(Exception):
     """The fast path met something it does not decide; the exact path takes over."""
 
 
-def _key_ok(key: Any) -> bool:
-    if type(key) is not str:
-        return False
-    if key in _checked_keys:
-        return True
-    if _str_problem(key) is not None:
-        return False
-    if len(_checked_keys) < _MAX_CHECKED_KEYS:
-        _checked_keys.add(key)
-    return True
+def _list_of(value: Any) -> Any:
+    """orjson's ``default``: a ``FrozenList`` (a tuple subclass, which orjson does not take)
+    as the list it stands for; anything else is refused."""
+    if type(value) is FrozenList:
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-def _fast_item(x: Any, depth: int) -> Any:
-    """One value below a container, validated and frozen; ``_UndecidedError`` on any doubt."""
-    tx = type(x)
-    if tx is str:
-        if "\x00" in x or (not x.isascii() and _str_problem(x) is not None):
-            raise _UndecidedError
-    elif tx is int:
-        if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
-            raise _UndecidedError
-    elif tx is dict:
-        return _fast_dict(x, depth + 1)
-    elif tx is list:
-        return _fast_list(x, depth + 1)
-    elif tx is float:
-        if not isfinite(x) or (x == 0.0 and copysign(1.0, x) < 0):
-            raise _UndecidedError
-    elif not (x is None or tx is bool or tx is FrozenDict or tx is FrozenList):
+def _encoded(value: Any) -> bytes:
+    """``value`` as compact JSON bytes from orjson's encoder, which also checks, in C, what
+    the walk then need not: every key a ``str`` (exactly), no string (key or value) holding
+    a lone surrogate, no integer past 64 bits, no unknown type, no cycle (orjson stops at
+    255 levels). ``_UndecidedError`` when it refuses the value, or when the text holds an
+    escaped U+0000 (a string with U+0000, or one with a backslash before ``u0000``)."""
+    try:
+        text = orjson.dumps(value, default=_list_of)
+    except TypeError:  # orjson.JSONEncodeError
+        raise _UndecidedError from None
+    if b"\\u0000" in text:
         raise _UndecidedError
-    return x
+    return text
 
 
-def _fast_dict(d: dict[Any, Any], depth: int) -> FrozenDict:
+def _walk_dict(d: dict[str, Any], depth: int) -> FrozenDict:
+    """A frozen copy of ``d``, whose keys and strings ``_encoded`` has checked: the numbers
+    are checked here, the containers frozen, and string values pass with one type test."""
     if depth > _FAST_DEPTH:
         raise _UndecidedError
-    out = {}
+    out = FrozenDict(d)
     for k, x in d.items():
-        if not _key_ok(k):
-            raise _UndecidedError
         tx = type(x)
-        # The common leaves inline; everything else through _fast_item.
         if tx is str:
-            if "\x00" in x or (not x.isascii() and _str_problem(x) is not None):
+            continue
+        if tx is dict:
+            _set(out, k, _walk_dict(x, depth + 1))
+        elif tx is list:
+            _set(out, k, _walk_list(x, depth + 1))
+        elif tx is int:
+            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
                 raise _UndecidedError
-            out[k] = x
-        elif tx is int and -MAX_SAFE_INTEGER <= x <= MAX_SAFE_INTEGER:
-            out[k] = x
-        else:
-            out[k] = _fast_item(x, depth)
-    return FrozenDict(out)
+        elif tx is float:
+            if not isfinite(x) or (x == 0.0 and copysign(1.0, x) < 0):
+                raise _UndecidedError
+        elif not (x is None or tx is bool or tx is FrozenDict or tx is FrozenList):
+            raise _UndecidedError  # a str or int subclass, a tuple, ...
+    return out
 
 
-def _fast_list(items: list[Any], depth: int) -> FrozenList:
+_set = dict.__setitem__
+"""Fills a ``FrozenDict`` being built (its own ``__setitem__`` refuses)."""
+
+
+def _walk_list(items: list[Any], depth: int) -> FrozenList:
+    """``_walk_dict`` for a list."""
     if depth > _FAST_DEPTH:
         raise _UndecidedError
-    return FrozenList([_fast_item(x, depth) for x in items])
+    out = list(items)
+    for i, x in enumerate(items):
+        tx = type(x)
+        if tx is str:
+            continue
+        if tx is dict:
+            out[i] = _walk_dict(x, depth + 1)
+        elif tx is list:
+            out[i] = _walk_list(x, depth + 1)
+        elif tx is int:
+            if x > MAX_SAFE_INTEGER or x < -MAX_SAFE_INTEGER:
+                raise _UndecidedError
+        elif tx is float:
+            if not isfinite(x) or (x == 0.0 and copysign(1.0, x) < 0):
+                raise _UndecidedError
+        elif not (x is None or tx is bool or tx is FrozenDict or tx is FrozenList):
+            raise _UndecidedError
+    return FrozenList(out)
+
+
+def snapshot_fast(value: dict[str, Any] | list[Any]) -> tuple[JSONValue, bytes]:
+    """``snapshot_json``'s fast path for a ``dict`` or ``list``: the frozen copy and its
+    compact JSON bytes (orjson's), or ``_UndecidedError`` when the exact path must judge.
+
+    Two passes, one of them in C: orjson's encoder checks keys and strings while it writes
+    the text, then one walk checks numbers and freezes the containers.
+    """
+    text = _encoded(value)
+    return (_walk_dict(value, 0) if isinstance(value, dict) else _walk_list(value, 0)), text
 
 
 def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
-    """Validate ``value`` as lossless JSON and return a deeply frozen copy, in one pass.
+    """Validate ``value`` as lossless JSON and return a deeply frozen copy.
 
-    Each container is read exactly once; the item read is the item validated and copied.
-    Values up to ``_FAST_DEPTH`` deep take a recursive walk with type dispatch; anything it
+    Values up to ``_FAST_DEPTH`` deep take the fast path (``snapshot_fast``: orjson's
+    encoder checks keys and strings in C, one walk checks numbers and freezes); anything it
     does not accept (a bad value, deep nesting, a cycle) is walked again by the exact path,
     whose explicit stack bounds depth by memory only and names the first bad value. Shared
     (non-cyclic) references become independent copies. Raises ``NotJSONError`` naming the
@@ -239,7 +270,7 @@ def snapshot_json(value: Any, *, root: str = "value") -> JSONValue:
             _fail([root], problem)
         return value
     try:
-        return _fast_dict(value, 0) if t is dict else _fast_list(value, 0)
+        return snapshot_fast(value)[0]
     except _UndecidedError:
         return _snapshot_exact(value, root)
 
@@ -311,7 +342,22 @@ def _snapshot_exact(value: Any, root: str) -> JSONValue:
 
 
 def thaw(value: Any) -> Any:
-    """Return a plain, mutable deep copy (``dict``/``list``) of a frozen (or plain) JSON value."""
+    """Return a plain, mutable deep copy (``dict``/``list``) of a frozen (or plain) JSON value.
+
+    A frozen container is copied by orjson (written, then read back: both in C, exact for
+    the values ``snapshot_json`` makes); text holding ``null`` (which orjson also writes for
+    a non-finite float a hand-built ``FrozenDict`` might hold) or anything orjson refuses is
+    copied by the walk instead.
+    """
+    t = type(value)
+    if t is FrozenDict or t is FrozenList:
+        try:
+            text = orjson.dumps(value, default=_list_of)
+        except TypeError:  # orjson.JSONEncodeError: depth, or a type it does not know
+            pass
+        else:
+            if b"null" not in text:
+                return orjson.loads(text)
     try:
         return _thaw_fast(value, 0)
     except _UndecidedError:  # deeper than _FAST_DEPTH, or a container of another type

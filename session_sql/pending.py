@@ -12,14 +12,14 @@ generators, it says what is to be written and is told how that went; it never do
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql.errors import InvalidEventError, ReentrantAppendError
 from session_sql.events import SessionEvent, check_type_name, parse_source_seqs, parse_surface_op
-from session_sql.jsonvalue import snapshot_json
+from session_sql.jsonvalue import JSONValue
 from session_sql.rules import check_data, check_inherited_marker
 from session_sql.surface import Surface, Transition, plan
 
@@ -200,10 +200,12 @@ def _coerce_candidate(
     ignorable: Any,
     seq: int,
     time: int,
+    snapshot: Callable[..., JSONValue],
 ) -> SessionEvent:
-    """Step 1 of the pipeline: snapshot and type every argument into a frozen candidate."""
+    """Step 1 of the pipeline: snapshot and type every argument into a frozen candidate
+    (``snapshot``: the session's ``_data_snapshot``)."""
     check_type_name(type_, seq=seq)
-    frozen = snapshot_json(data, root="data")
+    frozen = snapshot(data, root="data")
     op = None if surface_op is None else parse_surface_op(surface_op, seq=seq)
     sources = None if source_event_seqs is None else parse_source_seqs(source_event_seqs, seq=seq)
     if type(ignorable) is not bool:
@@ -222,6 +224,7 @@ def _plan(session: Session, batch: list[Item]) -> tuple[list[SessionEvent], list
     staged: list[int] | None = None  # a private copy once the batch holds a replace
     seeded = bool(session._header["isSeeded"])
     logged = session._log
+    snapshot = session._data_snapshot()
 
     def lookup(seq: int) -> SessionEvent:
         return logged[seq] if seq < base else events[seq - base]
@@ -239,6 +242,7 @@ def _plan(session: Session, batch: list[Item]) -> tuple[list[SessionEvent], list
                 ignorable,
                 seq,
                 now if time is None else time,
+                snapshot,
             )
             session._check_event_size(event)
             if event.type not in catalog:

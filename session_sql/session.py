@@ -28,7 +28,7 @@ from session_sql.events import (
     make_header,
     parse_envelope,
 )
-from session_sql.jsoncodec import check_json_size, dumps_frozen
+from session_sql.jsoncodec import check_json_size, dumps_frozen, snapshot_stored
 from session_sql.jsonvalue import FrozenDict, snapshot_json
 from session_sql.messages import SurfaceMessage, project
 from session_sql.pending import Item, PendingAppend, batch_items
@@ -483,6 +483,11 @@ class Session:
         """The batch checked, planned and validated, the reentrancy flag held (see
         ``PendingAppend``); the caller persists it, then commits or abandons it."""
         return PendingAppend(self, batch, face)
+
+    def _data_snapshot(self) -> Callable[..., Any]:
+        """How an append snapshots its events' data: keeping the text it wrote while checking
+        (``snapshot_stored``) when that text will be wanted, here by the size limit."""
+        return snapshot_json if self._max_event_bytes is None else snapshot_stored
 
     def _check_event_size(self, event: SessionEvent) -> None:
         """The event-size limit; a store checks it on the text it writes instead."""

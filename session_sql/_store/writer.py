@@ -30,6 +30,7 @@ from session_sql.errors import (
     SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
+from session_sql.jsoncodec import snapshot_stored
 from session_sql.jsonvalue import FrozenDict
 from session_sql.pending import Item, PendingAppend, abandon_all, batch_items, begin_all, commit_all
 from session_sql.session import Session, fold_checked
@@ -95,6 +96,10 @@ class StoredSession(Session):
         session._incarnation = incarnation
         session._session_key = row.session_key
         return session
+
+    def _data_snapshot(self) -> Callable[..., Any]:
+        """The text written while the data is checked is the text stored (``event_values``)."""
+        return snapshot_stored
 
     def _check_event_size(self, event: SessionEvent) -> None:
         """Checked by the writer on the very text it stores (one serialisation per event)."""

@@ -16,15 +16,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from session_sql import NotJSONError
-from session_sql.jsoncodec import _loads_exact, dumps_compact, dumps_frozen, loads_frozen
+from session_sql import NotJSONError, jsoncodec
+from session_sql.jsoncodec import (
+    _loads_exact,
+    dumps_compact,
+    dumps_frozen,
+    loads_frozen,
+    snapshot_stored,
+)
 from session_sql.jsonvalue import (
     _FAST_DEPTH,
     FrozenDict,
     FrozenList,
     _snapshot_exact,
+    _thaw_exact,
     json_equal,
     snapshot_json,
+    thaw,
 )
 
 # -- loads_frozen ------------------------------------------------------------------------------
@@ -224,3 +232,80 @@ def _nest(depth: int) -> Any:
 def test_dumps_frozen_is_compact_and_keeps_unicode() -> None:
     frozen = snapshot_json({"a": [1, 2.5, None, True], "b": "é\n\u2028", "": {}})
     assert dumps_frozen(frozen) == dumps_compact(frozen)
+
+
+# -- snapshot_stored: the text written while checking is the text stored -----------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_snapshot_stored_agrees_with_snapshot_json_and_keeps_the_text(value: Any) -> None:
+    if type(value) not in (dict, list):
+        value = [value]
+    stored = _outcome(lambda v: snapshot_stored(v, root="data"), value)
+    plain = _outcome(lambda v: snapshot_json(v, root="data"), value)
+    assert stored[0] == plain[0]
+    if stored[0] != "ok":
+        assert stored[1] == plain[1]
+        return
+    assert json_equal(stored[1], plain[1])
+    text = dumps_frozen(stored[1])  # the remembered text, taken once
+    assert text == dumps_frozen(plain[1])  # what an encoding afresh writes
+    assert json_equal(loads_frozen(text), stored[1])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": "x\x00y"},  # U+0000: orjson writes it escaped, the exact path names it
+        {"a\x00": 1},
+        {"a": float("nan")},  # orjson would write null
+        {"a": [-0.0]},
+        {"a": 2**53},
+        {"a": 2**64},
+        {"a": "\ud800"},
+        {1: "x"},
+    ],
+)
+def test_snapshot_stored_refuses_what_snapshot_json_refuses(value: Any) -> None:
+    with pytest.raises(NotJSONError) as stored:
+        snapshot_stored(value, root="data")
+    with pytest.raises(NotJSONError) as plain:
+        snapshot_json(value, root="data")
+    assert str(stored.value) == str(plain.value)
+
+
+def test_snapshot_stored_takes_a_backslash_before_u0000_exactly() -> None:
+    value = {"a": "\\u0000"}  # a backslash, then the letters: no U+0000 in it
+    frozen = snapshot_stored(value, root="data")
+    assert frozen == value
+    assert json.loads(dumps_frozen(frozen)) == value
+
+
+def test_remembered_texts_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsoncodec, "_REMEMBER_MAX", 3)
+    values = [snapshot_stored({"n": n}) for n in range(10)]
+    assert len(jsoncodec._Remembered.texts) <= 3
+    assert [dumps_frozen(v) for v in values] == [f'{{"n":{n}}}' for n in range(10)]
+
+
+# -- thaw: orjson's copy and the walk's agree ----------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_thaw_copies_a_frozen_value_as_the_walk_does(value: Any) -> None:
+    try:
+        frozen = snapshot_json([value, {"k": value}])
+    except NotJSONError:
+        return
+    thawed = thaw(frozen)
+    assert json_equal(thawed, _thaw_exact(frozen))
+    assert type(thawed) is list
+    assert type(thawed[1]) is dict
+
+
+def test_thaw_keeps_a_non_finite_float_a_hand_built_value_holds() -> None:
+    thawed = thaw(FrozenDict({"a": math.inf, "b": [math.nan]}))
+    assert thawed["a"] == math.inf
+    assert math.isnan(thawed["b"][0])
