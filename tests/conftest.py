@@ -44,6 +44,7 @@ CAPABILITIES: dict[str, frozenset[str]] = {
             "async_in_worker",  # the async store runs the sync driver in a worker thread
             "appends_on_kept_connection",  # appends and tail reads share one kept connection
             "triggers",  # a test's trigger can fail an insert inside the server
+            "query_plans",  # a statement's plan names the indexes it walks (a test reads it)
         }
     ),
     "postgresql": frozenset(
@@ -63,6 +64,7 @@ CAPABILITIES: dict[str, frozenset[str]] = {
             "row_level_security",  # each table keeps a tenant policy under row-level security
             "jsonb_in_old_schemas",  # schema version 4 kept events' data as JSONB (keys sorted)
             "triggers",  # a test's trigger can fail an insert inside the server
+            "query_plans",  # a statement's plan names the indexes it walks (a test reads it)
         }
     ),
 }
@@ -71,6 +73,7 @@ CAPABILITIES["citus"] = (
     - {
         # Each statement's plan is Citus's (a custom scan over a task), not PostgreSQL's.
         "explain_json",
+        "query_plans",
         # Dead rows and vacuums are the workers' shards', not the coordinator's.
         "dead_rows",
         # Citus refuses triggers on distributed tables.

@@ -222,14 +222,17 @@ def execute(store: SessionStore, *statements: Any) -> None:
             conn.execute(statement)
 
 
-def key_of(store: SessionStore, session_id: str, tenant: str | None = None) -> Any:
-    """The ``session_key`` of a session, as a scalar subquery (``events`` and ``surface``
-    hold the key, not the public id); ``tenant`` narrows it where ids repeat."""
+def key_of(store: SessionStore, session_id: str, tenant: str | None = None) -> int:
+    """The ``session_key`` of a session (``events`` and ``surface`` hold the key, not the
+    public id), read first: Citus takes no subquery inside an ``INSERT``; ``tenant`` narrows
+    it where ids repeat. -1 (no session's) when there is none, so a read by it finds nothing."""
     s = tables(store).sessions
     query = select(s.c.session_key).where(s.c.id == session_id)
     if tenant is not None:
         query = query.where(s.c.tenant == tenant)
-    return query.scalar_subquery()
+    with store.engine.connect() as conn:
+        key = conn.execute(query).scalar_one_or_none()
+    return -1 if key is None else int(key)
 
 
 def session_row(store: SessionStore, session_id: str) -> Any:

@@ -388,16 +388,16 @@ def test_a_read_model_changed_during_the_flush_is_still_refused(store, user_engi
 def test_an_app_table_with_a_foreign_key_to_sessions(store, user_engine, backend) -> None:
     build(store)
     m = models(store)
-    sessions = tables_for(store.schema).sessions
+    ids = tables_for(store.schema).session_ids
     md = MetaData(schema=backend.table_schema)
-    # Session ids are unique per tenant: a foreign key names both.
+    # Session ids are unique per tenant, in session_ids: a foreign key names both.
     runs = Table(
         "app_runs",
         md,
         Column("id", Integer, primary_key=True),
         Column("tenant", Text, nullable=False),
         Column("session_id", Text),
-        ForeignKeyConstraint(["tenant", "session_id"], [sessions.c.tenant, sessions.c.id]),
+        ForeignKeyConstraint(["session_id", "tenant"], [ids.c.id, ids.c.tenant]),
     )
     md.create_all(user_engine)
     with user_engine.begin() as conn:

@@ -7,7 +7,8 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from session_sql import (
     ConcurrencyError,
@@ -335,10 +336,13 @@ def test_close_releases_every_connection(backend, request):
     options = {"connect_args": {"application_name": app}} if named else {}
 
     def server_connections() -> int:
-        admin = request.getfixturevalue("postgres_admin")
+        admin = create_engine(backend.url, poolclass=NullPool)  # the backend's own server
         query = text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :app")
-        with admin.connect() as conn:
-            return int(conn.execute(query, {"app": app}).scalar_one())
+        try:
+            with admin.connect() as conn:
+                return int(conn.execute(query, {"app": app}).scalar_one())
+        finally:
+            admin.dispose()
 
     with open_store(backend.url, schema=backend.schema, **options) as store:
         say(store.create_session("s1"))

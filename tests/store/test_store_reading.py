@@ -132,6 +132,7 @@ class VmSteps:
         event.remove(self.engine, "checkin", self._checkin)
 
 
+@pytest.mark.requires("query_plans")
 def test_messages_and_surface_never_replay_the_log(store, backend):
     sessions = {
         sid: Session(sid, seed=chunky_log(chunks)) for sid, chunks in (("small", 0), ("big", 2000))

@@ -148,6 +148,7 @@ def surface_rows_touched(store: SessionStore, statement: str, params: Any) -> di
     return touched
 
 
+@pytest.mark.requires("query_plans")
 def test_a_tail_read_costs_n_not_the_surface(store: SessionStore, backend: Any) -> None:
     for sid, nodes in (("small", 25), ("big", 2000)):
         store.create_session(sid, seed=long_log(nodes))
