@@ -194,7 +194,7 @@ def _serve_until_interrupted(cli: Cli, line: str) -> None:
 
 
 def _fake_bench(
-    url: str | None, *, quick: bool, progress, only: object = None
+    url: str | None, *, quick: bool, progress, only: object = None, citus_url: object = None
 ) -> dict[str, object]:
     progress("W1 append")
     return {
