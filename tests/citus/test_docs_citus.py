@@ -94,3 +94,24 @@ def test_a_role_under_the_policy_names_its_tenant_with_set_local(
             conn.execute(text(f"DROP OWNED BY {role}"))
         with citus_admin.begin() as conn:
             conn.execute(text(f"DROP ROLE {role}"))
+
+
+def test_the_python_blocks_run_on_a_coordinator(
+    citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
+) -> None:
+    """The doc's Python blocks (which tests/docs cannot run: they need a cluster), each
+    with the coordinator's URL for the doc's and a schema of this test's."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "citus.md").read_text("utf-8")
+    blocks = re.findall(r"^```python\n(.*?)^```", doc, re.S | re.M)
+    assert blocks
+    namespace: dict[str, object] = {"__name__": "docs_citus"}
+    for block in blocks:
+        code = block.replace(
+            '"postgresql://owner@coordinator/agents"',
+            f"{citus_cluster.url!r}, schema={citus_schema!r}",
+        )
+        assert code != block or "open_store(" not in block
+        exec(compile(code, "docs/citus.md", "exec", dont_inherit=True), namespace)
+    store = namespace["store"]
+    assert store.distributed is True  # type: ignore[attr-defined]
+    store.close()  # type: ignore[attr-defined]
