@@ -475,11 +475,20 @@ def classify(
 
 def taken_key(error: BaseException) -> bool:
     """Whether ``error`` is a unique or primary key violation (PostgreSQL's SQLSTATE 23505,
-    SQLite's constraint codes)."""
-    if getattr(error, "sqlstate", None) == "23505":
+    SQLite's constraint codes). Citus relays a worker's violation during a ``COPY`` as an
+    internal error (XX000) that keeps only the worker's message."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate == "23505":
         return True
+    if sqlstate == "XX000":
+        message = getattr(getattr(error, "diag", None), "message_primary", None) or ""
+        return message.startswith(RELAYED_TAKEN_KEY)
     name = getattr(error, "sqlite_errorname", None)
     return name in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE")
+
+
+RELAYED_TAKEN_KEY = "duplicate key value violates unique constraint"
+"""How a unique violation's message begins (PostgreSQL's, relayed by Citus as XX000)."""
 
 
 def rows_past_head(session_id: str) -> CorruptSessionError:

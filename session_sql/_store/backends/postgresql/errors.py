@@ -12,6 +12,7 @@ from typing import Final
 import psycopg
 
 from session_sql._store.schema import NAMING_CONVENTION
+from session_sql._store.transactions import taken_key
 from session_sql.errors import (
     ConcurrencyError,
     PermanentStoreError,
@@ -56,6 +57,8 @@ def _constraint(orig: psycopg.Error) -> str | None:
 def translate(orig: psycopg.Error, session_id: str | None) -> SessionSQLError:
     """The session_sql error for a psycopg error, by SQLSTATE and constraint name."""
     sqlstate = orig.sqlstate or ""
+    if sqlstate == "XX000" and taken_key(orig):  # a worker's violation, relayed by Citus
+        sqlstate = "23505"
     constraint = _constraint(orig) if sqlstate == "23505" else None
     if sqlstate == "23505" and constraint == ID_SESSIONS:
         return SessionExistsError.for_session(session_id)
