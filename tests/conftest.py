@@ -79,7 +79,8 @@ CAPABILITIES["citus"] = (
         # Citus refuses triggers on distributed tables.
         "triggers",
         "vacuum_full",
-        # A distributed store's tenant setting is SET statements, which cannot be prepared.
+        # The prepared one-query append is PostgreSQL's own subject (tests/store/
+        # test_prepared_appends.py); a role under row-level security appends unprepared here.
         "prepared_statements",
     }
     | {"distributed"}  # the per-session tables are spread over workers by session_key
