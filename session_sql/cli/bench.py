@@ -48,6 +48,7 @@ from session_sql import (
     retry_on_conflict,
 )
 from session_sql.cli._bench_citus import OPERATIONS as CITUS_OPERATIONS
+from session_sql.cli._bench_citus import TARGETED as CITUS_TARGETED
 from session_sql.cli._bench_citus import citus_target, w_citus
 from session_sql.cli._bench_events import (
     Item,
@@ -75,6 +76,7 @@ from session_sql.schema import tables_for
 __all__ = [
     "ASYNC_WORKERS",
     "CITUS_OPERATIONS",
+    "CITUS_TARGETED",
     "Raw",
     "RawPostgres",
     "RawSQLite",

@@ -29,6 +29,10 @@ def test_w13_times_a_distributed_store_beside_a_plain_one(
         over = extra["citus_ms"] / extra["plain_ms"]
         assert abs(extra["citus_over_plain_time"] - over) < 0.05 * over + 0.01, w["name"]
         assert extra["calls"] >= 5
+        targeted = w["name"].removeprefix("W13 Citus ") in bench.CITUS_TARGETED
+        assert isinstance(extra["within_target"], bool) is targeted, w["name"]
+    floor = report["workloads"][-1]["extra"]  # the cheapest routed statement, each side
+    assert floor["citus_over_plain_tail"] > 0
     first = report["workloads"][0]["extra"]
     assert first["distributed_tables"] >= 3  # sessions, events, surface (and the id map)
     assert 1 <= first["worker_groups"] <= 2
