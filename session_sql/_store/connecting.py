@@ -67,6 +67,7 @@ def connect(
         spread = ensure_schema(engine, target, create=create, distributed=distributed)
         sessions = tables_for(target).sessions
         confined = spread and backend.row_security_applies(engine, sessions)
+        delegated = spread and not confined and backend.delegates_append(engine, tables_for(target))
         with translate_errors(database=database_label(engine)):
             backend.prepare_store(engine)
         backend.scope_transactions(engine, tenant, confined)
@@ -105,6 +106,7 @@ def connect(
         replicas=replicas,
         distributed=spread,
         tenant_on_workers=confined,
+        delegated=delegated,
     )
 
 

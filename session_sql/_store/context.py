@@ -433,6 +433,7 @@ class StoreContext:
         replicas: Sequence[Engine] = (),
         distributed: bool = False,
         tenant_on_workers: bool = False,
+        delegated: bool = False,
     ) -> None:
         self.engine = engine
         self.distributed = distributed
@@ -440,6 +441,9 @@ class StoreContext:
         self.tenant_on_workers = tenant_on_workers
         """A distributed store whose role row-level security keeps to its tenant: the tenant
         settings must reach the workers (``schema.distributed_sets``)."""
+        self.delegated = delegated
+        """A distributed store whose single appends go to their worker as one delegated call
+        (``backends.postgresql.delegation``)."""
         """The primary: every write, the schema gate, LISTEN, and the write handles' reads."""
         self.replicas: tuple[Engine, ...] = tuple(replicas)
         """The hot standbys (``replica_urls``) that serve the store-level reads, in turn."""
@@ -550,7 +554,11 @@ class StoreContext:
                 return self.wake_notes(heads)
 
         own = self.backend.own_statements(
-            self.statements, self.tables, self.engine.dialect, self.tenant_on_workers
+            self.statements,
+            self.tables,
+            self.engine.dialect,
+            self.tenant_on_workers,
+            self.delegated,
         )
         return Writes(self.compiled, own, self.tables, self.tenant, self.max_event_bytes, notes)
 

@@ -122,6 +122,9 @@ class CitusCluster:
             # A test creates a distributed store of its own: 4 shards per table (2 per
             # worker) instead of 32 make that a third as long.
             "citus.shard_count": "4",
+            # pg_stat_user_functions counts the calls of PL/pgSQL functions: the tests read
+            # on which worker a distributed store's delegated append ran.
+            "track_functions": "'pl'",
         }
         with (node.data / "postgresql.conf").open("a") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())

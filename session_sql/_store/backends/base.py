@@ -151,7 +151,12 @@ class Backend(ABC):
 
     @abstractmethod
     def own_statements(
-        self, st: Statements, tables: SchemaTables, dialect: Dialect, tenant_on_workers: bool
+        self,
+        st: Statements,
+        tables: SchemaTables,
+        dialect: Dialect,
+        tenant_on_workers: bool,
+        delegated: bool = False,
     ) -> Any:
         """The statements only this database's transactions run, compiled for ``dialect``
         (``transactions.Writes.own``), or None."""
@@ -386,6 +391,11 @@ class Backend(ABC):
     @abstractmethod
     def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
         """Whether row-level security keeps this role to the rows of its tenant."""
+
+    @abstractmethod
+    def delegates_append(self, engine: Engine, tables: SchemaTables) -> bool:
+        """Whether a distributed store's single append can go to its worker as one delegated
+        call (its schema holds this build's function for it)."""
 
     @abstractmethod
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:

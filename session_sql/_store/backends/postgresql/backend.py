@@ -61,9 +61,10 @@ from session_sql._store.backends.base import (
     WithEvents,
     driver_cause,
 )
-from session_sql._store.backends.postgresql import appending, pool_queue, vacuuming
+from session_sql._store.backends.postgresql import appending, delegation, pool_queue, vacuuming
 from session_sql._store.backends.postgresql import catalog as pg_catalog
 from session_sql._store.backends.postgresql import distribution as citus
+from session_sql._store.backends.postgresql.delegation import delegated_for
 from session_sql._store.backends.postgresql.driving import PG_IDLE
 from session_sql._store.backends.postgresql.errors import translate
 from session_sql._store.backends.postgresql.one_query import tenant_params
@@ -278,14 +279,21 @@ class PostgreSQLBackend(Backend):
         return appending.append_parts(ctx, parts)
 
     def own_statements(
-        self, st: Statements, tables: SchemaTables, dialect: Dialect, tenant_on_workers: bool
+        self,
+        st: Statements,
+        tables: SchemaTables,
+        dialect: Dialect,
+        tenant_on_workers: bool,
+        delegated: bool = False,
     ) -> Any:
         from session_sql._store.backends.postgresql.statements import (  # noqa: PLC0415
             OwnStatements,  # (it imports the context, which imports this module)
         )
 
         tenant = str(st.tenant_param.value)
-        return OwnStatements(st, tables, tenant, dialect, tenant_on_workers=tenant_on_workers)
+        return OwnStatements(
+            st, tables, tenant, dialect, tenant_on_workers=tenant_on_workers, delegated=delegated
+        )
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """One statement over column arrays (``Statements.insert_events_unnest``)."""
@@ -570,6 +578,8 @@ class PostgreSQLBackend(Backend):
 
     def distribute(self, conn: Connection, tables: SchemaTables) -> None:
         citus.distribute(conn, tables)
+        sessions = conn.dialect.identifier_preparer.format_table(tables.sessions)
+        delegation.create_delegated_append(conn, delegated_for(tables.metadata.schema), sessions)
 
     def distribution(self, conn: Connection, tables: SchemaTables) -> tuple[bool, list[str]]:
         placed = citus.distribution(conn, tables)
@@ -577,6 +587,14 @@ class PostgreSQLBackend(Backend):
 
     def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
         return self._row_security(engine, sessions)[0]
+
+    def delegates_append(self, engine: Engine, tables: SchemaTables) -> bool:
+        from session_sql._store.database import read_tx, translate_errors  # noqa: PLC0415
+
+        sessions = engine.dialect.identifier_preparer.format_table(tables.sessions)
+        fn = delegated_for(tables.metadata.schema)
+        with translate_errors(database=self.database_label(engine)), read_tx(engine) as conn:
+            return delegation.has_delegated(conn, fn, sessions)
 
     def _row_security(self, engine: Engine, sessions: Table) -> tuple[bool, str]:
         """Whether row-level security applies to the role on ``sessions``, and the role."""

@@ -83,7 +83,12 @@ def one_trip_flow(
 
     A query that fails because what was known to be prepared on the connection was not
     (``STALE_PREPARED``) wrote nothing: it runs once more, unprepared, reading what is.
+    On a distributed store with its delegated function, an append of its shape is that
+    function's call instead (:func:`delegated_flow`).
     """
+    call = delegated_call(w, part, bind)
+    if call is not None:
+        return (yield from delegated_flow(w, part, call, bind))
     literal = False
     while True:
         trip = trip_query(bind, w, part, driver, literal=literal)
@@ -101,6 +106,45 @@ def one_trip_flow(
             literal = True  # nothing was written: once more, unprepared
             continue
         return one_trip_outcome(error, part)
+
+
+def delegated_call(w: Writes, part: AppendPart, bind: Callable[[str, Any], str]) -> str | None:
+    """The call of the store's delegated function (``delegation``) that appends ``part``,
+    when the store has one and ``part`` is of its shape: one event, and no surface change
+    but one new node."""
+    fn = w.own.delegated
+    if fn is None or len(part.events) != 1:
+        return None
+    ops = surface_ops(w, part.session_key, part.transitions, part.next_pos)
+    if ops and (len(ops) > 1 or ops[0][0] is not SurfaceOp.INSERT_NODES or len(ops[0][1]) > 1):
+        return None
+    node = ops[0][1][0] if ops else None
+    (event,) = event_rows(w, part)
+    return bind(fn.call, fn.values(part.session_key, part.advance, event, node))
+
+
+def delegated_flow(
+    w: Writes, part: AppendPart, call: str, bind: Callable[[str, Any], str]
+) -> Flow[bool]:
+    """:func:`one_trip_flow` by the delegated ``call``: one statement in autocommit (which
+    Citus sends whole to the worker, where it commits), then the wake-up as a query of its
+    own when the store listens (in the call's query it would make a transaction block, which
+    Citus does not delegate). The call fails as the one query does (a lost race with
+    ``division_by_zero``, a row past the head with a unique violation)."""
+    reply = yield Query(call)
+    if reply.error is not None:
+        if reply.broken or not isinstance(reply.error, psycopg.Error):
+            raise reply.error
+        return one_trip_outcome(reply.error, part)
+    notes = [] if w.wake_notes is None else w.wake_notes([(part.session_id, part.head)])
+    if notes:
+        sql, names = w.own.notify.positional
+        reply = yield Query(bind(sql, [notes[0][name] for name in names]))
+        if reply.error is not None:  # the append is committed: its followers poll
+            if not isinstance(reply.error, psycopg.Error):
+                raise reply.error
+            _log.warning("waking the followers after an append failed: %s", reply.error)
+    return True
 
 
 def one_trip(w: Writes, part: AppendPart) -> list[tuple[Compiled, list[Any]]]:

@@ -28,6 +28,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Dialect
 
+from session_sql._store.backends.postgresql.delegation import delegated_for
 from session_sql._store.context import Compiled, Statements
 from session_sql._store.schema import (
     DEFAULT_TENANT_SETTING,
@@ -50,6 +51,7 @@ class OwnStatements:
         dialect: Dialect,
         *,
         tenant_on_workers: bool = False,
+        delegated: bool = False,
     ):
         s, e, sf = tables.sessions, tables.events, tables.surface
         # The one-round-trip append: its statements and the commit go in one message, so
@@ -83,6 +85,9 @@ class OwnStatements:
         self.distributed_sets = distributed_sets(tenant) if tenant_on_workers else ()
         """What a distributed store's transactions set first (``distributed_sets``), else
         empty."""
+        self.delegated = delegated_for(tables.metadata.schema) if delegated else None
+        """A distributed store's function for a single append, when its schema has this
+        build's (``delegation``), else ``None``."""
 
 
 def insert_unnest(table: Table) -> Insert:

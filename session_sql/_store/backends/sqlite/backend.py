@@ -210,7 +210,12 @@ class SQLiteBackend(Backend):
         return appending.append_parts(ctx, parts)
 
     def own_statements(
-        self, st: Statements, tables: SchemaTables, dialect: Dialect, tenant_on_workers: bool
+        self,
+        st: Statements,
+        tables: SchemaTables,
+        dialect: Dialect,
+        tenant_on_workers: bool,
+        delegated: bool = False,
     ) -> Any:
         return None  # SQLite runs only the statements both databases share
 
@@ -521,6 +526,9 @@ class SQLiteBackend(Backend):
 
     def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
         return False
+
+    def delegates_append(self, engine: Engine, tables: SchemaTables) -> bool:
+        return False  # never distributed
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
         return  # no row-level security

@@ -1,0 +1,160 @@
+"""A distributed store's single append as one call Citus delegates to a worker
+(``backends/postgresql/delegation.py``): created with the store, run on the worker that holds
+the session (its calls counted there by ``pg_stat_user_functions``), failing as the
+statements fail (a lost race, a row past the head) without writing, and left aside for the
+statements when the schema lacks this build's function (a store another build created)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.pool import NullPool
+
+from session_sql import ConcurrencyError, CorruptSessionError, open_async_store, open_store
+
+from ..builders import say
+from .cluster import CitusCluster
+
+CALLS = text(
+    "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+    "WHERE schemaname = :s AND funcname LIKE 'session_sql\\_append\\_%'"
+)
+
+
+def _calls(cluster: CitusCluster, schema: str, want: int | None = None) -> list[int]:
+    """The calls of the schema's delegated function on each worker; waits (up to 10 s) for
+    their sum to reach ``want`` (a backend reports its counts when it goes idle or ends)."""
+    engines = [create_engine(w.url, poolclass=NullPool) for w in cluster.workers]
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            counts = []
+            for engine in engines:
+                with engine.connect() as conn:
+                    counts.append(int(conn.execute(CALLS, {"s": schema}).scalar_one()))
+            if want is None or sum(counts) >= want or time.monotonic() > deadline:
+                return counts
+            time.sleep(0.2)
+    finally:
+        for engine in engines:
+            engine.dispose()
+
+
+def _chunk(i: int) -> dict[str, Any]:
+    return {"turn": 1, "step": 1, "chunk": {"type": "text-delta", "index": 0, "text": f"c{i}"}}
+
+
+def _rows(admin: Engine, schema: str, session_id: str) -> tuple[Any, ...]:
+    with admin.connect() as conn:
+        key = conn.execute(
+            text(f'SELECT session_key FROM "{schema}".session_ids WHERE id = :i'), {"i": session_id}
+        ).scalar_one()
+        head = conn.execute(
+            text(
+                f'SELECT head_seq, surface_next_pos, surface_digest FROM "{schema}".sessions '
+                "WHERE session_key = :k"
+            ),
+            {"k": key},
+        ).one()
+        events = conn.execute(
+            text(f'SELECT count(*) FROM "{schema}".events WHERE session_key = :k'), {"k": key}
+        ).scalar_one()
+        nodes = conn.execute(
+            text(f'SELECT count(*) FROM "{schema}".surface WHERE session_key = :k'), {"k": key}
+        ).scalar_one()
+    return (*head, events, nodes)
+
+
+def test_single_appends_are_one_call_on_the_worker_holding_the_session(
+    citus_cluster: CitusCluster, citus_schema: str
+) -> None:
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+        handle = store.create_session("s")
+        handle.append("turn/start", {"turn": 1})
+        say(handle, "hello")  # a message: one event and its surface node
+        for i in range(3):
+            handle.append("assistant/chunk", _chunk(i))  # an event and no node
+        singles = 5
+        # Several events in one append, or a batch: the statements (or COPY).
+        handle.append_many([{"type": "todo/write", "data": {"i": i}} for i in range(2)])
+        handle.append_many([{"type": "todo/write", "data": {"i": i}} for i in range(40)])
+        assert store.verify("s").ok
+        messages = store.messages("s")
+    counts = _calls(citus_cluster, citus_schema, want=singles)
+    assert sum(counts) == singles
+    assert sorted(counts) == [0, singles]  # all on the worker that holds the session
+    with open_store(citus_cluster.url, schema=citus_schema) as store:
+        assert store.messages("s") == messages
+        assert [e.type for e in store.events("s")][:2] == ["turn/start", "user/message"]
+
+
+def test_the_async_store_appends_through_the_call(
+    citus_cluster: CitusCluster, citus_schema: str
+) -> None:
+    async def run() -> None:
+        store = await open_async_store(citus_cluster.url, schema=citus_schema, distributed=True)
+        async with store:
+            handle = await store.create_session("a")
+            await handle.append("turn/start", {"turn": 1})
+            await handle.append("assistant/chunk", _chunk(0))
+            assert (await store.verify("a")).ok
+
+    asyncio.run(run())
+    assert sum(_calls(citus_cluster, citus_schema, want=2)) == 2
+
+
+def test_a_lost_race_and_a_row_past_the_head_write_nothing(
+    citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
+) -> None:
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+        handle = store.create_session("s")
+        say(handle, "hello")
+        other = store.open_session("s")
+        say(other, "first")
+        before = _rows(citus_admin, citus_schema, "s")
+        with pytest.raises(ConcurrencyError):
+            say(handle, "second")  # the handle is behind
+        assert _rows(citus_admin, citus_schema, "s") == before
+        handle.refresh()
+        with citus_admin.begin() as conn:  # a row sitting past the head
+            key = conn.execute(
+                text(f'SELECT session_key FROM "{citus_schema}".session_ids WHERE id = :i'),
+                {"i": "s"},
+            ).scalar_one()
+            conn.execute(
+                text(
+                    f'INSERT INTO "{citus_schema}".events (session_key, seq, time, tenant, type, '
+                    "data) VALUES (:k, :seq, 0, '', 'todo/write', '{}')"
+                ),
+                {"k": key, "seq": handle.seq},  # the next seq
+            )
+        before = _rows(citus_admin, citus_schema, "s")
+        with pytest.raises(CorruptSessionError):
+            handle.append("assistant/chunk", _chunk(9))
+        assert _rows(citus_admin, citus_schema, "s") == before
+
+
+def test_without_this_builds_function_the_statements_append(
+    citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
+) -> None:
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+        say(store.create_session("s"), "hello")
+    with citus_admin.begin() as conn:  # as in a schema another build created
+        for (signature,) in conn.execute(
+            text(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname = :s"
+            ),
+            {"s": citus_schema},
+        ).all():
+            conn.execute(text(f"DROP FUNCTION {signature}"))
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+        handle = store.open_session("s")
+        say(handle, "again")
+        handle.append("assistant/chunk", _chunk(1))
+        assert store.verify("s").ok
+        assert len(store.messages("s")) == 2
