@@ -171,6 +171,7 @@ EXPECT = {
             "W5 events() 5k",
             "W6 follow latency",
             "W7 8 writers x 8 sessions",
+            "W7 fleet 8 processes",
             "W7 8 writers x 1 session",
             "W8 storage",
             "W9 messages(last=20)",

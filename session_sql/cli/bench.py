@@ -234,6 +234,8 @@ def _timed_writer(args: tuple[str, str, str | None, int, Any]) -> tuple[float, f
     first and last wall-clock times and the races it lost."""
     kind, where, shared, count, start = args
     url, schema = where.split("\n")
+    if kind.startswith("fleet"):
+        return _fleet_writer(kind, url, schema, count, start)
     if kind == "raw":
         raw = Target("postgresql", url, schema, "").raw()
         try:
@@ -265,6 +267,39 @@ def _timed_writer(args: tuple[str, str, str | None, int, Any]) -> tuple[float, f
 
             retry_on_conflict(handle, append, policy=W7_POLICY, on_conflict=count_lost)
         return began, time.time(), lost
+
+
+FLEET_TABLE = "w7_fleet_items"
+"""The fleet round's raw table: one narrow row per event (session, seq, JSON text), no
+session row, no foreign key: what a service writing its own log table does."""
+
+
+def _fleet_writer(
+    kind: str, url: str, schema: str, count: int, start: Any
+) -> tuple[float, float, int]:
+    """One process of W7's fleet round, timed from the start to its store closed, the open
+    included: ``fleet``: ``open_store``, a new session, ``count`` chunks one per
+    transaction, ``close``; ``fleet-raw``: a psycopg connection, ``count`` rows of
+    ``FLEET_TABLE`` one per transaction (``BEGIN``, ``INSERT``, ``COMMIT``), close."""
+    start.wait()
+    began = time.time()
+    if kind == "fleet":
+        with open_store(url, schema=schema) as store:
+            handle = store.create_session()
+            for i in range(count):
+                handle.append("assistant/chunk", _chunk(1, 1, i))
+        return began, time.time(), 0
+    import psycopg  # PostgreSQL only: imported by this round alone
+
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    session = uuid.uuid4().hex
+    insert = f'INSERT INTO "{schema}".{FLEET_TABLE} VALUES (%s, %s, %s)'
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        for i in range(count):
+            text = json.dumps({"type": "assistant/chunk", "data": _chunk(1, 1, i)})
+            with conn.transaction():
+                conn.execute(insert, (session, i, text))
+    return began, time.time(), 0
 
 
 def _w7_round(pool: Any, manager: Any, jobs: list[tuple[str, str, str | None, int]]) -> Any:
@@ -310,6 +345,13 @@ def w_contention(target: Target, per_process: int) -> list[Workload]:
         jobs += [("ours", where, None, per_process)] * (n - 1)
         ours_many, _ = _w7_round(pool, manager, jobs)
         follower.join(30)
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(
+                f'CREATE TABLE "{target.schema}".{FLEET_TABLE} (session TEXT, seq BIGINT, '
+                "item TEXT NOT NULL, PRIMARY KEY (session, seq))"
+            )
+        fleet_raw, _ = _w7_round(pool, manager, [("fleet-raw", where, None, per_process)] * n)
+        fleet, _ = _w7_round(pool, manager, [("fleet", where, None, per_process)] * n)
         shared = store.create_session().id
         shared_rate, lost = _w7_round(pool, manager, [("ours", where, shared, per_process)] * n)
         report = store.verify(shared)
@@ -334,6 +376,15 @@ def w_contention(target: Target, per_process: int) -> list[Workload]:
                 "one_writer_events_per_s": round(ours_one, 1),
                 "raw_one_writer_events_per_s": round(raw_one, 1),
                 **follow,
+            },
+        ),
+        Workload.once(
+            f"W7 fleet {n} processes",
+            fleet,
+            fleet_raw,
+            {
+                "store_shaped_ratio": round(ours_many / raw_many, 3),
+                "events_per_process": per_process,
             },
         ),
         Workload.once(

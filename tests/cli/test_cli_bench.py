@@ -45,6 +45,9 @@ def test_every_workload_runs_against_the_raw_driver(backend):
     if "W7 8 writers x 1 session" in by_name:  # the workloads that need a server
         shared = by_name["W7 8 writers x 1 session"]["extra"]
         assert shared["no_gaps_no_duplicates"] and shared["verify_ok"]
+        fleet = by_name["W7 fleet 8 processes"]
+        assert fleet["events_per_s"] > 0 and fleet["raw_events_per_s"] > 0
+        assert fleet["extra"]["store_shaped_ratio"] > 0
         tasks = by_name["W11 async appends x16"]
         assert tasks["events_per_s"] > 0 and tasks["raw_events_per_s"] > 0 and tasks["reps"] >= 2
         assert tasks["extra"]["workers"] == 16
