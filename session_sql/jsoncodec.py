@@ -12,6 +12,7 @@ kept floats on JSONB).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from math import copysign, isfinite
 from typing import Any, ClassVar, Final
@@ -31,6 +32,7 @@ from session_sql.jsonvalue import (
     _UndecidedError,
     snapshot_fast,
     snapshot_json,
+    thaw,
 )
 
 _BIG_FLOAT = float(MAX_SAFE_INTEGER)
@@ -313,6 +315,54 @@ def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
         except (orjson.JSONDecodeError, _UndecidedError):
             pass
     return _loads_exact(text, root)
+
+
+_DIGITS: Final = bytes.maketrans(b"123456789E", b"000000000e")
+_TOKENS: Final = bytes.maketrans(b"123456789E,[", b"000000000e::")
+_BLANKS: Final = b" \t\n\r"
+_SIXTEEN: Final = b"0" * 16
+_RISKY_NUMBER: Final = re.compile(rb":(?:-0|-?0{16}|-?0+(?:\.0*)?e)")
+"""A number ``loads_frozen``'s walk could hand to the exact path, in a text whose digits are
+``0``, blanks gone, and ``,``/``[`` made ``:`` (so every number follows a ``:``): 16 digits
+or more (an integer past the safe range, a float of integer size), an exponent, or a minus
+before a zero (minus zero, or a fraction that may round to it)."""
+
+
+def _plain_numbers(text: str) -> bool:
+    """Whether every number of ``text`` is one orjson reads as ``loads_frozen`` keeps it (see
+    ``_RISKY_NUMBER``; a number-like run inside a string only costs the slower path). Two
+    searches in C on most texts; the pattern only when a digit precedes an ``e`` (a hex id
+    does), 16 digits follow each other, or a ``-0`` occurs."""
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it anyway
+        return False
+    digits = data.translate(_DIGITS)
+    if b"0e" not in digits and b"-0" not in data and _SIXTEEN not in digits:
+        return True
+    return _RISKY_NUMBER.search(b":" + data.translate(_TOKENS, _BLANKS)) is None
+
+
+def loads_plain(text: str, *, root: str = "value") -> Any:
+    """``thaw(loads_frozen(text))``, without building the frozen value: plain ``dict``s and
+    ``list``s the caller owns, for readers that hand out copies anyway.
+
+    orjson's value is taken as is only when the text shows that ``loads_frozen``'s fast path
+    would keep it unchanged: no ``\\u`` escape, no number ``_RISKY_NUMBER`` finds, fewer
+    brackets than the walk's depth; anything else (and anything orjson refuses) goes through
+    ``loads_frozen``, so the value or the error is the same. Raises ``NotJSONError``.
+    """
+    if (
+        type(text) is str
+        and "\\u" not in text
+        and text.count("[") + text.count("{") <= _FAST_DEPTH
+        and _plain_numbers(text)
+    ):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return thaw(loads_frozen(text, root=root))
 
 
 def _loads_exact(text: str, root: str) -> JSONValue:
