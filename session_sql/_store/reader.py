@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
+from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.database import fetch_rows, read_tx, snapshot_tx, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait
@@ -115,9 +117,13 @@ def _surface_rows(
 
 
 def surface_messages(
-    ctx: StoreContext, session_id: str, last: int | None = None
+    ctx: StoreContext, session_id: str, last: int | None = None, *, plain: bool = False
 ) -> list[SurfaceMessage]:
-    """Every surface node (or the last ``last``) with its projected message, in order."""
+    """Every surface node (or the last ``last``) with its projected message, in order.
+
+    ``plain``: messages as plain values the caller owns (``stored.project_row``), read afresh
+    (the kept projections are frozen, shared values).
+    """
     if last == 0:
         with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
             require_session(conn, ctx, session_id)
@@ -131,16 +137,23 @@ def surface_messages(
             rows = by_kept_key(
                 conn, ctx, session_id, lambda key: _surface_rows(ctx, conn, key, MAX_SEQ, None)
             )
-    if last is not None:
+    if last is not None and not plain:
         return [
             SurfaceMessage(pos, seq, type_, _project_kept(ctx, session_id, seq, type_, data))
             for pos, seq, type_, data in rows
         ]
     items = ctx.catalog.item_types
-    return [
-        SurfaceMessage(pos, seq, type_, project_row(session_id, seq, type_, data, items))
-        for pos, seq, type_, data in rows
-    ]
+    with _paused_for(rows):
+        return [
+            SurfaceMessage(pos, seq, type_, project_row(session_id, seq, type_, data, items, plain))
+            for pos, seq, type_, data in rows
+        ]
+
+
+def _paused_for(rows: list[Any]) -> AbstractContextManager[None]:
+    """The cyclic collector paused while the messages of many ``rows`` are built (``_gc``):
+    every container of them is kept, and the collector would scan them again and again."""
+    return gc_paused() if len(rows) >= PAUSE_MIN_EVENTS else nullcontext()
 
 
 def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> list[Any]:
@@ -157,7 +170,8 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
             )
         items = ctx.catalog.item_types
         projected = (project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
-        return [m for m in projected if m is not None]
+        with _paused_for(rows):
+            return [m for m in projected if m is not None]
     found: list[Any] = []  # newest first
     if last:
         # Most tail reads take one statement: the last ``last`` nodes hold enough messages,

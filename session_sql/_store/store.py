@@ -372,6 +372,13 @@ class SessionStore:
         """
         return reader.surface_messages(self._ctx, lookup_id(session_id), last_arg(last))
 
+    def _surface_messages_plain(
+        self, session_id: str, last: int | None = None
+    ) -> list[SurfaceMessage]:
+        """``surface_messages`` whose messages are plain values the caller owns (the frozen
+        ones thawed, without building them): for an integration that hands out copies."""
+        return reader.surface_messages(self._ctx, lookup_id(session_id), last_arg(last), plain=True)
+
     def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None
     ) -> Iterator[SessionEvent]:

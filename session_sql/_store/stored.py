@@ -34,7 +34,7 @@ from session_sql.events import (
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsoncodec import loads_frozen
+from session_sql.jsoncodec import loads_frozen, loads_plain
 from session_sql.jsonvalue import MAX_SAFE_INTEGER, FrozenDict
 from session_sql.messages import project_data
 
@@ -244,14 +244,21 @@ def _surface_op(text: Any, seq: int) -> SurfaceOp:
 
 
 def project_row(
-    session_id: str, seq: int, type_: str, data: Any, items: frozenset[str] = frozenset()
+    session_id: str,
+    seq: int,
+    type_: str,
+    data: Any,
+    items: frozenset[str] = frozenset(),
+    plain: bool = False,
 ) -> Any:
     """``messages.project_data`` on a stored row, whose data nobody has checked yet.
 
     ``items`` are the store catalog's item types (their rows project to their data).
+    ``plain``: the message as plain values the caller owns (``jsoncodec.loads_plain``, the
+    frozen one thawed), for a reader that would thaw it anyway.
     """
     try:
-        frozen = loads_frozen(data, root="data")
+        frozen = (loads_plain if plain else loads_frozen)(data, root="data")
         if type_ in NODE_TYPES or type_ in items:
             return project_data(type_, frozen, seq, checked=False, items=items)
     except (NotJSONError, InvalidEventError, KeyError, TypeError) as exc:

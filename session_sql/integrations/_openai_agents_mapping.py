@@ -284,9 +284,12 @@ def _result(item: dict[str, Any], turn: int, step: int, call_seq: int | None) ->
 
 
 def item_of(node: SurfaceMessage) -> Any:
-    """The item a surface node holds, or None for a node this integration did not write."""
+    """The item a surface node holds, or None for a node this integration did not write.
+
+    A node read as plain values (``SessionStore._surface_messages_plain``) is the caller's
+    own: its parts are taken as they are; a frozen one's are thawed."""
     if node.type == OPENAI_AGENTS_ITEM:
-        return thaw(node.message)
+        return _owned(node.message)
     message = node.message
     source = message.get("source") if isinstance(message, Mapping) else None
     if not isinstance(source, Mapping):
@@ -294,7 +297,7 @@ def item_of(node: SurfaceMessage) -> Any:
     if node.type in ("assistant/message", "tool/result"):
         if source.get("provider") != SOURCE_KIND or "item" not in source:
             return None
-        item = thaw(source["item"])
+        item = _owned(source["item"])
         if "omitted" not in source:
             return item
         key, at = source["omitted"]
@@ -312,9 +315,16 @@ def item_of(node: SurfaceMessage) -> Any:
         content = [{"type": "input_text", "text": text} for text in texts]
     # The item's keys in their order, ``content`` where it was (last when not recorded), so
     # that the item serialises as it did when it was added (SPEC §12.1).
-    pairs = list(thaw(source["item"]).items())
+    pairs = list(_owned(source["item"]).items())
     pairs.insert(source.get("contentAt", len(pairs)), ("content", content))
     return dict(pairs)
+
+
+def _owned(value: Any) -> Any:
+    """``value`` as a plain value of the caller's: itself when it is one already (a plain
+    read's), else thawed."""
+    t = type(value)
+    return value if t is dict or t is list else thaw(value)
 
 
 def position_after(events: list[Any], count: int) -> Position | None:
