@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from math import copysign, isfinite
 from typing import Any, ClassVar, Final
 
@@ -317,51 +319,68 @@ def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
     return _loads_exact(text, root)
 
 
-_DIGITS: Final = bytes.maketrans(b"123456789E", b"000000000e")
-_TOKENS: Final = bytes.maketrans(b"123456789E,[", b"000000000e::")
-_BLANKS: Final = b" \t\n\r"
-_SIXTEEN: Final = b"0" * 16
-_RISKY_NUMBER: Final = re.compile(rb":(?:-0|-?0{16}|-?0+(?:\.0*)?e)")
-"""A number ``loads_frozen``'s walk could hand to the exact path, in a text whose digits are
-``0``, blanks gone, and ``,``/``[`` made ``:`` (so every number follows a ``:``): 16 digits
-or more (an integer past the safe range, a float of integer size), an exponent, or a minus
-before a zero (minus zero, or a fraction that may round to it)."""
+_TOKENS: Final = bytes.maketrans(b"123456789-E\x01,[ \t\n\r", b"0000000000e:::::::")
+_BIG_OR_EXPONENT: Final = re.compile(rb":0(?:0{15}|0*(?:\.0*)?e)")
+"""In a text whose digits and minus signs are ``0`` and whose ``,``, ``[`` and blanks are
+``:`` (so that every number follows a ``:``): a number of 16 digits or more (an integer past
+the safe range, a float of integer size) or with an exponent."""
+_BEFORE_NUMBER: Final = frozenset(b":,[ \t\n\r\x01")
+_NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{\x01")
 
 
-def _plain_numbers(text: str) -> bool:
-    """Whether every number of ``text`` is one orjson reads as ``loads_frozen`` keeps it (see
-    ``_RISKY_NUMBER``; a number-like run inside a string only costs the slower path). Two
-    searches in C on most texts; the pattern only when a digit precedes an ``e`` (a hex id
-    does), 16 digits follow each other, or a ``-0`` occurs."""
+def plain_texts(texts: Sequence[Any]) -> list[bool]:
+    """For each JSON text, whether orjson's value of it is ``thaw(loads_frozen(text))``:
+    which of them ``loads_vouched`` may read.
+
+    True when the text shows that ``loads_frozen``'s fast path keeps orjson's value
+    unchanged: no ``\\u`` escape (U+0000, a lone surrogate), no number its walk would
+    question (``_BIG_OR_EXPONENT``; a minus before a zero: minus zero, or a fraction that may
+    round to it), no more opening brackets than the walk's depth. The texts are searched
+    joined (by U+0001, which a JSON text cannot hold outside a string nor raw inside one),
+    in C, so a long read pays a few passes over its bytes, not a search per row; a
+    number-like run inside a string only costs its row the slower path.
+    """
+    count = len(texts)
     try:
-        data = text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: orjson refuses it anyway
-        return False
-    digits = data.translate(_DIGITS)
-    if b"0e" not in digits and b"-0" not in data and _SIXTEEN not in digits:
-        return True
-    return _RISKY_NUMBER.search(b":" + data.translate(_TOKENS, _BLANKS)) is None
+        data = "\x01".join(["", *texts]).encode()  # each text after a separator
+    except (TypeError, UnicodeEncodeError):  # not text, or a lone surrogate: look closer
+        return [False] * count
+    openings = data.translate(None, _NOT_OPENING).split(b"\x01")[1:]
+    if max(map(len, openings), default=0) <= _FAST_DEPTH:
+        plain = [True] * count
+    else:
+        plain = [len(brackets) <= _FAST_DEPTH for brackets in openings]
+    if b"\\u" in data:
+        plain = [ok and "\\u" not in t for ok, t in zip(plain, texts, strict=True)]
+    hits = [m.start() + 1 for m in _BIG_OR_EXPONENT.finditer(data.translate(_TOKENS))]
+    at = data.find(b"-0")
+    while at >= 0:
+        if data[at - 1] in _BEFORE_NUMBER:
+            hits.append(at)
+        at = data.find(b"-0", at + 2)
+    if hits:
+        starts = list(accumulate((len(t.encode()) + 1 for t in texts), initial=1))
+        for at in hits:  # where the number begins: in the last text starting at or before
+            plain[bisect_right(starts, at) - 1] = False
+    return plain
+
+
+def loads_vouched(text: str, *, root: str = "value") -> Any:
+    """``thaw(loads_frozen(text))`` for a text ``plain_texts`` vouched for: orjson's value,
+    plain ``dict``s and ``list``s the caller owns (``loads_frozen`` when orjson refuses the
+    text, for the same error). Raises ``NotJSONError``."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return thaw(loads_frozen(text, root=root))
 
 
 def loads_plain(text: str, *, root: str = "value") -> Any:
-    """``thaw(loads_frozen(text))``, without building the frozen value: plain ``dict``s and
-    ``list``s the caller owns, for readers that hand out copies anyway.
-
-    orjson's value is taken as is only when the text shows that ``loads_frozen``'s fast path
-    would keep it unchanged: no ``\\u`` escape, no number ``_RISKY_NUMBER`` finds, fewer
-    brackets than the walk's depth; anything else (and anything orjson refuses) goes through
-    ``loads_frozen``, so the value or the error is the same. Raises ``NotJSONError``.
-    """
-    if (
-        type(text) is str
-        and "\\u" not in text
-        and text.count("[") + text.count("{") <= _FAST_DEPTH
-        and _plain_numbers(text)
-    ):
-        try:
-            return orjson.loads(text)
-        except orjson.JSONDecodeError:
-            pass
+    """``thaw(loads_frozen(text))``, without building the frozen value when the text shows it
+    needs no look (``plain_texts``): plain values the caller owns, for readers that hand out
+    copies anyway. The same value or error as ``loads_frozen``; raises ``NotJSONError``."""
+    if plain_texts([text])[0]:
+        return loads_vouched(text, root=root)
     return thaw(loads_frozen(text, root=root))
 
 

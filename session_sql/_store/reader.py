@@ -20,6 +20,7 @@ from session_sql.errors import (
     SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
+from session_sql.jsoncodec import loads_plain, loads_vouched, plain_texts
 from session_sql.jsonvalue import FrozenList
 from session_sql.messages import SurfaceMessage
 
@@ -108,8 +109,9 @@ def _surface_rows(
     last ``limit`` before position ``before`` (read backwards along the surface key, then
     reversed)."""
     q = ctx.statements
-    if limit is None:
-        return list(conn.execute(q.surface_messages, {"b_key": key}).all())
+    if limit is None:  # the whole surface: plain tuples from the driver (``fetch_rows``)
+        whole = ctx.compiled.surface_messages
+        return fetch_rows(conn, whole, {**whole.defaults, "b_key": key})
     params = {"b_key": key, "b_before": before, "b_limit": limit}
     rows = list(conn.execute(q.surface_tail, params).all())
     rows.reverse()
@@ -121,8 +123,11 @@ def surface_messages(
 ) -> list[SurfaceMessage]:
     """Every surface node (or the last ``last``) with its projected message, in order.
 
-    ``plain``: messages as plain values the caller owns (``stored.project_row``), read afresh
-    (the kept projections are frozen, shared values).
+    ``plain``: for a caller that copies the messages out. A long read (``PAUSE_MIN_EVENTS``
+    nodes or more) then decodes them as plain values the caller owns (``stored.project_row``),
+    never frozen; a shorter tail still gives the kept frozen projections (``ctx.parsed``:
+    cheaper than decoding again, and the caller copies only what it takes). Tell them apart
+    by type.
     """
     if last == 0:
         with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
@@ -137,16 +142,29 @@ def surface_messages(
             rows = by_kept_key(
                 conn, ctx, session_id, lambda key: _surface_rows(ctx, conn, key, MAX_SEQ, None)
             )
-    if last is not None and not plain:
+    if last is not None and (not plain or len(rows) < PAUSE_MIN_EVENTS):
         return [
             SurfaceMessage(pos, seq, type_, _project_kept(ctx, session_id, seq, type_, data))
             for pos, seq, type_, data in rows
         ]
     items = ctx.catalog.item_types
     with _paused_for(rows):
+        if not plain:
+            return [
+                SurfaceMessage(pos, seq, type_, project_row(session_id, seq, type_, data, items))
+                for pos, seq, type_, data in rows
+            ]
+        vouched = plain_texts([row[3] for row in rows])
         return [
-            SurfaceMessage(pos, seq, type_, project_row(session_id, seq, type_, data, items, plain))
-            for pos, seq, type_, data in rows
+            SurfaceMessage(
+                pos,
+                seq,
+                type_,
+                project_row(
+                    session_id, seq, type_, data, items, loads_vouched if ok else loads_plain
+                ),
+            )
+            for (pos, seq, type_, data), ok in zip(rows, vouched, strict=True)
         ]
 
 

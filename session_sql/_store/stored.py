@@ -10,7 +10,7 @@ reads it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -34,7 +34,7 @@ from session_sql.events import (
     parse_source_seqs,
     parse_surface_op,
 )
-from session_sql.jsoncodec import loads_frozen, loads_plain
+from session_sql.jsoncodec import loads_frozen
 from session_sql.jsonvalue import MAX_SAFE_INTEGER, FrozenDict
 from session_sql.messages import project_data
 
@@ -249,16 +249,16 @@ def project_row(
     type_: str,
     data: Any,
     items: frozenset[str] = frozenset(),
-    plain: bool = False,
+    loads: Callable[..., Any] = loads_frozen,
 ) -> Any:
     """``messages.project_data`` on a stored row, whose data nobody has checked yet.
 
     ``items`` are the store catalog's item types (their rows project to their data).
-    ``plain``: the message as plain values the caller owns (``jsoncodec.loads_plain``, the
-    frozen one thawed), for a reader that would thaw it anyway.
+    ``loads`` decodes the data: ``loads_frozen``, or for a reader that hands out copies
+    ``jsoncodec.loads_plain``/``loads_vouched`` (the same value thawed, never frozen).
     """
     try:
-        frozen = (loads_plain if plain else loads_frozen)(data, root="data")
+        frozen = loads(data, root="data")
         if type_ in NODE_TYPES or type_ in items:
             return project_data(type_, frozen, seq, checked=False, items=items)
     except (NotJSONError, InvalidEventError, KeyError, TypeError) as exc:

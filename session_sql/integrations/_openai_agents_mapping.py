@@ -286,7 +286,7 @@ def _result(item: dict[str, Any], turn: int, step: int, call_seq: int | None) ->
 def item_of(node: SurfaceMessage) -> Any:
     """The item a surface node holds, or None for a node this integration did not write.
 
-    A node read as plain values (``SessionStore._surface_messages_plain``) is the caller's
+    A node read as plain values (``SessionStore._surface_items``) is the caller's
     own: its parts are taken as they are; a frozen one's are thawed."""
     if node.type == OPENAI_AGENTS_ITEM:
         return _owned(node.message)

@@ -30,7 +30,6 @@ import asyncio
 import random
 import weakref
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from typing import Any
 
 from session_sql.integrations._opening import EntersReady
@@ -62,7 +61,6 @@ from session_sql import (
     loopsafe,
     open_async_store,
 )
-from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql.integrations import OPENAI_AGENTS_ITEM
 from session_sql.integrations._openai_agents_mapping import (
     SOURCE_KIND,
@@ -185,16 +183,12 @@ class SessionSQLSession(EntersReady):
         count = _limit(resolve_session_limit(limit, self.session_settings))
         if count == 0:
             return []
-        # The messages come as plain values (no frozen copy to thaw again), and a long read
-        # keeps the cyclic collector paused until its items are built (see ``_gc``).
-        long_read = count is None or count >= PAUSE_MIN_EVENTS
-        with gc_paused() if long_read else nullcontext():
-            store = await self._ready()
-            try:
-                nodes = await store._surface_messages_plain(self.session_id, count)
-            except SessionNotFoundError:
-                return []
-            return [item for item in map(item_of, nodes) if item is not None]
+        store = await self._ready()
+        try:  # built by the store's reader, from plain values (``SessionStore._surface_items``)
+            items: list[Any] = await store._surface_items(self.session_id, count, item_of)
+        except SessionNotFoundError:
+            return []
+        return items
 
     async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Append ``items`` in order, atomically (one transaction); creates the session.

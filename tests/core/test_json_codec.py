@@ -23,6 +23,8 @@ from session_sql.jsoncodec import (
     dumps_frozen,
     loads_frozen,
     loads_plain,
+    loads_vouched,
+    plain_texts,
     snapshot_stored,
 )
 from session_sql.jsonvalue import (
@@ -199,8 +201,8 @@ def test_loads_fast_and_exact_paths_agree(value: Any) -> None:
 # -- loads_plain: the thawed value, or the same error -------------------------------------------
 
 
-def _plain_and_frozen_agree(text: str) -> None:
-    plain = _outcome(lambda t: loads_plain(t, root="data"), text)
+def _plain_and_frozen_agree(text: str, loads: Any = loads_plain) -> None:
+    plain = _outcome(lambda t: loads(t, root="data"), text)
     frozen = _outcome(lambda t: thaw(loads_frozen(t, root="data")), text)
     assert plain[0] == frozen[0], text
     if plain[0] == "ok":
@@ -254,6 +256,35 @@ def test_loads_plain_agrees_with_loads_frozen(value: Any) -> None:
     for text in _texts(value):
         _plain_and_frozen_agree(text)
         _plain_and_frozen_agree(json.dumps(value, indent=1, allow_nan=True))
+
+
+def test_plain_texts_finds_the_row_of_each_questioned_number() -> None:
+    texts = [
+        '{"a": "é😀", "n": 1}',
+        '{"n":-0.0}',
+        '"ü"',
+        "12345678901234567",
+        '{"x": [1, 2], "t": "2024-01-05"}',
+        '{"e": "call_3e9f", "f": [ 1e5]}',
+        "-0",
+        '["\\u00e9"]',
+        "[" * (_FAST_DEPTH + 1) + "]" * (_FAST_DEPTH + 1),
+        "[1]",
+    ]
+    assert plain_texts(texts) == [True, False, True, False, True, False, False, False, False, True]
+    assert plain_texts([]) == []
+    assert plain_texts([b"[1]", "[1]"]) == [False, False]  # not all text: look at each closely
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VALUES, max_size=6))
+def test_loads_vouched_agrees_with_loads_frozen_on_the_texts_plain_texts_vouches_for(
+    values: list[Any],
+) -> None:
+    texts = [text for value in values for text in _texts(value)]
+    for text, vouched in zip(texts, plain_texts(texts), strict=True):
+        if vouched:
+            _plain_and_frozen_agree(text, loads_vouched)
 
 
 # -- dumps_frozen ------------------------------------------------------------------------------

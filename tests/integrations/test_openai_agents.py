@@ -27,6 +27,7 @@ from session_sql import (
     open_async_store,
     open_store,
 )
+from session_sql._gc import PAUSE_MIN_EVENTS
 from session_sql.integrations.openai_agents import ITEM_TYPE, SessionSQLSession
 
 from ..loops import in_loops
@@ -177,6 +178,28 @@ def test_limits_give_the_latest_items_oldest_first(backend, limit) -> None:
         expected = ITEMS if limit is None else ITEMS[max(len(ITEMS) - limit, 0) :]
         assert await session.get_items(limit) == expected
         assert await session.get_items(limit=limit) == expected
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("limit", [None, PAUSE_MIN_EVENTS, PAUSE_MIN_EVENTS - 1, 20])
+def test_a_long_history_reads_back_exactly_and_as_the_callers_own(backend, limit) -> None:
+    """A read of ``PAUSE_MIN_EVENTS`` items or more is built from plain values (never frozen,
+    the collector paused): the same items, byte for byte, as a short read gives."""
+    history = [
+        {**item, "n": [n, 1e16, -0.5, 2**53 - 1]} if item.get("type") == "hologram_call" else item
+        for n in range(-(-PAUSE_MIN_EVENTS // len(ITEMS)) + 2)
+        for item in ITEMS
+    ]
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(history)
+        expected = history if limit is None else history[-limit:]
+        got = await SessionSQLSession("s1", store).get_items(limit)
+        assert json.dumps(got) == json.dumps(expected)  # key order and number types too
+        got[-1]["payload"]["depth"].clear()  # plain, mutable copies
+        assert await session.get_items(limit) == expected
 
     run(backend, body)
 
