@@ -19,6 +19,7 @@ from typing import Any
 from session_sql import SurfaceMessage, thaw
 from session_sql.errors import InvalidArgumentError
 from session_sql.integrations import OPENAI_AGENTS_ITEM
+from session_sql.jsonvalue import FrozenDict
 
 SOURCE_KIND = "openai-agents"
 """``source.kind`` of the user messages, ``source.provider`` of the other core messages."""
@@ -288,13 +289,13 @@ def item_of(node: SurfaceMessage) -> Any:
 
     A node read as plain values (``SessionStore._surface_items``) is the caller's
     own: its parts are taken as they are; a frozen one's are thawed."""
-    if node.type == OPENAI_AGENTS_ITEM:
-        return _owned(node.message)
-    message = node.message
-    source = message.get("source") if isinstance(message, Mapping) else None
-    if not isinstance(source, Mapping):
+    kind, message = node.type, node.message
+    if kind == OPENAI_AGENTS_ITEM:
+        return _owned(message)
+    source = message.get("source") if _is_mapping(message) else None
+    if not _is_mapping(source):
         return None
-    if node.type in ("assistant/message", "tool/result"):
+    if kind in ("assistant/message", "tool/result"):
         if source.get("provider") != SOURCE_KIND or "item" not in source:
             return None
         item = _owned(source["item"])
@@ -306,7 +307,7 @@ def item_of(node: SurfaceMessage) -> Any:
         pairs = list(item.items())
         pairs.insert(at, (key, value))
         return dict(pairs)
-    if node.type != "user/message" or source.get("kind") != SOURCE_KIND:
+    if kind != "user/message" or source.get("kind") != SOURCE_KIND:
         return None
     texts = [block["text"] for block in message["content"]]
     if source.get("content") == "text":
@@ -318,6 +319,13 @@ def item_of(node: SurfaceMessage) -> Any:
     pairs = list(_owned(source["item"]).items())
     pairs.insert(source.get("contentAt", len(pairs)), ("content", content))
     return dict(pairs)
+
+
+def _is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, the dicts a read gives tested first (an ABC's check
+    is slower than the rest of a short item)."""
+    t = type(value)
+    return t is dict or t is FrozenDict or isinstance(value, Mapping)
 
 
 def _owned(value: Any) -> Any:
