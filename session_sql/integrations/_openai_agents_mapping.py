@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from session_sql import SurfaceMessage, thaw
 from session_sql.errors import InvalidArgumentError
@@ -321,7 +321,7 @@ def item_of(node: SurfaceMessage) -> Any:
     return dict(pairs)
 
 
-def _is_mapping(value: Any) -> bool:
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     """``isinstance(value, Mapping)``, the dicts a read gives tested first (an ABC's check
     is slower than the rest of a short item)."""
     t = type(value)
