@@ -14,7 +14,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, ClassVar, TypeGuard
+
+import orjson
 
 from session_sql import SurfaceMessage, thaw
 from session_sql.errors import InvalidArgumentError
@@ -287,8 +289,41 @@ def _result(item: dict[str, Any], turn: int, step: int, call_seq: int | None) ->
 def item_of(node: SurfaceMessage) -> Any:
     """The item a surface node holds, or None for a node this integration did not write.
 
-    A node read as plain values (``SessionStore._surface_items``) is the caller's
-    own: its parts are taken as they are; a frozen one's are thawed."""
+    A node read as plain values (``SessionStore._surface_items``) is the caller's own: its
+    parts are taken as they are. A frozen one is a kept projection (``ctx.parsed``), which a
+    short tail gives again every turn: its item is built once and kept as JSON text
+    (``_Kept``), and each read gets a fresh copy of it, read back by orjson.
+    """
+    message = node.message
+    if type(message) is not FrozenDict:
+        return _item_of(node)
+    kept = _Kept.items.get(id(message))
+    if kept is not None and kept[0] is message and kept[1] == node.type:
+        return None if kept[2] is None else orjson.loads(kept[2])
+    item = _item_of(node)
+    try:
+        text = None if item is None else orjson.dumps(item)
+    except TypeError:  # orjson.JSONEncodeError: nested deeper than it writes
+        return item
+    if len(_Kept.items) >= _Kept.MAX:
+        _Kept.items.clear()
+    _Kept.items[id(message)] = (message, node.type, text)
+    return item
+
+
+class _Kept:
+    """Items built from kept frozen messages, as JSON text, by the message's identity: an
+    entry holds its message, so the identity is not reused while it lasts. The text is
+    exact: a stored value holds no non-finite float, no integer past 64 bits, no lone
+    surrogate (SPEC's lossless JSON), and orjson keeps key order. Bounded: all go at once
+    when full (a dict's single operations are atomic, so threads may share it)."""
+
+    MAX = 4096
+    items: ClassVar[dict[int, tuple[Any, str, bytes | None]]] = {}
+
+
+def _item_of(node: SurfaceMessage) -> Any:
+    """``item_of`` without the kept items."""
     kind, message = node.type, node.message
     if kind == OPENAI_AGENTS_ITEM:
         return _owned(message)
