@@ -347,9 +347,11 @@ def plain_texts(texts: Sequence[Any]) -> list[bool]:
         return [False] * count
     openings = data.translate(None, _NOT_OPENING).split(b"\x01")[1:]
     if max(map(len, openings), default=0) <= _FAST_DEPTH:
-        plain = [True] * count
-    else:
+        plain = [True] * count  # (a raw U+0001 splits its own text only: orjson refuses it)
+    elif len(openings) == count:
         plain = [len(brackets) <= _FAST_DEPTH for brackets in openings]
+    else:  # a text holds a raw U+0001: count each text's own
+        plain = [t.count("[") + t.count("{") <= _FAST_DEPTH for t in texts]
     if b"\\u" in data:
         plain = [ok and "\\u" not in t for ok, t in zip(plain, texts, strict=True)]
     hits = [m.start() + 1 for m in _BIG_OR_EXPONENT.finditer(data.translate(_TOKENS))]

@@ -273,6 +273,10 @@ def test_plain_texts_finds_the_row_of_each_questioned_number() -> None:
     ]
     assert plain_texts(texts) == [True, False, True, False, True, False, False, False, False, True]
     assert plain_texts([]) == []
+    deep = "[" * (_FAST_DEPTH + 1) + "]" * (_FAST_DEPTH + 1)
+    # A raw U+0001 (which orjson refuses) splits the joined texts' separators: each text's
+    # own brackets are counted then, and the deep one after it is still found.
+    assert plain_texts(['["a\x01b"]', deep, "[1]"]) == [True, False, True]
     assert plain_texts([b"[1]", "[1]"]) == [False, False]  # not all text: look at each closely
 
 
