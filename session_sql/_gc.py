@@ -1,5 +1,6 @@
-"""Pausing the cyclic garbage collector while a big batch of events is built, or a long log
-is loaded (``SessionStore.load_session``).
+"""Pausing the cyclic garbage collector while a big batch of events is built, a long log is
+loaded (``SessionStore.load_session``), or the messages of a long surface read are built
+(``reader.surface_messages`` and ``messages``, an integration's ``SessionStore._surface_items``).
 
 Building a batch allocates several containers per event (the frozen data, the event) and
 keeps every one of them: they go into the session's log. Python's collector runs a young
@@ -18,7 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PAUSE_MIN_EVENTS = 100
-"""From this many events in one batch, its building runs with the collector paused."""
+"""From this many events in one batch (or nodes in one read), its building runs with the
+collector paused."""
 
 
 class _Pause:

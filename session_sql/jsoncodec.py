@@ -12,7 +12,10 @@ kept floats on JSONB).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from math import copysign, isfinite
 from typing import Any, ClassVar, Final
 
@@ -31,6 +34,7 @@ from session_sql.jsonvalue import (
     _UndecidedError,
     snapshot_fast,
     snapshot_json,
+    thaw,
 )
 
 _BIG_FLOAT = float(MAX_SAFE_INTEGER)
@@ -313,6 +317,73 @@ def loads_frozen(text: str, *, root: str = "value") -> JSONValue:
         except (orjson.JSONDecodeError, _UndecidedError):
             pass
     return _loads_exact(text, root)
+
+
+_TOKENS: Final = bytes.maketrans(b"123456789-E\x01,[ \t\n\r", b"0000000000e:::::::")
+_BIG_OR_EXPONENT: Final = re.compile(rb":0(?:0{15}|0*(?:\.0*)?e)")
+"""In a text whose digits and minus signs are ``0`` and whose ``,``, ``[`` and blanks are
+``:`` (so that every number follows a ``:``): a number of 16 digits or more (an integer past
+the safe range, a float of integer size) or with an exponent."""
+_BEFORE_NUMBER: Final = frozenset(b":,[ \t\n\r\x01")
+_NOT_OPENING: Final = bytes(b for b in range(256) if b not in b"[{\x01")
+
+
+def plain_texts(texts: Sequence[Any]) -> list[bool]:
+    """For each JSON text, whether orjson's value of it is ``thaw(loads_frozen(text))``:
+    which of them ``loads_vouched`` may read.
+
+    True when the text shows that ``loads_frozen``'s fast path keeps orjson's value
+    unchanged: no ``\\u`` escape (U+0000, a lone surrogate), no number its walk would
+    question (``_BIG_OR_EXPONENT``; a minus before a zero: minus zero, or a fraction that may
+    round to it), no more opening brackets than the walk's depth. The texts are searched
+    joined (by U+0001, which a JSON text cannot hold outside a string nor raw inside one),
+    in C, so a long read pays a few passes over its bytes, not a search per row; a
+    number-like run inside a string only costs its row the slower path.
+    """
+    count = len(texts)
+    try:
+        data = "\x01".join(["", *texts]).encode()  # each text after a separator
+    except (TypeError, UnicodeEncodeError):  # not text, or a lone surrogate: look closer
+        return [False] * count
+    openings = data.translate(None, _NOT_OPENING).split(b"\x01")[1:]
+    if max(map(len, openings), default=0) <= _FAST_DEPTH:
+        plain = [True] * count  # (a raw U+0001 splits its own text only: orjson refuses it)
+    elif len(openings) == count:
+        plain = [len(brackets) <= _FAST_DEPTH for brackets in openings]
+    else:  # a text holds a raw U+0001: count each text's own
+        plain = [t.count("[") + t.count("{") <= _FAST_DEPTH for t in texts]
+    if b"\\u" in data:
+        plain = [ok and "\\u" not in t for ok, t in zip(plain, texts, strict=True)]
+    hits = [m.start() + 1 for m in _BIG_OR_EXPONENT.finditer(data.translate(_TOKENS))]
+    at = data.find(b"-0")
+    while at >= 0:
+        if data[at - 1] in _BEFORE_NUMBER:
+            hits.append(at)
+        at = data.find(b"-0", at + 2)
+    if hits:
+        starts = list(accumulate((len(t.encode()) + 1 for t in texts), initial=1))
+        for at in hits:  # where the number begins: in the last text starting at or before
+            plain[bisect_right(starts, at) - 1] = False
+    return plain
+
+
+def loads_vouched(text: str, *, root: str = "value") -> Any:
+    """``thaw(loads_frozen(text))`` for a text ``plain_texts`` vouched for: orjson's value,
+    plain ``dict``s and ``list``s the caller owns (``loads_frozen`` when orjson refuses the
+    text, for the same error). Raises ``NotJSONError``."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return thaw(loads_frozen(text, root=root))
+
+
+def loads_plain(text: str, *, root: str = "value") -> Any:
+    """``thaw(loads_frozen(text))``, without building the frozen value when the text shows it
+    needs no look (``plain_texts``): plain values the caller owns, for readers that hand out
+    copies anyway. The same value or error as ``loads_frozen``; raises ``NotJSONError``."""
+    if plain_texts([text])[0]:
+        return loads_vouched(text, root=root)
+    return thaw(loads_frozen(text, root=root))
 
 
 def _loads_exact(text: str, root: str) -> JSONValue:

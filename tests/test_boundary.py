@@ -28,6 +28,10 @@ KNOWN = {
     # async store's ``heads=`` and create-with-writes variants, not (yet) public API.
     ("session_sql/integrations/adk.py", "_append_together"),
     ("session_sql/integrations/adk.py", "_create_together"),
+    # The OpenAI Agents session's ``get_items`` has the store build its items where it reads
+    # the surface, from plain values, with the collector paused, so that only the items
+    # cross back (docs/performance.md): a read for integrations that copy, not (yet) public.
+    ("session_sql/integrations/openai_agents.py", "_surface_items"),
 }
 
 

@@ -218,6 +218,7 @@ class AsyncSessionStore:
     messages = forwarding.offloaded(SessionStore.messages)
     surface = forwarding.offloaded(SessionStore.surface)
     surface_messages = forwarding.offloaded(SessionStore.surface_messages)
+    _surface_items = forwarding.offloaded(SessionStore._surface_items)
     list_sessions = forwarding.offloaded(SessionStore.list_sessions)
     count_sessions = forwarding.offloaded(SessionStore.count_sessions)
     session_info = forwarding.offloaded(SessionStore.session_info)

@@ -310,6 +310,7 @@ class CompiledStatements:
         self.insert_node = Compiled(st.insert_node, dialect, [c.name for c in tables.surface.c])
         self.drop_node = Compiled(st.drop_node, dialect)
         self.retarget_node = Compiled(st.retarget_node, dialect)
+        self.surface_messages = Compiled(st.surface_messages, dialect)
         self.surface_tail = Compiled(st.surface_tail, dialect)
         self.events_page = Compiled(st.events_page, dialect)
         self.stream_page = Compiled(st.stream_page, dialect)

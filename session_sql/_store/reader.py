@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine
 
+from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store.context import MISSING, StoreContext
 from session_sql._store.database import fetch_rows, read_tx, snapshot_tx, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait
@@ -18,6 +20,7 @@ from session_sql.errors import (
     SessionNotFoundError,
 )
 from session_sql.events import SessionEvent
+from session_sql.jsoncodec import loads_plain, loads_vouched, plain_texts
 from session_sql.jsonvalue import FrozenList
 from session_sql.messages import SurfaceMessage
 
@@ -106,8 +109,9 @@ def _surface_rows(
     last ``limit`` before position ``before`` (read backwards along the surface key, then
     reversed)."""
     q = ctx.statements
-    if limit is None:
-        return list(conn.execute(q.surface_messages, {"b_key": key}).all())
+    if limit is None:  # the whole surface: plain tuples from the driver (``fetch_rows``)
+        whole = ctx.compiled.surface_messages
+        return fetch_rows(conn, whole, {**whole.defaults, "b_key": key})
     params = {"b_key": key, "b_before": before, "b_limit": limit}
     rows = list(conn.execute(q.surface_tail, params).all())
     rows.reverse()
@@ -115,9 +119,16 @@ def _surface_rows(
 
 
 def surface_messages(
-    ctx: StoreContext, session_id: str, last: int | None = None
+    ctx: StoreContext, session_id: str, last: int | None = None, *, plain: bool = False
 ) -> list[SurfaceMessage]:
-    """Every surface node (or the last ``last``) with its projected message, in order."""
+    """Every surface node (or the last ``last``) with its projected message, in order.
+
+    ``plain``: for a caller that copies the messages out. A long read (``PAUSE_MIN_EVENTS``
+    nodes or more) then decodes them as plain values the caller owns (``stored.project_row``),
+    never frozen; a shorter tail still gives the kept frozen projections (``ctx.parsed``:
+    cheaper than decoding again, and the caller copies only what it takes). Tell them apart
+    by type.
+    """
     if last == 0:
         with translate_errors(session_id), read_tx(ctx.read_engine()) as conn:
             require_session(conn, ctx, session_id)
@@ -131,16 +142,36 @@ def surface_messages(
             rows = by_kept_key(
                 conn, ctx, session_id, lambda key: _surface_rows(ctx, conn, key, MAX_SEQ, None)
             )
-    if last is not None:
+    if last is not None and (not plain or len(rows) < PAUSE_MIN_EVENTS):
         return [
             SurfaceMessage(pos, seq, type_, _project_kept(ctx, session_id, seq, type_, data))
             for pos, seq, type_, data in rows
         ]
     items = ctx.catalog.item_types
-    return [
-        SurfaceMessage(pos, seq, type_, project_row(session_id, seq, type_, data, items))
-        for pos, seq, type_, data in rows
-    ]
+    with _paused_for(rows):
+        if not plain:
+            return [
+                SurfaceMessage(pos, seq, type_, project_row(session_id, seq, type_, data, items))
+                for pos, seq, type_, data in rows
+            ]
+        vouched = plain_texts([row[3] for row in rows])
+        return [
+            SurfaceMessage(
+                pos,
+                seq,
+                type_,
+                project_row(
+                    session_id, seq, type_, data, items, loads_vouched if ok else loads_plain
+                ),
+            )
+            for (pos, seq, type_, data), ok in zip(rows, vouched, strict=True)
+        ]
+
+
+def _paused_for(rows: list[Any]) -> AbstractContextManager[None]:
+    """The cyclic collector paused while the messages of many ``rows`` are built (``_gc``):
+    every container of them is kept, and the collector would scan them again and again."""
+    return gc_paused() if len(rows) >= PAUSE_MIN_EVENTS else nullcontext()
 
 
 def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> list[Any]:
@@ -157,7 +188,8 @@ def messages(ctx: StoreContext, session_id: str, last: int | None = None) -> lis
             )
         items = ctx.catalog.item_types
         projected = (project_row(session_id, seq, t, data, items) for _, seq, t, data in rows)
-        return [m for m in projected if m is not None]
+        with _paused_for(rows):
+            return [m for m in projected if m is not None]
     found: list[Any] = []  # newest first
     if last:
         # Most tail reads take one statement: the last ``last`` nodes hold enough messages,

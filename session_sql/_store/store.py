@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from typing import IO, Any, Literal
 
 from sqlalchemy import Engine, make_url
 
+from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
 from session_sql._store import (
     connecting,
     listing,
@@ -371,6 +373,25 @@ class SessionStore:
         content). ``last=N`` gives the final N nodes, at a cost that follows N.
         """
         return reader.surface_messages(self._ctx, lookup_id(session_id), last_arg(last))
+
+    def _surface_items(
+        self, session_id: str, last: int | None, item_of: Callable[[SurfaceMessage], Any]
+    ) -> list[Any]:
+        """``item_of(node)`` of each surface node (or of the last ``last``) that gives one
+        (not None), in order: an integration's read of its items, which copies them out.
+
+        The nodes of a long read are plain values the caller owns (decoded so, never frozen;
+        a short tail's are the kept frozen ones: ``reader.surface_messages``), and the items
+        are built here, with the collector paused (``_gc``), so that the nodes are freed
+        before the items are handed over: the collector then scans the items alone.
+        """
+        session_id, last = lookup_id(session_id), last_arg(last)
+        long_read = last is None or last >= PAUSE_MIN_EVENTS
+        with gc_paused() if long_read else nullcontext():
+            nodes = reader.surface_messages(self._ctx, session_id, last, plain=True)
+            items = [item for item in map(item_of, nodes) if item is not None]
+            del nodes
+        return items
 
     def events(
         self, session_id: str, *, from_seq: int = 0, to_seq: int | None = None

@@ -10,7 +10,7 @@ reads it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -244,14 +244,21 @@ def _surface_op(text: Any, seq: int) -> SurfaceOp:
 
 
 def project_row(
-    session_id: str, seq: int, type_: str, data: Any, items: frozenset[str] = frozenset()
+    session_id: str,
+    seq: int,
+    type_: str,
+    data: Any,
+    items: frozenset[str] = frozenset(),
+    loads: Callable[..., Any] = loads_frozen,
 ) -> Any:
     """``messages.project_data`` on a stored row, whose data nobody has checked yet.
 
     ``items`` are the store catalog's item types (their rows project to their data).
+    ``loads`` decodes the data: ``loads_frozen``, or for a reader that hands out copies
+    ``jsoncodec.loads_plain``/``loads_vouched`` (the same value thawed, never frozen).
     """
     try:
-        frozen = loads_frozen(data, root="data")
+        frozen = loads(data, root="data")
         if type_ in NODE_TYPES or type_ in items:
             return project_data(type_, frozen, seq, checked=False, items=items)
     except (NotJSONError, InvalidEventError, KeyError, TypeError) as exc:

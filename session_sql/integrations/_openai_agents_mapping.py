@@ -14,11 +14,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeGuard
+
+import orjson
 
 from session_sql import SurfaceMessage, thaw
 from session_sql.errors import InvalidArgumentError
 from session_sql.integrations import OPENAI_AGENTS_ITEM
+from session_sql.jsonvalue import FrozenDict
 
 SOURCE_KIND = "openai-agents"
 """``source.kind`` of the user messages, ``source.provider`` of the other core messages."""
@@ -284,17 +287,53 @@ def _result(item: dict[str, Any], turn: int, step: int, call_seq: int | None) ->
 
 
 def item_of(node: SurfaceMessage) -> Any:
-    """The item a surface node holds, or None for a node this integration did not write."""
-    if node.type == OPENAI_AGENTS_ITEM:
-        return thaw(node.message)
+    """The item a surface node holds, or None for a node this integration did not write.
+
+    A node read as plain values (``SessionStore._surface_items``) is the caller's own: its
+    parts are taken as they are. A frozen one is a kept projection (``ctx.parsed``), which a
+    short tail gives again every turn: its item is built once and kept as JSON text
+    (``_Kept``), and each read gets a fresh copy of it, read back by orjson.
+    """
     message = node.message
-    source = message.get("source") if isinstance(message, Mapping) else None
-    if not isinstance(source, Mapping):
+    if type(message) is not FrozenDict:
+        return _item_of(node)
+    kept = _Kept.items.get(id(message))
+    if kept is not None and kept[0] is message and kept[1] == node.type:
+        return None if kept[2] is None else orjson.loads(kept[2])
+    item = _item_of(node)
+    try:
+        text = None if item is None else orjson.dumps(item)
+    except TypeError:  # orjson.JSONEncodeError: nested deeper than it writes
+        return item
+    if len(_Kept.items) >= _Kept.MAX:
+        _Kept.items.clear()
+    _Kept.items[id(message)] = (message, node.type, text)
+    return item
+
+
+class _Kept:
+    """Items built from kept frozen messages, as JSON text, by the message's identity: an
+    entry holds its message, so the identity is not reused while it lasts. The text is
+    exact: a stored value holds no non-finite float, no integer past 64 bits, no lone
+    surrogate (SPEC's lossless JSON), and orjson keeps key order. Bounded: all go at once
+    when full (a dict's single operations are atomic, so threads may share it)."""
+
+    MAX = 4096
+    items: ClassVar[dict[int, tuple[Any, str, bytes | None]]] = {}
+
+
+def _item_of(node: SurfaceMessage) -> Any:
+    """``item_of`` without the kept items."""
+    kind, message = node.type, node.message
+    if kind == OPENAI_AGENTS_ITEM:
+        return _owned(message)
+    source = message.get("source") if _is_mapping(message) else None
+    if not _is_mapping(source):
         return None
-    if node.type in ("assistant/message", "tool/result"):
+    if kind in ("assistant/message", "tool/result"):
         if source.get("provider") != SOURCE_KIND or "item" not in source:
             return None
-        item = thaw(source["item"])
+        item = _owned(source["item"])
         if "omitted" not in source:
             return item
         key, at = source["omitted"]
@@ -303,7 +342,7 @@ def item_of(node: SurfaceMessage) -> Any:
         pairs = list(item.items())
         pairs.insert(at, (key, value))
         return dict(pairs)
-    if node.type != "user/message" or source.get("kind") != SOURCE_KIND:
+    if kind != "user/message" or source.get("kind") != SOURCE_KIND:
         return None
     texts = [block["text"] for block in message["content"]]
     if source.get("content") == "text":
@@ -312,9 +351,23 @@ def item_of(node: SurfaceMessage) -> Any:
         content = [{"type": "input_text", "text": text} for text in texts]
     # The item's keys in their order, ``content`` where it was (last when not recorded), so
     # that the item serialises as it did when it was added (SPEC §12.1).
-    pairs = list(thaw(source["item"]).items())
+    pairs = list(_owned(source["item"]).items())
     pairs.insert(source.get("contentAt", len(pairs)), ("content", content))
     return dict(pairs)
+
+
+def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """``isinstance(value, Mapping)``, the dicts a read gives tested first (an ABC's check
+    is slower than the rest of a short item)."""
+    t = type(value)
+    return t is dict or t is FrozenDict or isinstance(value, Mapping)
+
+
+def _owned(value: Any) -> Any:
+    """``value`` as a plain value of the caller's: itself when it is one already (a plain
+    read's), else thawed."""
+    t = type(value)
+    return value if t is dict or t is list else thaw(value)
 
 
 def position_after(events: list[Any], count: int) -> Position | None:

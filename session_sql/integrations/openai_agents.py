@@ -183,8 +183,12 @@ class SessionSQLSession(EntersReady):
         count = _limit(resolve_session_limit(limit, self.session_settings))
         if count == 0:
             return []
-        nodes = await self._tail(count)
-        return [item for item in map(item_of, nodes) if item is not None]
+        store = await self._ready()
+        try:  # built by the store's reader, from plain values (``SessionStore._surface_items``)
+            items: list[Any] = await store._surface_items(self.session_id, count, item_of)
+        except SessionNotFoundError:
+            return []
+        return items
 
     async def add_items(self, items: list[TResponseInputItem], *, wrapper: Any = None) -> None:
         """Append ``items`` in order, atomically (one transaction); creates the session.

@@ -22,6 +22,9 @@ from session_sql.jsoncodec import (
     dumps_compact,
     dumps_frozen,
     loads_frozen,
+    loads_plain,
+    loads_vouched,
+    plain_texts,
     snapshot_stored,
 )
 from session_sql.jsonvalue import (
@@ -193,6 +196,99 @@ def test_loads_fast_and_exact_paths_agree(value: Any) -> None:
             assert json_equal(fast[1], exact[1]), text
         else:
             assert fast[1] == exact[1], text
+
+
+# -- loads_plain: the thawed value, or the same error -------------------------------------------
+
+
+def _plain_and_frozen_agree(text: str, loads: Any = loads_plain) -> None:
+    plain = _outcome(lambda t: loads(t, root="data"), text)
+    frozen = _outcome(lambda t: thaw(loads_frozen(t, root="data")), text)
+    assert plain[0] == frozen[0], text
+    if plain[0] == "ok":
+        assert json_equal(plain[1], frozen[1]), text
+        assert repr(plain[1]) == repr(frozen[1]), text  # plain containers, same types
+    else:
+        assert plain[1] == frozen[1], text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[18446744073709551616]",
+        '{"n": 123456789012345678901234567890}',
+        "9007199254740992",
+        " 9007199254740991",
+        "[1, 2, 3, 4, 5, 6, 7, 8, 9, 9007199254740992]",
+        "[-0.0]",
+        '{"x": -0e5}',
+        '{"x":-0}',
+        '{"x": -0.05, "y": "2024-01-05"}',
+        "[-0." + "0" * 400 + "1]",  # rounds to minus zero
+        "[-1e-400, 1e-400]",
+        '{"a": [0.' + "0" * 400 + "1]}",
+        "[12345678901234567890, 1234567890123456]",
+        '{"id": "oa_3e9f", "t": 1, "s": 2}',
+        " [\n -0 ]",
+        "[1.5E+3]",
+        "[1e16, 1E2, 2.5e-3]",
+        "1e999",
+        "[100000000000000000000.0]",
+        '["a\\u0000b"]',
+        '["\\ud800"]',
+        '"\\u00e9"',
+        "[NaN]",
+        "[1,",
+        '{"a": [1, 2.5, {"b": [true, null, "x"]}], "a": 3}',
+        '{"id": "call_3e9f", "n": 12e}',
+        "[" * (_FAST_DEPTH + 5) + "7" + "]" * (_FAST_DEPTH + 5),
+        "[" * 2000 + "]" * 2000,
+        '{"s": "' + "{" * 100 + '"}',
+    ],
+)
+def test_loads_plain_is_loads_frozen_thawed(text: str) -> None:
+    _plain_and_frozen_agree(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_loads_plain_agrees_with_loads_frozen(value: Any) -> None:
+    for text in _texts(value):
+        _plain_and_frozen_agree(text)
+        _plain_and_frozen_agree(json.dumps(value, indent=1, allow_nan=True))
+
+
+def test_plain_texts_finds_the_row_of_each_questioned_number() -> None:
+    texts = [
+        '{"a": "é😀", "n": 1}',
+        '{"n":-0.0}',
+        '"ü"',
+        "12345678901234567",
+        '{"x": [1, 2], "t": "2024-01-05"}',
+        '{"e": "call_3e9f", "f": [ 1e5]}',
+        "-0",
+        '["\\u00e9"]',
+        "[" * (_FAST_DEPTH + 1) + "]" * (_FAST_DEPTH + 1),
+        "[1]",
+    ]
+    assert plain_texts(texts) == [True, False, True, False, True, False, False, False, False, True]
+    assert plain_texts([]) == []
+    deep = "[" * (_FAST_DEPTH + 1) + "]" * (_FAST_DEPTH + 1)
+    # A raw U+0001 (which orjson refuses) splits the joined texts' separators: each text's
+    # own brackets are counted then, and the deep one after it is still found.
+    assert plain_texts(['["a\x01b"]', deep, "[1]"]) == [True, False, True]
+    assert plain_texts([b"[1]", "[1]"]) == [False, False]  # not all text: look at each closely
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_VALUES, max_size=6))
+def test_loads_vouched_agrees_with_loads_frozen_on_the_texts_plain_texts_vouches_for(
+    values: list[Any],
+) -> None:
+    texts = [text for value in values for text in _texts(value)]
+    for text, vouched in zip(texts, plain_texts(texts), strict=True):
+        if vouched:
+            _plain_and_frozen_agree(text, loads_vouched)
 
 
 # -- dumps_frozen ------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from session_sql import (
     open_async_store,
     open_store,
 )
+from session_sql._gc import PAUSE_MIN_EVENTS
+from session_sql.integrations import _openai_agents_mapping as mapping
 from session_sql.integrations.openai_agents import ITEM_TYPE, SessionSQLSession
 
 from ..loops import in_loops
@@ -177,6 +179,55 @@ def test_limits_give_the_latest_items_oldest_first(backend, limit) -> None:
         expected = ITEMS if limit is None else ITEMS[max(len(ITEMS) - limit, 0) :]
         assert await session.get_items(limit) == expected
         assert await session.get_items(limit=limit) == expected
+
+    run(backend, body)
+
+
+@pytest.mark.parametrize("limit", [None, PAUSE_MIN_EVENTS, PAUSE_MIN_EVENTS - 1, 20])
+def test_a_long_history_reads_back_exactly_and_as_the_callers_own(backend, limit) -> None:
+    """A read of ``PAUSE_MIN_EVENTS`` items or more is built from plain values (never frozen,
+    the collector paused): the same items, byte for byte, as a short read gives."""
+    history = [
+        {**item, "n": [n, 1e16, -0.5, 2**53 - 1]} if item.get("type") == "hologram_call" else item
+        for n in range(-(-PAUSE_MIN_EVENTS // len(ITEMS)) + 2)
+        for item in ITEMS
+    ]
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(history)
+        expected = history if limit is None else history[-limit:]
+        got = await SessionSQLSession("s1", store).get_items(limit)
+        assert json.dumps(got) == json.dumps(expected)  # key order and number types too
+        got[-1]["payload"]["depth"].clear()  # plain, mutable copies
+        assert await session.get_items(limit) == expected
+
+    run(backend, body)
+
+
+def test_a_tail_read_again_gives_fresh_exact_copies(backend, monkeypatch) -> None:
+    """A short tail's items are built once from the kept frozen messages and kept as text
+    (``_openai_agents_mapping._Kept``): every read gets the same values, types and key
+    order, in copies of its own, also once the kept items are dropped or cannot be kept."""
+    deep: Any = "leaf"
+    for _ in range(300):  # deeper than orjson writes: built afresh every time
+        deep = [deep]
+    odd = {"type": "future_thing", "f": 1e16, "n": [2**53 - 1, -0.5, None], "deep": deep}
+    history = [*ITEMS, odd, USER_TEXT]
+    monkeypatch.setattr(mapping._Kept, "MAX", 5)
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(history)
+        first = await session.get_items(limit=20)
+        for _ in range(3):
+            again = await session.get_items(limit=20)
+            assert json.dumps(again) == json.dumps(first) == json.dumps(history)
+            assert type(again[-2]["f"]) is float
+            assert all(a is not b for a, b in zip(again, first, strict=True))
+            again[0]["content"] = "changed"
+            again[-2]["n"].clear()
+        assert await session.get_items(limit=20) == history
 
     run(backend, body)
 

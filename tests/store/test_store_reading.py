@@ -25,6 +25,7 @@ from session_sql import (
 from session_sql._gc import PAUSE_MIN_EVENTS
 from session_sql._store import loading as loading_module
 from session_sql._store import reader
+from session_sql.jsonvalue import thaw
 
 from .store_builders import (
     WireLog,
@@ -257,6 +258,84 @@ def test_a_malformed_surface_event_is_corruption_not_a_crash(store, seq):
     with pytest.raises(CorruptSessionError) as info:
         store.messages("s1")
     assert (info.value.session_id, info.value.seq) == ("s1", seq)
+
+
+def _odd_message(i: int) -> dict[str, Any]:
+    """A user message whose source holds what a lossless read must keep: numbers at the edges
+    of the safe range, floats of integer size; on some, number-like strings, escapes, deep
+    nesting (which take the slower, exact path)."""
+    deep: Any = "leaf"
+    for _ in range(70 if i % 40 == 0 else 3):
+        deep = {"d": [deep]}
+    source: dict[str, Any] = {
+        "kind": "odd",
+        "n": [10**15 - 1, -7, 0.1, 2.5, 0, i],
+        "s": ["-0", "call_3e9f", "é😀"],
+        "deep": deep,
+    }
+    if i % 5 == 1:  # what orjson alone might not read back exactly, or looks like it
+        source["edges"] = [2**53 - 1, -(2**53 - 1), 1e16, -0.5, 1.5e-7, 1e300]
+        source["like"] = [":1e5", "1234567890123456789", " -0"]
+    if i % 3 == 0:
+        source["escaped"] = "x\x01y\u2028"
+    return {
+        "id": f"m{i}",
+        "role": "user",
+        "content": [{"type": "text", "text": f"#{i}"}],
+        "source": source,
+    }
+
+
+def _counted(fn: Any, name: str, calls: list[str]) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        return fn(*args, **kwargs)
+
+    return counted
+
+
+def test_items_read_as_plain_values_are_the_frozen_messages_thawed(store, monkeypatch):
+    """``_surface_items`` (an integration's read, which copies the items out) builds them from
+    the nodes of ``surface_messages``, as plain values: decoded so on a long read (never
+    frozen), thawed from the kept ones on a short tail; exactly the same values either way,
+    with the collector paused while a long read builds them."""
+    count = PAUSE_MIN_EVENTS + 20
+    handle = store.create_session("s1")
+    handle.append_many(
+        [
+            {"type": "user/message", "data": _odd_message(i), "surface_op": "append"}
+            for i in range(count)
+        ]
+    )
+    expected = [(n.pos, n.seq, n.type, thaw(n.message)) for n in store.surface_messages("s1")]
+    assert len(expected) == count
+    collecting: list[bool] = []
+
+    def item_of(node: Any) -> Any:
+        collecting.append(gc.isenabled())
+        return None if node.seq % 7 == 0 else (node.pos, node.seq, node.type, thaw(node.message))
+
+    paths: list[str] = []
+    for name in ("loads_vouched", "loads_plain"):  # orjson's value, or after a closer look
+        monkeypatch.setattr(reader, name, _counted(getattr(reader, name), name, paths))
+    for last in (None, count - 10, 20):
+        collecting.clear()
+        got = store._surface_items("s1", last, item_of)
+        nodes = expected if last is None else expected[-last:]
+        assert repr(got) == repr([e for e in nodes if e[1] % 7 != 0])  # values and types
+        long_read = last is None or last >= PAUSE_MIN_EVENTS
+        assert set(collecting) == {not long_read} and gc.isenabled()
+    assert paths.count("loads_vouched") > count // 2 and paths.count("loads_plain") > count // 2
+    plain = store._surface_items("s1", None, lambda node: node.message)
+    assert type(plain[1]) is dict and type(plain[1]["content"]) is list  # never frozen
+    plain[1]["content"].clear()  # the caller's own
+    assert store._surface_items("s1", None, lambda node: node.message)[1] == expected[1][3]
+    e = tables(store).events
+    corrupt = e.c.session_key == key_of(store, "s1", store.tenant)
+    execute(store, update(e).where(corrupt, e.c.seq == 30).values(data={"no": "message"}))
+    with pytest.raises(CorruptSessionError) as info:
+        store._surface_items("s1", None, item_of)
+    assert (info.value.session_id, info.value.seq) == ("s1", 30) and gc.isenabled()
 
 
 # -- events(): bounds and bounded memory ------------------------------------------------------
