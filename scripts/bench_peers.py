@@ -1,6 +1,7 @@
 """session_sql beside the stores people use instead, through the same workloads, in one run.
 
     python scripts/bench_peers.py [--pg URL] [--runs 3] [--batch 5000] [--singles 500]
+        [--rows singles,batch,load,last20,open]
 
 Each implementation stores the OpenAI Agents SDK's items (a user message, a function call, its
 output and an answer, over and over) for one session, and is timed on:
@@ -18,7 +19,8 @@ JSON rows with the same durability: WAL and ``synchronous=FULL``, one commit per
 SDK's ``SQLiteSession`` (SQLite only) and ``SQLAlchemySession``, and session_sql through its
 ``SessionSQLSession``. Prints the median of ``--runs`` runs and each figure's ratio to the
 best peer (raw aside). Needs ``session-sql[openai-agents]`` and aiosqlite. Uses fresh files and
-a fresh schema per run, dropped after; ``--pg ''`` skips PostgreSQL.
+a fresh schema per run, dropped after; ``--pg ''`` skips PostgreSQL. ``--rows`` times only
+some rows (the data a read row needs is still written, untimed).
 
 Where each row's time goes (sampled profiles of the client per row, the store's native API
 beside the adapter): ``profile_peers.py`` in this directory; the server's side
@@ -56,6 +58,8 @@ FIGURES = (
     "last 20, ms",
     "open, ms",
 )
+ROWS = ("singles", "batch", "load", "last20", "open")
+"""``--rows`` names of the figures, in order."""
 Factory = Callable[[str], Any]
 """Makes the implementation's session object for a session id (an OpenAI ``Session``)."""
 
@@ -138,16 +142,19 @@ async def _close(session: Any) -> None:
             await result
 
 
-async def _one_run(make: Factory, singles: int, batch: int) -> dict[str, float]:
+async def _one_run(
+    make: Factory, singles: int, batch: int, rows: tuple[str, ...] = ROWS
+) -> dict[str, float]:
     items = [item(n) for n in range(batch)]
     out: dict[str, float] = {}
-    s = make(f"singles-{uuid.uuid4().hex[:8]}")
-    await s.add_items(items[:1])  # warm: the store is open, its statements ready
-    started = time.perf_counter()
-    for x in items[1 : singles + 1]:
-        await s.add_items([x])
-    out[FIGURES[0]] = singles / (time.perf_counter() - started)
-    await _close(s)
+    if "singles" in rows:
+        s = make(f"singles-{uuid.uuid4().hex[:8]}")
+        await s.add_items(items[:1])  # warm: the store is open, its statements ready
+        started = time.perf_counter()
+        for x in items[1 : singles + 1]:
+            await s.add_items([x])
+        out[FIGURES[0]] = singles / (time.perf_counter() - started)
+        await _close(s)
 
     sid = f"batch-{uuid.uuid4().hex[:8]}"
     s = make(sid)
@@ -157,29 +164,31 @@ async def _one_run(make: Factory, singles: int, batch: int) -> dict[str, float]:
     out[FIGURES[1]] = batch / (time.perf_counter() - started)
     await _close(s)
 
-    s = make(sid)
-    await s.get_items(limit=1)  # opened (the open is its own figure)
-    started = time.perf_counter()
-    got = await s.get_items()
-    out[FIGURES[2]] = (time.perf_counter() - started) * 1000
-    assert len(got) == batch, (len(got), batch)
-    laps = []
-    for _ in range(50):
-        started = time.perf_counter()
-        await s.get_items(limit=20)
-        laps.append(time.perf_counter() - started)
-    out[FIGURES[3]] = statistics.median(laps) * 1000
-    await _close(s)
-
-    laps = []
-    for _ in range(10):
-        started = time.perf_counter()
+    if "load" in rows or "last20" in rows:
         s = make(sid)
-        await s.get_items(limit=1)
-        laps.append(time.perf_counter() - started)
+        await s.get_items(limit=1)  # opened (the open is its own figure)
+        started = time.perf_counter()
+        got = await s.get_items()
+        out[FIGURES[2]] = (time.perf_counter() - started) * 1000
+        assert len(got) == batch, (len(got), batch)
+        laps = []
+        for _ in range(50):
+            started = time.perf_counter()
+            await s.get_items(limit=20)
+            laps.append(time.perf_counter() - started)
+        out[FIGURES[3]] = statistics.median(laps) * 1000
         await _close(s)
-    out[FIGURES[4]] = statistics.median(laps) * 1000
-    return out
+
+    if "open" in rows:
+        laps = []
+        for _ in range(10):
+            started = time.perf_counter()
+            s = make(sid)
+            await s.get_items(limit=1)
+            laps.append(time.perf_counter() - started)
+            await _close(s)
+        out[FIGURES[4]] = statistics.median(laps) * 1000
+    return {f: v for f, v in out.items() if ROWS[FIGURES.index(f)] in rows}
 
 
 def _sqlite_peers(tmp: Path) -> dict[str, Factory]:
@@ -208,8 +217,9 @@ def _pg_peers(url: str, schema: str) -> dict[str, Factory]:
 
 
 def _table(backend: str, results: dict[str, list[dict[str, float]]]) -> None:
+    shown = [f for f in FIGURES if f in next(iter(results.values()))[0]]
     medians = {
-        name: {f: statistics.median(r[f] for r in runs) for f in FIGURES}
+        name: {f: statistics.median(r[f] for r in runs) for f in shown}
         for name, runs in results.items()
     }
     peers = [n for n in medians if not n.startswith("raw") and n != "session_sql"]
@@ -217,7 +227,7 @@ def _table(backend: str, results: dict[str, list[dict[str, float]]]) -> None:
     print(f"\n{backend}: medians of {len(next(iter(results.values())))} runs")
     print("| figure | " + " | ".join(names) + " | session_sql / best peer |")
     print("|---" * (len(names) + 2) + "|")
-    for f in FIGURES:
+    for f in shown:
         higher = f.endswith("items/s")
         cells = [f"{medians[n][f]:,.0f}" if higher else f"{medians[n][f]:,.3f}" for n in names]
         ratio = ""
@@ -234,14 +244,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=5000)
     parser.add_argument("--singles", type=int, default=500)
+    parser.add_argument("--rows", default=",".join(ROWS), help="the rows to time")
     args = parser.parse_args()
+    rows = tuple(r for r in ROWS if r in args.rows.split(","))
 
     def run_all(peers_for: Callable[[], dict[str, Factory]]) -> dict[str, list[dict[str, float]]]:
         results: dict[str, list[dict[str, float]]] = {}
         for _ in range(args.runs):
             for name, make in peers_for().items():  # interleaved: each run, each peer
                 results.setdefault(name, []).append(
-                    asyncio.run(_one_run(make, args.singles, args.batch))
+                    asyncio.run(_one_run(make, args.singles, args.batch, rows))
                 )
         return results
 

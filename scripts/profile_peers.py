@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import collections
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,8 @@ from session_sql.integrations.openai_agents import SessionSQLSession
 
 ROWS = ("singles", "batch", "load", "last20", "open")
 PY_SPY = Path(sys.executable).with_name("py-spy")
+if not PY_SPY.exists():  # installed elsewhere (on the PATH)
+    PY_SPY = Path(shutil.which("py-spy") or PY_SPY)
 
 # (phase, regex on "function (file:line)"), tried on each frame from the innermost outwards;
 # the first frame that matches any rule names the sample's phase (rules in order per frame).

@@ -1,8 +1,10 @@
 """The store context: what every part of a store shares, with its statements prepared once.
 
-A ``StoreContext`` is built by ``SessionStore`` and lives as long as the store. It owns the
-Core statements of its schema (built once, here) and their compiled DBAPI forms (compiled on
-first use, for the store's dialect), so no cache outlives the store or is keyed by ``id()``.
+A ``StoreContext`` is built by ``SessionStore`` and lives as long as the store. It holds the
+Core statements of its schema and tenant and their compiled DBAPI forms (compiled on first
+use, for the store's dialect); both are immutable and built once per process
+(``statements_for``, ``compiled_for``), so a store opened per request does not build them
+again. Everything else (kept keys and events, the idle connection) lives with the store.
 """
 
 from __future__ import annotations
@@ -318,6 +320,48 @@ class CompiledStatements:
         self.surface_events = Compiled(st.surface_events, dialect)
 
 
+_COMPILED: dict[tuple[Statements, Any], CompiledStatements] = {}
+_COMPILED_LOCK = threading.Lock()
+_PLAIN = (bool, int, float, str, tuple, type(None))
+
+
+def compiled_for(st: Statements, tables: SchemaTables, dialect: Dialect) -> CompiledStatements:
+    """``CompiledStatements(st, tables, dialect)``, compiled once per process for each set of
+    statements (one per schema and tenant, ``statements_for``) and dialect configuration.
+
+    Compiling them is most of what a store's first read costs, and a service that opens its
+    store per request would pay it at every request. The text depends only on the statements
+    and on the dialect: its class and the settings it holds (paramstyle, the server version
+    read at the first connect, identifier lengths, options given to ``create_engine``), all
+    in the key (``_dialect_key``), so a store whose dialect differs in any of them compiles
+    its own.
+    """
+    key = (st, _dialect_key(dialect))
+    found = _COMPILED.get(key)
+    if found is None:
+        found = CompiledStatements(st, tables, dialect)
+        with _COMPILED_LOCK:
+            if len(_COMPILED) >= 256:  # bounded as statements_for is
+                _COMPILED.clear()
+            found = _COMPILED.setdefault(key, found)
+    return found
+
+
+def _dialect_key(dialect: Dialect) -> tuple[Any, ...]:
+    """The dialect's class and every plain setting it holds: what the compiled text can
+    depend on (objects such as the driver module or the type compiler follow from them)."""
+    settings: list[tuple[str, Any]] = []
+    for name, value in sorted(vars(dialect).items()):
+        if isinstance(value, _PLAIN):
+            try:
+                hash(value)
+            except TypeError:  # a tuple holding something unhashable: compared by repr
+                settings.append((name, repr(value)))
+            else:
+                settings.append((name, value))
+    return (type(dialect), tuple(settings))
+
+
 class Kept:
     """Results of pure functions of stored text, by a key holding that text: bounded, per store.
 
@@ -565,5 +609,6 @@ class StoreContext:
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:
-        """The statements as driver SQL text, compiled on first use."""
-        return CompiledStatements(self.statements, self.tables, self.engine.dialect)
+        """The statements as driver SQL text, compiled on first use (once per process for
+        each schema, tenant and dialect: see ``compiled_for``)."""
+        return compiled_for(self.statements, self.tables, self.engine.dialect)

@@ -12,7 +12,7 @@ from session_sql import InvalidEventError, Replace
 from session_sql._store.backends.postgresql.backend import POSTGRESQL
 from session_sql._store.backends.postgresql.statements import OwnStatements
 from session_sql._store.backends.sqlite.backend import SQLITE
-from session_sql._store.context import CompiledStatements, Statements
+from session_sql._store.context import CompiledStatements, Statements, compiled_for, statements_for
 from session_sql._store.rows import EVENT_VALUE_COLUMNS, event_values
 from session_sql._store.schema import tables_for
 from session_sql.events import SessionEvent
@@ -52,6 +52,23 @@ def test_every_compiled_insert_binds_the_tuple_order(schema):
     for insert in (pg.insert_event, own.insert_event_strict):
         assert insert.positional[1] == EVENT_VALUE_COLUMNS
     assert pg.insert_event_values == pg.insert_event.positional[0]
+
+
+def test_compiled_statements_are_shared_by_stores_of_one_dialect_configuration():
+    """Compiled once per process for a schema, tenant and dialect configuration; a dialect
+    whose settings differ (here the paramstyle) compiles its own."""
+    tables = tables_for("session_sql")
+    st = statements_for("session_sql", POSTGRESQL, "")
+    first = compiled_for(st, tables, postgresql.psycopg.dialect())
+    assert compiled_for(st, tables, postgresql.psycopg.dialect()) is first
+    other = compiled_for(st, tables, postgresql.psycopg.dialect(paramstyle="format"))
+    assert other is not first
+    assert "%(b_key)s" in first.surface_tail.sql
+    assert "%(b_key)s" not in other.surface_tail.sql
+    tenant = compiled_for(
+        statements_for("session_sql", POSTGRESQL, "acme"), tables, postgresql.psycopg.dialect()
+    )
+    assert tenant is not first
 
 
 @pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.type)
