@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import re
 import uuid
@@ -700,4 +701,70 @@ def test_a_store_of_another_ddl_with_the_same_version_is_reflected(backend, engi
     monkeypatch.setattr(quick, "SCHEMA_DIGEST", "another build")
     reflections = _reflections(monkeypatch)
     ensure_schema(engine, backend.schema)  # reflected, and found to be this build's
+    assert len(reflections) == 1
+
+
+@contextmanager
+def printed_catalogs(engine: Engine) -> Iterator[list[str]]:
+    """Every statement that prints the catalog's text (the views' definitions among it)."""
+    printed: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "pg_get_viewdef" in statement:
+            printed.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield printed
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+@pytest.mark.requires("row_level_security")
+def test_an_unchanged_catalog_is_not_printed_again(backend, engine, monkeypatch):
+    """PostgreSQL: an open that finds the catalog rows as this process last printed them
+    (the same versions of the same rows) takes that text, and vouches without reflection."""
+    ensure_schema(engine, backend.schema)
+    reflections = _reflections(monkeypatch)
+    with printed_catalogs(engine) as printed, recorded_writes(engine) as writes:
+        for _ in range(3):
+            ensure_schema(engine, backend.schema)
+    assert printed == []
+    assert reflections == []
+    assert writes == []
+
+
+_CHANGED_AFTER_OPEN = {
+    "policy": "ALTER POLICY tenant_isolation ON {surface} USING (true)",
+    "foreign key": "ALTER TABLE {surface} DROP CONSTRAINT fk_surface_session_key_event_seq_events",
+    "renamed index": "ALTER INDEX {schema}ix_events_turn_bounds RENAME TO ix_other",
+    "renamed column": "ALTER TABLE {events} RENAME COLUMN ignorable TO skippable",
+    "default": "ALTER TABLE {events} ALTER COLUMN tenant SET DEFAULT 'acme'",
+    "view body": (
+        "CREATE OR REPLACE VIEW {schema}source_event_seqs AS "
+        "SELECT * FROM {schema}source_event_seqs WHERE false"
+    ),
+}
+
+
+@pytest.mark.requires("row_level_security")
+@pytest.mark.parametrize("change", list(_CHANGED_AFTER_OPEN))
+def test_a_change_after_an_open_sends_the_next_one_to_reflection(
+    backend, engine, monkeypatch, change
+):
+    """PostgreSQL: whatever changes the catalog's text after an open (none of these touches
+    the relations' own rows) sends the next open of the process back to the full gate,
+    which decides as it did before there was a fast path."""
+    ensure_schema(engine, backend.schema)
+    ensure_schema(engine, backend.schema)  # the catalog text this process read, taken again
+    statement = _CHANGED_AFTER_OPEN[change].format(
+        schema=f"{backend.schema}.",
+        events=_qualified(backend, "events"),
+        surface=_qualified(backend, "surface"),
+    )
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(statement)
+    reflections = _reflections(monkeypatch)
+    with contextlib.suppress(SchemaMismatchError):
+        ensure_schema(engine, backend.schema)
     assert len(reflections) == 1

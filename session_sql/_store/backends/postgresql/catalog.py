@@ -5,7 +5,7 @@ created with, which lets an open skip the reflection (``vouches_for_schema``).""
 from __future__ import annotations
 
 import hashlib
-from typing import Final
+from typing import Final, cast
 
 from sqlalchemy import Connection, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -44,14 +44,45 @@ _OWNER_RIGHTS_VIEWS: Final = text(
 # ``pg_catalog`` alone, so that every role prints the same text. Anything changed or added on
 # them by hand (an index, a column, a view, an option) changes it, and the gate then reflects
 # as before. Each part is an index search of the catalogs by name or by the relations' oids.
-_CATALOG_TEXT: Final = text(
-    """
+_RELATIONS: Final = """
 WITH r AS (
-  SELECT c.oid, c.relname, c.relkind, c.relrowsecurity, c.relforcerowsecurity, c.reloptions
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  SELECT c.oid, c.xmin, c.relname, c.relkind, c.relrowsecurity, c.relforcerowsecurity,
+         c.reloptions
+    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
    WHERE n.nspname = :schema AND c.relname = ANY(:names)
-)
-SELECT string_agg(item, E'\n' ORDER BY item) FROM (
+)"""
+# The version of every catalog row the text above is printed from, as (oid, xmin): the
+# store's relations, their indexes (the index and its relation), columns, defaults,
+# constraints, view rules and policies. A DDL statement that changes the text writes a new
+# version of one of these rows (a new xmin), adds one or removes one; only what no DDL sets
+# (planner statistics) is written in place. Read in the same statement as the text, so
+# both are of one snapshot.
+_STATE: Final = """
+SELECT string_agg(item, ',' ORDER BY item) FROM (
+  SELECT format('c%s:%s', r.oid, r.xmin) FROM r
+  UNION ALL
+  SELECT format('i%s:%s:%s', i.indexrelid, i.xmin, ic.xmin)
+    FROM r JOIN pg_catalog.pg_index i ON i.indrelid = r.oid
+    JOIN pg_catalog.pg_class ic ON ic.oid = i.indexrelid
+  UNION ALL
+  SELECT format('a%s.%s:%s', a.attrelid, a.attnum, a.xmin)
+    FROM r JOIN pg_catalog.pg_attribute a ON a.attrelid = r.oid WHERE a.attnum > 0
+  UNION ALL
+  SELECT format('d%s:%s', d.oid, d.xmin) FROM r JOIN pg_catalog.pg_attrdef d ON d.adrelid = r.oid
+  UNION ALL
+  SELECT format('k%s:%s', k.oid, k.xmin)
+    FROM r JOIN pg_catalog.pg_constraint k ON k.conrelid = r.oid
+  UNION ALL
+  SELECT format('w%s:%s', w.oid, w.xmin) FROM r JOIN pg_catalog.pg_rewrite w ON w.ev_class = r.oid
+  UNION ALL
+  SELECT format('p%s:%s', p.oid, p.xmin) FROM r JOIN pg_catalog.pg_policy p ON p.polrelid = r.oid
+) AS items(item)"""
+_CATALOG_STATE: Final = text(_RELATIONS + _STATE)
+"""The catalog's state alone (``_STATE``): what tells an unchanged catalog from a changed one."""
+_CATALOG_TEXT: Final = text(
+    _RELATIONS
+    + """
+SELECT (SELECT string_agg(item, E'\n' ORDER BY item) FROM (
   SELECT format('rel %s %s %s %s %s', relname, relkind, relrowsecurity, relforcerowsecurity,
                 reloptions) FROM r
   UNION ALL
@@ -73,27 +104,51 @@ SELECT string_agg(item, E'\n' ORDER BY item) FROM (
   SELECT format('pol %s %s %s %s %s %s', r.relname, p.polname, p.polcmd, p.polpermissive,
                 pg_get_expr(p.polqual, p.polrelid), pg_get_expr(p.polwithcheck, p.polrelid))
     FROM r JOIN pg_policy p ON p.polrelid = r.oid WHERE p.polname = :policy
-) AS items(item)
-"""
+) AS items(item)), ("""
+    + _STATE
+    + ")"
 )
 _CATALOG_KEY: Final = "catalog_digest"
 """The ``session_sql_meta`` row recording, at creation, the digest of this build's DDL and of
 the catalog the server made of it (``_catalog_digest``)."""
 
 
-def _catalog_text(conn: Connection, tables: SchemaTables) -> str | None:
+_READ: dict[tuple[str, str | None], tuple[str, str]] = {}
+"""By database and schema: the catalog state and text this process last read together
+(``_CATALOG_TEXT``), so that an open finding the same state takes the same text."""
+
+
+def _catalog_text(conn: Connection, tables: SchemaTables, *, reuse: bool = False) -> str | None:
     """The live catalog of the store's schema (``_CATALOG_TEXT``), or ``None`` when the schema
-    does not exist. Leaves ``search_path`` as it found it."""
+    does not exist. Leaves ``search_path`` as it found it.
+
+    ``reuse``: when this process read the text before and the catalog's state
+    (``_CATALOG_STATE``) is the same now, that text, without printing it again: no row it
+    was printed from has changed since. Printing it is most of what opening a store costs on
+    a new connection (the views' text, every definition, each catalog the server loads).
+    """
+    names = [*(t.name for t in tables.base_tables), *view_names(tables)]
+    schema = tables.metadata.schema
+    where = (conn.engine.url.set(password=None).render_as_string(hide_password=False), schema)
+    if reuse:
+        read = _READ.get(where)
+        state = {"schema": schema, "names": names}
+        if read is not None and conn.execute(_CATALOG_STATE, state).scalar_one() == read[0]:
+            return read[1]
     # The old path first: a target list is evaluated in order.
     was = conn.exec_driver_sql(
         "SELECT current_setting('search_path'), set_config('search_path', 'pg_catalog', true)"
     ).scalar_one()
     try:
-        names = [*(t.name for t in tables.base_tables), *view_names(tables)]
-        params = {"schema": tables.metadata.schema, "names": names, "policy": TENANT_POLICY}
-        return conn.execute(_CATALOG_TEXT, params).scalar_one_or_none()
+        params = {"schema": schema, "names": names, "policy": TENANT_POLICY}
+        catalog, state_now = conn.execute(_CATALOG_TEXT, params).one()
     finally:
         conn.execute(text("SELECT set_config('search_path', :was, true)"), {"was": was})
+    if catalog is not None and state_now is not None:
+        if len(_READ) >= 1024:
+            _READ.clear()
+        _READ[where] = (state_now, catalog)
+    return cast(str | None, catalog)
 
 
 def _catalog_digest(catalog: str) -> str:
@@ -129,7 +184,7 @@ def vouches_for_schema(conn: Connection, tables: SchemaTables) -> bool:
     """The server prints its catalog in its own way, so the text this build's DDL became
     is recorded when the store is created (``record_schema``) and compared here: equal,
     this build made exactly this catalog and its gate checked it then."""
-    catalog = _catalog_text(conn, tables)
+    catalog = _catalog_text(conn, tables, reuse=True)
     meta = tables.meta
     if catalog is None or f"\ncol {meta.name} 2 value text" not in "\n" + catalog:
         return False  # no meta table to read (a failed read would end the transaction)
