@@ -123,6 +123,9 @@ def _create_engine(
     kw.setdefault("poolclass", _LoopSafePool if async_driver else QueuePool)
     kw.setdefault("pool_size", pool_size)
     kw.setdefault("pool_pre_ping", True)
+    # The store has no hstore column: without this, the dialect's first connect looks the
+    # type up in the catalog, a round trip and a catalog read on every new engine.
+    kw.setdefault("use_native_hstore", False)
     if async_driver:
         # Imported here: the asyncio extension pulls in sqlalchemy.orm, which a sync store
         # never needs (importing session_sql must stay light).
