@@ -10,6 +10,7 @@ from typing import Final, cast
 from sqlalchemy import Connection, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from session_sql._store.backends.postgresql import precompiled
 from session_sql._store.schema import (
     DDL_DIGEST,
     TENANT_POLICY,
@@ -133,8 +134,10 @@ def _catalog_text(conn: Connection, tables: SchemaTables, *, reuse: bool = False
     if reuse:
         read = _READ.get(where)
         state = {"schema": schema, "names": names}
-        if read is not None and conn.execute(_CATALOG_STATE, state).scalar_one() == read[0]:
-            return read[1]
+        if read is not None:
+            now = precompiled.execute(conn, ("catalog state",), lambda: _CATALOG_STATE, state)
+            if now.scalar_one() == read[0]:
+                return read[1]
     # The old path first: a target list is evaluated in order.
     was = conn.exec_driver_sql(
         "SELECT current_setting('search_path'), set_config('search_path', 'pg_catalog', true)"
@@ -188,7 +191,10 @@ def vouches_for_schema(conn: Connection, tables: SchemaTables) -> bool:
     meta = tables.meta
     if catalog is None or f"\ncol {meta.name} 2 value text" not in "\n" + catalog:
         return False  # no meta table to read (a failed read would end the transaction)
-    rows = {str(k): str(v) for k, v in conn.execute(select(meta.c.key, meta.c.value))}
+    query = precompiled.execute(
+        conn, ("meta rows", meta.schema), lambda: select(meta.c.key, meta.c.value), {}
+    )
+    rows = {str(row.key): str(row.value) for row in query}
     return rows.get(_CATALOG_KEY) == _catalog_digest(catalog) and all(
         rows.get(row["key"]) == row["value"] for row in meta_rows()
     )

@@ -13,6 +13,7 @@ from typing import Final, NamedTuple
 
 from sqlalchemy import Connection, Table, text
 
+from session_sql._store.backends.postgresql import precompiled
 from session_sql._store.schema import SchemaTables
 
 __all__ = [
@@ -51,7 +52,9 @@ _PLACEMENTS: Final = text(
 def citus_installed(conn: Connection) -> bool:
     """Whether the database has the ``citus`` extension (then a new store is distributed
     unless it is opened with ``distributed=False``)."""
-    return bool(conn.execute(_INSTALLED).scalar_one())
+    return bool(
+        precompiled.execute(conn, ("citus installed",), lambda: _INSTALLED, {}).scalar_one()
+    )
 
 
 def distribution(conn: Connection, tables: SchemaTables) -> dict[str, Placement]:
