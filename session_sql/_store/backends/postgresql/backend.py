@@ -61,7 +61,13 @@ from session_sql._store.backends.base import (
     WithEvents,
     driver_cause,
 )
-from session_sql._store.backends.postgresql import appending, delegation, pool_queue, vacuuming
+from session_sql._store.backends.postgresql import (
+    appending,
+    delegation,
+    first_connect,
+    pool_queue,
+    vacuuming,
+)
 from session_sql._store.backends.postgresql import catalog as pg_catalog
 from session_sql._store.backends.postgresql import distribution as citus
 from session_sql._store.backends.postgresql.delegation import delegated_for
@@ -144,19 +150,23 @@ def _create_engine(
         # still inside the statement would raise and hide the interrupt.
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
-        dbapi_connection.execute(
+        row = dbapi_connection.execute(
             "SELECT set_config('lock_timeout', %s, false), "
             "set_config('client_encoding', 'UTF8', false), "
-            "set_config('citus.node_connection_timeout', %s, false)",
+            f"set_config('citus.node_connection_timeout', %s, false), {first_connect.ANSWERS}",
             (f"{lock_timeout_ms}ms", str(CITUS_NODE_CONNECTION_TIMEOUT_MS)),
-        )
+        ).fetchone()
         dbapi_connection.autocommit = autocommit
+        first_connect.keep_answers(
+            getattr(dbapi_connection, "driver_connection", dbapi_connection), row[3:]
+        )
 
     # First, before the dialect's own first-connect initialisation, which cannot read a
     # SQL_ASCII server's version and would fail with a bare TypeError.
     event.listen(engine, "connect", on_connect, insert=True)
     if kw["pool_pre_ping"]:
         engine.dialect.do_ping = functools.partial(_quiet_ping, engine.dialect.do_ping)  # type: ignore[method-assign]
+    first_connect.answer_first_connect(engine.dialect)
     engine.dialect.do_rollback = functools.partial(  # type: ignore[method-assign]
         forgetting_rollback, engine.dialect.do_rollback
     )
