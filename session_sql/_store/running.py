@@ -129,22 +129,32 @@ class _Threads:
     costs a call about 50 µs more CPU (its Python-level locks, semaphore and future chain),
     a sixth of a small append's. Daemon threads, so a store left open never holds up the
     interpreter's exit.
+
+    A thread is started when a call finds none free, up to ``size``: a store opened for one
+    request and its one read starts one thread, not the pool's worth (each start waits for
+    the thread to run).
     """
 
     def __init__(self, size: int) -> None:
         self._size = size
         self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        self._free = 0
+        """Threads done with their call that no call submitted since has counted on. (Once
+        all ``size`` run, a call may wait for one, and this may count one that took it: it
+        then only decides what it no longer can, whether to start a thread.)"""
+        self._lock = threading.Lock()
 
     def submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> _Pinned[T]:
         loop = asyncio.get_running_loop()
         future: _Pinned[T] = _Pinned(loop=loop)
-        if not self._threads:
-            self._threads = [
-                threading.Thread(target=self._work, name=f"session_sql_{i}", daemon=True)
-                for i in range(self._size)
-            ]
-            for thread in self._threads:
+        with self._lock:
+            if self._free:
+                self._free -= 1
+            elif len(self._threads) < self._size:
+                name = f"session_sql_{len(self._threads)}"
+                thread = threading.Thread(target=self._work, name=name, daemon=True)
+                self._threads.append(thread)
                 thread.start()
         self._calls.put((fn, args, future, loop))
         return future
@@ -158,14 +168,17 @@ class _Threads:
             except BaseException as exc:
                 outcome = (None, exc)
             del fn, args, call
+            with self._lock:
+                self._free += 1
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting
                 loop.call_soon_threadsafe(_deliver, future, *outcome)
             del future, outcome
 
     def shutdown(self) -> None:
-        for _ in self._threads:
+        with self._lock:
+            threads, self._threads, self._free = self._threads, [], 0
+        for _ in threads:
             self._calls.put(None)
-        self._threads = []
 
 
 class _Runner:

@@ -721,6 +721,38 @@ def test_sqlite_calls_share_a_few_worker_threads(tmp_path) -> None:
     assert all(name.startswith("session_sql") for name in names)
 
 
+def test_sqlite_worker_threads_start_as_calls_need_them(tmp_path) -> None:
+    """One call at a time needs one thread (a store opened for a request and its read start
+    no more); calls at once start more, up to the pool's size."""
+
+    def workers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("session_sql_")}
+
+    async def main() -> tuple[set[threading.Thread], set[threading.Thread]]:
+        before = workers()
+        async with open_async_store(f"sqlite:///{tmp_path / 's.db'}", pool_size=3) as store:
+            await store.create_session("s1")
+            for _ in range(5):
+                await store.messages("s1")
+            one_at_a_time = workers() - before
+            started = threading.Event()
+
+            def blocking() -> None:
+                started.set()
+                time.sleep(0.2)
+
+            slow = asyncio.ensure_future(store._runner.call(blocking))
+            await asyncio.to_thread(started.wait)
+            await asyncio.gather(*(store.messages("s1") for _ in range(10)))
+            await slow
+            at_once = workers() - before
+        return one_at_a_time, at_once
+
+    one_at_a_time, at_once = asyncio.run(main())
+    assert len(one_at_a_time) == 1
+    assert 2 <= len(at_once) <= 3
+
+
 def test_a_store_left_open_does_not_hold_up_the_exit(backend, tmp_path) -> None:
     """Its worker threads (SQLite) never keep the interpreter from exiting."""
     script = tmp_path / "left_open.py"
