@@ -148,7 +148,7 @@ def _catalog_text(conn: Connection, tables: SchemaTables, *, reuse: bool = False
     finally:
         conn.execute(text("SELECT set_config('search_path', :was, true)"), {"was": was})
     if catalog is not None and state_now is not None:
-        if len(_READ) >= 1024:
+        if len(_READ) >= 256:  # a text is some 14 kB: bounded
             _READ.clear()
         _READ[where] = (state_now, catalog)
     return cast(str | None, catalog)
