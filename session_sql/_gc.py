@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 PAUSE_MIN_EVENTS = 100
 """From this many events in one batch, its building runs with the collector paused."""
@@ -49,3 +49,9 @@ def gc_paused() -> Iterator[None]:
             _Pause.holders -= 1
             if _Pause.holders == 0 and _Pause.was_enabled:
                 gc.enable()
+
+
+def paused_for(events: int) -> AbstractContextManager[None]:
+    """``gc_paused()`` for a batch of ``events`` events from ``PAUSE_MIN_EVENTS`` on; a
+    no-op below."""
+    return gc_paused() if events >= PAUSE_MIN_EVENTS else nullcontext()

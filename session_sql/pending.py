@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
+from session_sql._gc import paused_for
 from session_sql.errors import InvalidEventError, ReentrantAppendError
 from session_sql.events import SessionEvent, check_type_name, parse_source_seqs, parse_surface_op
 from session_sql.jsonvalue import JSONValue
@@ -230,8 +229,9 @@ def _plan(session: Session, batch: list[Item]) -> tuple[list[SessionEvent], list
         return logged[seq] if seq < base else events[seq - base]
 
     # A big batch keeps every container it builds: the cyclic collector would only scan
-    # them again and again (see _gc). Validators run after it, with the collector as it was.
-    with gc_paused() if len(batch) >= PAUSE_MIN_EVENTS else nullcontext():
+    # them again and again (see _gc). The appends of sessions and handles pause it around
+    # the whole append already; ``append_together`` (begin_all) relies on this one.
+    with paused_for(len(batch)):
         for type_, data, surface_op, sources, ignorable, time in batch:
             seq = base + len(events)
             event = _coerce_candidate(

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, overload
 
+from session_sql._gc import paused_for
 from session_sql.arguments import check_last
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
@@ -471,13 +472,16 @@ class Session:
         return self._append_batch(batch) if batch else []
 
     def _append_batch(self, batch: list[Item]) -> list[SessionEvent]:
-        pending = PendingAppend(self, batch)
-        try:
-            self._persist(pending)
-        except BaseException:
-            pending.abandon()
-            raise
-        return pending.commit()
+        # A big batch's events are all kept: the collector is paused from their building to
+        # their commit (see _gc).
+        with paused_for(len(batch)):
+            pending = PendingAppend(self, batch)
+            try:
+                self._persist(pending)
+            except BaseException:
+                pending.abandon()
+                raise
+            return pending.commit()
 
     def _begin_append(self: S, batch: list[Item], face: Any = None) -> PendingAppend[S]:
         """The batch checked, planned and validated, the reentrancy flag held (see

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
+from session_sql._gc import paused_for
 from session_sql._store import forwarding, statistics
 from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.opening import StoredLog
@@ -154,8 +155,10 @@ class AsyncStoredSession:
         if not batch:
             return []
         sync = self._sync
+        # A big batch's events are all kept (its rows encoded from them): the collector is
+        # paused from their building to their commit (see _gc).
         async with self._lock:
-            with sync._begin_append(batch, self) as pending:
+            with paused_for(len(batch)), sync._begin_append(batch, self) as pending:
                 if self._runner.writers is None:
                     persisted = self._runner.submit(sync._persist, pending)
                     cancelled = await _settle(persisted)

@@ -61,6 +61,7 @@ from session_sql import (
     loopsafe,
     open_async_store,
 )
+from session_sql._gc import paused_for
 from session_sql.integrations import OPENAI_AGENTS_ITEM
 from session_sql.integrations._openai_agents_mapping import (
     SOURCE_KIND,
@@ -204,7 +205,10 @@ class SessionSQLSession(EntersReady):
             batch, self._next = batch_of(listed, at, usage)
             return batch
 
-        await self._write(build, create=True, positioned=True)
+        # A big batch: its items' events are all kept (see session_sql._gc); the collector is
+        # paused from their mapping to their commit.
+        with paused_for(len(listed)):
+            await self._write(build, create=True, positioned=True)
         if seen is not None:
             self._seen = seen
 
