@@ -1,5 +1,6 @@
-"""Pausing the cyclic garbage collector while a big batch of events is built, or a long log
-is loaded (``SessionStore.load_session``).
+"""Pausing the cyclic garbage collector while a big batch of events is built (and, when no
+validator or observer is registered, persisted and committed: ``Session._paused_append``), or
+a long log is loaded (``SessionStore.load_session``).
 
 Building a batch allocates several containers per event (the frozen data, the event) and
 keeps every one of them: they go into the session's log. Python's collector runs a young
@@ -7,7 +8,9 @@ collection every 700 container allocations, which scans those new objects again 
 and the survivors it promotes trigger full collections of the whole process's heap; on
 PostgreSQL's 5,000-event ``append_many`` that was about 40% of the client's CPU time (see
 docs/performance.md). Reference counting still frees everything else while the collector
-is paused, and the objects built here are scanned once, at the next collection.
+is paused, and the objects built here are scanned once, at the next collection. The pause is
+the process's: other threads, and an event loop's other tasks while an async append awaits
+its transaction, run paused too, for as long as that one append lasts.
 """
 
 from __future__ import annotations

@@ -229,8 +229,8 @@ def _plan(session: Session, batch: list[Item]) -> tuple[list[SessionEvent], list
         return logged[seq] if seq < base else events[seq - base]
 
     # A big batch keeps every container it builds: the cyclic collector would only scan
-    # them again and again (see _gc). The appends of sessions and handles pause it around
-    # the whole append already; ``append_together`` (begin_all) relies on this one.
+    # them again and again (see _gc). Validators run after it, with the collector as it was
+    # (an append without validators or observers is paused as a whole: _paused_append).
     with paused_for(len(batch)):
         for type_, data, surface_op, sources, ignorable, time in batch:
             seq = base + len(events)

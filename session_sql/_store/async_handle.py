@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.util import greenlet_spawn
 
 from session_sql import loopsafe
-from session_sql._gc import paused_for
 from session_sql._store import forwarding, statistics
 from session_sql._store.database import read_tx, translate_errors
 from session_sql._store.opening import StoredLog
@@ -155,10 +154,10 @@ class AsyncStoredSession:
         if not batch:
             return []
         sync = self._sync
-        # A big batch's events are all kept (its rows encoded from them): the collector is
-        # paused from their building to their commit (see _gc).
+        # A big batch: the collector paused from its building to its commit (see
+        # Session._paused_append), the persisting awaited included.
         async with self._lock:
-            with paused_for(len(batch)), sync._begin_append(batch, self) as pending:
+            with sync._paused_append(len(batch)), sync._begin_append(batch, self) as pending:
                 if self._runner.writers is None:
                     persisted = self._runner.submit(sync._persist, pending)
                     cancelled = await _settle(persisted)

@@ -205,10 +205,7 @@ class SessionSQLSession(EntersReady):
             batch, self._next = batch_of(listed, at, usage)
             return batch
 
-        # A big batch: its items' events are all kept (see session_sql._gc); the collector is
-        # paused from their mapping to their commit.
-        with paused_for(len(listed)):
-            await self._write(build, create=True, positioned=True)
+        await self._write(build, create=True, positioned=True, size=len(listed))
         if seen is not None:
             self._seen = seen
 
@@ -355,12 +352,15 @@ class SessionSQLSession(EntersReady):
         *,
         create: bool,
         positioned: bool = False,
+        size: int = 0,
     ) -> None:
         """Append ``build(handle)`` atomically; on losing a race, reload and build again.
 
         ``positioned``: ``build`` reads ``self._at`` (where the log stands turn-wise, read back
         from the log when another writer moved it) and leaves the position after it in
-        ``self._next``. Other batches leave the turn as it was.
+        ``self._next``. Other batches leave the turn as it was. ``size``: the items ``build``
+        maps; a big batch is mapped and appended with the cyclic collector paused (its events
+        are all kept, see ``session_sql._gc``), attempt by attempt.
         """
         async with self._lock:
             for attempt in range(MAX_ATTEMPTS):
@@ -370,11 +370,12 @@ class SessionSQLSession(EntersReady):
                 try:
                     if positioned and (self._at is None or self._at.seq != handle.seq):
                         self._at = await self._position(handle.seq)
-                    batch = build(handle)
-                    if not batch:
-                        return
                     before = handle.seq
-                    await handle.append_many(batch)
+                    with paused_for(size):
+                        batch = build(handle)
+                        if not batch:
+                            return
+                        await handle.append_many(batch)
                     at = self._at
                     if positioned and self._next is not None:
                         self._at = self._next
