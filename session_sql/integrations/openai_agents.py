@@ -376,6 +376,7 @@ class SessionSQLSession(EntersReady):
                         if not batch:
                             return
                         await handle.append_many(batch)
+                        del batch  # freed before the collector is back: it would scan them
                     at = self._at
                     if positioned and self._next is not None:
                         self._at = self._next
