@@ -33,6 +33,13 @@ Item = tuple[Any, Any, Any, Any, Any, int | None]
 """One event to append: (type, data, surface_op, source_event_seqs, ignorable, time or None
 for "now"), as ``append`` was given it."""
 
+building_paused = paused_for
+"""For a client that builds a big batch before handing it to ``append_many`` (an integration
+mapping its items to events): ``building_paused(len(batch))`` pauses the cyclic collector as
+the append pauses it for its own building (see ``session_sql._gc``), from
+``PAUSE_MIN_EVENTS`` events on; every container built for the batch is kept until the
+append, and scanning them again and again costs more than building them."""
+
 _ITEM_KEYS = frozenset({"type", "data", "surface_op", "source_event_seqs", "ignorable"})
 """The keys an ``append_many`` item may have: ``append``'s argument names."""
 

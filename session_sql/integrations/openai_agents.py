@@ -61,7 +61,6 @@ from session_sql import (
     loopsafe,
     open_async_store,
 )
-from session_sql._gc import paused_for
 from session_sql.integrations import OPENAI_AGENTS_ITEM
 from session_sql.integrations._openai_agents_mapping import (
     SOURCE_KIND,
@@ -74,6 +73,7 @@ from session_sql.integrations._openai_agents_mapping import (
     position_after,
 )
 from session_sql.integrations._titles import title_of
+from session_sql.pending import building_paused
 
 __all__ = ["ITEM_TYPE", "SOURCE_KIND", "SessionSQLSession"]
 
@@ -360,7 +360,7 @@ class SessionSQLSession(EntersReady):
         from the log when another writer moved it) and leaves the position after it in
         ``self._next``. Other batches leave the turn as it was. ``size``: the items ``build``
         maps; a big batch is mapped and appended with the cyclic collector paused (its events
-        are all kept, see ``session_sql._gc``), attempt by attempt.
+        are all kept: ``building_paused``), attempt by attempt.
         """
         async with self._lock:
             for attempt in range(MAX_ATTEMPTS):
@@ -371,7 +371,7 @@ class SessionSQLSession(EntersReady):
                     if positioned and (self._at is None or self._at.seq != handle.seq):
                         self._at = await self._position(handle.seq)
                     before = handle.seq
-                    with paused_for(size):
+                    with building_paused(size):
                         batch = build(handle)
                         if not batch:
                             return
