@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
+from session_sql._gc import paused_for
 from session_sql.errors import InvalidEventError, ReentrantAppendError
 from session_sql.events import SessionEvent, check_type_name, parse_source_seqs, parse_surface_op
 from session_sql.jsonvalue import JSONValue
@@ -33,6 +32,13 @@ S = TypeVar("S", bound="Session")
 Item = tuple[Any, Any, Any, Any, Any, int | None]
 """One event to append: (type, data, surface_op, source_event_seqs, ignorable, time or None
 for "now"), as ``append`` was given it."""
+
+building_paused = paused_for
+"""For a client that builds a big batch before handing it to ``append_many`` (an integration
+mapping its items to events): ``building_paused(len(batch))`` pauses the cyclic collector as
+the append pauses it for its own building (see ``session_sql._gc``), from
+``PAUSE_MIN_EVENTS`` events on; every container built for the batch is kept until the
+append, and scanning them again and again costs more than building them."""
 
 _ITEM_KEYS = frozenset({"type", "data", "surface_op", "source_event_seqs", "ignorable"})
 """The keys an ``append_many`` item may have: ``append``'s argument names."""
@@ -230,8 +236,9 @@ def _plan(session: Session, batch: list[Item]) -> tuple[list[SessionEvent], list
         return logged[seq] if seq < base else events[seq - base]
 
     # A big batch keeps every container it builds: the cyclic collector would only scan
-    # them again and again (see _gc). Validators run after it, with the collector as it was.
-    with gc_paused() if len(batch) >= PAUSE_MIN_EVENTS else nullcontext():
+    # them again and again (see _gc). Validators run after it, with the collector as it was
+    # (an append without validators or observers is paused as a whole: _paused_append).
+    with paused_for(len(batch)):
         for type_, data, surface_op, sources, ignorable, time in batch:
             seq = base + len(events)
             event = _coerce_candidate(

@@ -6,8 +6,10 @@ from __future__ import annotations
 import time as _time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar, overload
 
+from session_sql._gc import paused_for
 from session_sql.arguments import check_last
 from session_sql.catalog import Catalog, default_catalog
 from session_sql.errors import (
@@ -471,13 +473,23 @@ class Session:
         return self._append_batch(batch) if batch else []
 
     def _append_batch(self, batch: list[Item]) -> list[SessionEvent]:
-        pending = PendingAppend(self, batch)
-        try:
-            self._persist(pending)
-        except BaseException:
-            pending.abandon()
-            raise
-        return pending.commit()
+        with self._paused_append(len(batch)):
+            pending = PendingAppend(self, batch)
+            try:
+                self._persist(pending)
+            except BaseException:
+                pending.abandon()
+                raise
+            return pending.commit()
+
+    def _paused_append(self, size: int) -> AbstractContextManager[None]:
+        """The cyclic collector paused for the whole of a big append (building, persisting,
+        committing: every event it builds is kept, see ``_gc``), unless validators or
+        observers are registered: user code runs with the collector as it was, so only the
+        building is paused then (``pending._plan``)."""
+        if self._validators or self._observers:
+            return nullcontext()
+        return paused_for(size)
 
     def _begin_append(self: S, batch: list[Item], face: Any = None) -> PendingAppend[S]:
         """The batch checked, planned and validated, the reentrancy flag held (see

@@ -154,8 +154,10 @@ class AsyncStoredSession:
         if not batch:
             return []
         sync = self._sync
+        # A big batch: the collector paused from its building to its commit (see
+        # Session._paused_append), the persisting awaited included.
         async with self._lock:
-            with sync._begin_append(batch, self) as pending:
+            with sync._paused_append(len(batch)), sync._begin_append(batch, self) as pending:
                 if self._runner.writers is None:
                     persisted = self._runner.submit(sync._persist, pending)
                     cancelled = await _settle(persisted)

@@ -11,8 +11,9 @@ each function call, and the run's token usage on its assistant messages.
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeGuard
 
@@ -30,7 +31,6 @@ MODEL = "unknown"
 """``source.model`` of assistant messages: the SDK's ``Session`` protocol does not name it."""
 
 TURN_SCOPED = frozenset({"assistant/message", "tool/call", "tool/result"})
-SURFACE = frozenset({"user/message", "assistant/message", "tool/result", OPENAI_AGENTS_ITEM})
 
 Batch = list[dict[str, Any]]
 
@@ -58,6 +58,17 @@ class Usage:
 
 def new_id() -> str:
     return f"oa_{uuid.uuid4().hex}"
+
+
+def id_source() -> Callable[[], str]:
+    """Message ids for one batch: one random 128-bit number, counted up from (``new_id``'s
+    form; one ``uuid4``, a system call, per batch instead of one per message)."""
+    counter = itertools.count(uuid.uuid4().int)
+    return lambda: f"oa_{next(counter) & _ID_MASK:032x}"
+
+
+_ID_MASK = (1 << 128) - 1
+_STR_ONLY = frozenset({str})
 
 
 def _text_parts(content: Any) -> bool:
@@ -109,30 +120,46 @@ def _blocks(content: Any) -> list[Any] | None:
     return blocks
 
 
-def kind_of(item: Any) -> str:
-    """``user``, ``assistant``, ``call``, ``result`` (the core shapes) or ``item``."""
-    if not isinstance(item, dict) or not all(type(key) is str for key in item):
-        return "item"
-    if is_user_input(item):
-        content = item.get("content")
-        return "user" if type(content) is str or _text_parts(content) else "item"
+def _classified(item: Any) -> tuple[str, list[Any] | None]:
+    """``kind_of(item)`` and, for ``assistant`` and ``result``, the message's content blocks."""
+    if not isinstance(item, dict) or not _STR_ONLY.issuperset(map(type, item)):
+        return "item", None
     kind = item.get("type", "message")
-    if kind == "message" and item.get("role") == "assistant":
-        return "assistant" if _blocks(item.get("content")) else "item"
+    if kind == "message":
+        role = item.get("role")
+        if role == "user":
+            content = item.get("content")
+            return ("user" if type(content) is str or _text_parts(content) else "item"), None
+        if role == "assistant":
+            blocks = _blocks(item.get("content"))
+            return ("assistant", blocks) if blocks else ("item", None)
+        return "item", None
     if kind == "function_call":
         ok = _nonempty(item.get("call_id")) and _nonempty(item.get("name"))
-        return "call" if ok and type(item.get("arguments")) is str else "item"
+        return ("call" if ok and type(item.get("arguments")) is str else "item"), None
     if kind == "function_call_output" and _nonempty(item.get("call_id")):
-        output = item.get("output")
-        return "result" if type(output) is str or _blocks(output) else "item"
-    return "item"
+        blocks = _blocks(item.get("output"))
+        return ("result", blocks) if blocks else ("item", None)
+    return "item", None
 
 
-def user_event(item: dict[str, Any]) -> dict[str, Any]:
+def kind_of(item: Any) -> str:
+    """``user``, ``assistant``, ``call``, ``result`` (the core shapes) or ``item``."""
+    return _classified(item)[0]
+
+
+def _without(item: dict[str, Any], key: str) -> dict[str, Any]:
+    """A copy of ``item`` without ``key`` (which it has), its other keys in their order."""
+    rest = dict(item)
+    del rest[key]
+    return rest
+
+
+def user_event(item: dict[str, Any], ids: Callable[[], str] = new_id) -> dict[str, Any]:
     """A user text message as a ``user/message`` whose ``source`` keeps the item's other keys."""
-    content: Any = item.get("content")
+    content: Any = item["content"]
     texts = [content] if type(content) is str else [part["text"] for part in content]
-    rest = {key: value for key, value in item.items() if key != "content"}
+    rest = _without(item, "content")
     source: dict[str, Any] = {
         "kind": SOURCE_KIND,
         "item": rest,
@@ -142,7 +169,7 @@ def user_event(item: dict[str, Any]) -> dict[str, Any]:
     if at < len(rest):  # not the last key: say where it goes back (SPEC §12.1)
         source["contentAt"] = at
     message = {
-        "id": new_id(),
+        "id": ids(),
         "role": "user",
         "content": [{"type": "text", "text": text} for text in texts],
         "source": source,
@@ -166,18 +193,23 @@ def _kept(source: dict[str, Any], item: dict[str, Any], key: str | None) -> dict
     if key is None or type(item.get(key)) is not str:
         source["item"] = item
         return source
-    source["item"] = {k: v for k, v in item.items() if k != key}
+    source["item"] = _without(item, key)
     source["omitted"] = [key, list(item).index(key)]
     return source
 
 
 def _assistant(
-    item: dict[str, Any], blocks: list[Any], turn: int, step: int, omit: str | None = None
+    item: dict[str, Any],
+    blocks: list[Any],
+    turn: int,
+    step: int,
+    ids: Callable[[], str],
+    omit: str | None = None,
 ) -> dict[str, Any]:
     given = item.get("id")
     source = {"kind": "model", "provider": SOURCE_KIND, "model": MODEL}
     message = {
-        "id": given if _nonempty(given) else new_id(),
+        "id": given if _nonempty(given) else ids(),
         "role": "assistant",
         "content": blocks,
         "source": _kept(source, item, omit),
@@ -194,8 +226,13 @@ def batch_of(items: list[Any], at: Position, usage: Usage | None) -> tuple[Batch
     A batch with model output or tool results is one step. A batch whose last model item is
     assistant text and whose calls all have their outputs ends the turn (``completed``).
     ``usage`` goes on the batch's first assistant message.
+
+    One pass over the items: each is classified once, and its message ids come from one
+    random number for the whole batch (``id_source``).
     """
     events: Batch = []
+    add = events.append
+    ids = id_source()
     turn, open_, step = at.turn, at.open, at.step
     stepped = False  # this batch holds model output or tool results (one step)
     calls: dict[str, int] = {}  # call id -> seq of its tool/call in this batch
@@ -208,63 +245,63 @@ def batch_of(items: list[Any], at: Position, usage: Usage | None) -> tuple[Batch
     def start() -> None:
         nonlocal turn, open_, step, stepped, last_model
         if open_:
-            events.append(_turn_end(turn, "completed" if stepped and done() else "interrupted"))
+            add(_turn_end(turn, "completed" if stepped and done() else "interrupted"))
         turn, open_, step, stepped, last_model = turn + 1, True, 0, False, ""
         calls.clear()
         answered.clear()
-        events.append({"type": "turn/start", "data": {"turn": turn}})
+        add({"type": "turn/start", "data": {"turn": turn}})
 
     for index, item in enumerate(items):
         if item is None:
             raise InvalidArgumentError("an item must not be None", argument="items")
-        kind = kind_of(item)
-        if is_user_input(item) and (index == 0 or (stepped and kind == "user")):
-            start()  # a run's input, or user text after model output
-        if kind in ("assistant", "call", "result"):
-            if not open_:
-                start()
-            if not stepped:
-                stepped, step = True, step + 1
+        kind, blocks = _classified(item)
         if kind == "user":
-            events.append(user_event(item))
-        elif kind == "assistant":
-            data = _assistant(item, _blocks(item["content"]) or [], turn, step)
+            if index == 0 or stepped:
+                start()  # a run's input, or user text after model output
+            event = user_event(item, ids)
+            event["surface_op"] = "append"
+            add(event)
+            continue
+        if kind == "item":
+            if index == 0 and is_user_input(item):
+                start()  # a run's input
+            add({"type": OPENAI_AGENTS_ITEM, "data": item, "surface_op": "append"})
+            continue
+        if not open_:
+            start()
+        if not stepped:
+            stepped, step = True, step + 1
+        if kind == "assistant":
+            data = _assistant(item, blocks or [], turn, step, ids)
             if usage is not None:
                 data["usage"], usage = usage.to_json(), None
-            events.append({"type": "assistant/message", "data": data})
+            add({"type": "assistant/message", "data": data, "surface_op": "append"})
             last_model = kind
         elif kind == "call":
-            block = {
-                "type": "tool-call",
-                "id": item["call_id"],
-                "name": item["name"],
-                "arguments": item["arguments"],
-            }
-            data = _assistant(item, [block], turn, step, "arguments")
+            call_id, name, arguments = item["call_id"], item["name"], item["arguments"]
+            block = {"type": "tool-call", "id": call_id, "name": name, "arguments": arguments}
+            data = _assistant(item, [block], turn, step, ids, "arguments")
             if usage is not None:
                 data["usage"], usage = usage.to_json(), None
-            events.append({"type": "assistant/message", "data": data})
+            add({"type": "assistant/message", "data": data, "surface_op": "append"})
             call = {
                 "turn": turn,
                 "step": step,
-                "callId": item["call_id"],
-                "name": item["name"],
-                "arguments": item["arguments"],
+                "callId": call_id,
+                "name": name,
+                "arguments": arguments,
             }
-            calls[item["call_id"]] = at.seq + len(events)
-            events.append({"type": "tool/call", "data": call})
+            calls[call_id] = at.seq + len(events)
+            add({"type": "tool/call", "data": call})
             last_model = kind
-        elif kind == "result":
-            events.append(_result(item, turn, step, calls.get(item["call_id"])))
-            answered.add(item["call_id"])
-        else:
-            events.append({"type": OPENAI_AGENTS_ITEM, "data": item})
-    if open_ and stepped and done():
-        events.append(_turn_end(turn, "completed"))
-        open_ = False
-    for event in events:
-        if event["type"] in SURFACE:
+        else:  # result
+            event = _result(item, blocks, turn, step, calls.get(item["call_id"]), ids)
             event["surface_op"] = "append"
+            add(event)
+            answered.add(item["call_id"])
+    if open_ and stepped and done():
+        add(_turn_end(turn, "completed"))
+        open_ = False
     return events, Position(at.seq + len(events), turn, open_, step)
 
 
@@ -272,11 +309,18 @@ def _turn_end(turn: int, reason: str) -> dict[str, Any]:
     return {"type": "turn/end", "data": {"turn": turn, "reason": {"kind": reason}}}
 
 
-def _result(item: dict[str, Any], turn: int, step: int, call_seq: int | None) -> dict[str, Any]:
+def _result(
+    item: dict[str, Any],
+    blocks: list[Any] | None,
+    turn: int,
+    step: int,
+    call_seq: int | None,
+    ids: Callable[[], str],
+) -> dict[str, Any]:
     call_id = item["call_id"]
-    block = {"type": "tool-result", "toolCallId": call_id, "content": _blocks(item["output"])}
+    block = {"type": "tool-result", "toolCallId": call_id, "content": blocks}
     source = _kept({"kind": "tool", "callId": call_id, "provider": SOURCE_KIND}, item, "output")
-    message = {"id": new_id(), "role": "user", "content": [block], "source": source}
+    message = {"id": ids(), "role": "user", "content": [block], "source": source}
     event: dict[str, Any] = {
         "type": "tool/result",
         "data": {"turn": turn, "step": step, "message": message},

@@ -73,6 +73,7 @@ from session_sql.integrations._openai_agents_mapping import (
     position_after,
 )
 from session_sql.integrations._titles import title_of
+from session_sql.pending import building_paused
 
 __all__ = ["ITEM_TYPE", "SOURCE_KIND", "SessionSQLSession"]
 
@@ -208,7 +209,7 @@ class SessionSQLSession(EntersReady):
             batch, self._next = batch_of(listed, at, usage)
             return batch
 
-        await self._write(build, create=True, positioned=True)
+        await self._write(build, create=True, positioned=True, size=len(listed))
         if seen is not None:
             self._seen = seen
 
@@ -355,12 +356,15 @@ class SessionSQLSession(EntersReady):
         *,
         create: bool,
         positioned: bool = False,
+        size: int = 0,
     ) -> None:
         """Append ``build(handle)`` atomically; on losing a race, reload and build again.
 
         ``positioned``: ``build`` reads ``self._at`` (where the log stands turn-wise, read back
         from the log when another writer moved it) and leaves the position after it in
-        ``self._next``. Other batches leave the turn as it was.
+        ``self._next``. Other batches leave the turn as it was. ``size``: the items ``build``
+        maps; a big batch is mapped and appended with the cyclic collector paused (its events
+        are all kept: ``building_paused``), attempt by attempt.
         """
         async with self._lock:
             for attempt in range(MAX_ATTEMPTS):
@@ -370,11 +374,13 @@ class SessionSQLSession(EntersReady):
                 try:
                     if positioned and (self._at is None or self._at.seq != handle.seq):
                         self._at = await self._position(handle.seq)
-                    batch = build(handle)
-                    if not batch:
-                        return
                     before = handle.seq
-                    await handle.append_many(batch)
+                    with building_paused(size):
+                        batch = build(handle)
+                        if not batch:
+                            return
+                        await handle.append_many(batch)
+                        del batch  # freed before the collector is back: it would scan them
                     at = self._at
                     if positioned and self._next is not None:
                         self._at = self._next

@@ -55,6 +55,36 @@ def test_a_big_batch_is_built_with_the_collector_paused(monkeypatch):
     assert gc.isenabled()
 
 
+def test_a_big_batch_without_user_code_is_persisted_and_committed_paused(monkeypatch):
+    """No validator or observer: the collector stays paused from the building of the events
+    to their commit (the persisting included), and is enabled again after."""
+    s = new_session()
+    persisting: list[bool] = []
+    applying: list[bool] = []
+    apply = pending_module.PendingAppend._apply
+
+    def applied(self: Any) -> None:
+        applying.append(gc.isenabled())
+        apply(self)
+
+    monkeypatch.setattr(s, "_persist", lambda _pending: persisting.append(gc.isenabled()))
+    monkeypatch.setattr(pending_module.PendingAppend, "_apply", applied)
+    s.append_many(_todos(PAUSE_MIN_EVENTS))
+    assert (persisting, applying) == ([False], [False])
+    assert gc.isenabled()
+
+
+def test_with_an_observer_only_the_building_is_paused(monkeypatch):
+    s = new_session()
+    persisting: list[bool] = []
+    observing: list[bool] = []
+    monkeypatch.setattr(s, "_persist", lambda _pending: persisting.append(gc.isenabled()))
+    s.subscribe(lambda _s, _e: observing.append(gc.isenabled()))
+    s.append_many(_todos(PAUSE_MIN_EVENTS))
+    assert persisting == [True]
+    assert observing == [True] * PAUSE_MIN_EVENTS
+
+
 def test_a_small_batch_leaves_the_collector_alone(monkeypatch):
     s = new_session()
     building, _ = _watch(monkeypatch, s)

@@ -8,6 +8,7 @@ processes, and a store opened by another process that sees the same items.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import multiprocessing
 from collections.abc import Awaitable, Callable
@@ -29,6 +30,7 @@ from session_sql import (
 )
 from session_sql._gc import PAUSE_MIN_EVENTS
 from session_sql.integrations import _openai_agents_mapping as mapping
+from session_sql.integrations import openai_agents as adapter
 from session_sql.integrations.openai_agents import ITEM_TYPE, SessionSQLSession
 
 from ..loops import in_loops
@@ -349,6 +351,53 @@ def test_unicode_large_and_deep_items_round_trip(backend) -> None:
         assert await session.pop_item() == items[3]
 
     run(backend, body, max_event_bytes=64 * 1024 * 1024)
+
+
+def _turns(count: int) -> list[Any]:
+    """``count`` turns of a user question, a call, its output and an answer."""
+    items: list[Any] = []
+    for n in range(count):
+        items += [
+            {"role": "user", "content": f"question {n}"},
+            {**CALL, "id": f"fc_{n}", "call_id": f"call_{n}"},
+            {**OUTPUT, "call_id": f"call_{n}"},
+            {**ASSISTANT, "id": f"msg_{n}"},
+        ]
+    return items
+
+
+def test_a_big_batch_is_written_with_the_collector_paused(backend, monkeypatch) -> None:
+    """From ``PAUSE_MIN_EVENTS`` items, a batch is mapped, checked and stored with the cyclic
+    collector paused (session_sql._gc), and the collector is enabled again after, refused or
+    not."""
+    mapping = adapter.batch_of
+    mapped: list[bool] = []
+
+    def watched(*args: Any) -> Any:
+        mapped.append(gc.isenabled())
+        return mapping(*args)
+
+    monkeypatch.setattr(adapter, "batch_of", watched)
+    items = _turns(PAUSE_MIN_EVENTS // 4 + 1)
+
+    async def body(store: AsyncSessionStore) -> None:
+        session = SessionSQLSession("s1", store)
+        await session.add_items(items)
+        assert gc.isenabled()
+        with pytest.raises(NotJSONError):
+            await session.add_items([*items, {"x": float("nan")}])
+        assert gc.isenabled()
+        await session.add_items(items[:4])  # a small batch: the collector as it is
+        assert await session.get_items() == items + items[:4]
+
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        run(backend, body)
+    finally:
+        if not was:
+            gc.disable()
+    assert mapped == [False, False, True]
 
 
 @pytest.mark.parametrize(
