@@ -30,13 +30,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import text
+from psycopg import sql as pgsql
+from sqlalchemy import select, text
 
 from session_sql import SessionStore
 from session_sql.cli._bench_events import agent_events
 from session_sql.cli._bench_harness import Target, Workload, _workload
 from session_sql.cli._bench_reads import TAIL, _big_session
 from session_sql.cli._support import CliError
+from session_sql.schema import tables_for
 
 __all__ = ["CITUS_URL_ENV", "OPERATIONS", "citus_target", "w_citus"]
 
@@ -191,19 +193,17 @@ def _create(side: _Side) -> Callable[[int], object]:
 def _floor(side: _Side, schema: str) -> Iterator[Callable[[int], object]]:
     """The floor's call on ``side``: the session row's head by its key, prepared, through a
     pooled connection's driver in autocommit (no ``BEGIN`` round trip)."""
+    sessions = tables_for(schema).sessions
     with side.store.engine.connect() as conn:
-        keys = [
-            int(k)
-            for k in conn.execute(
-                text(f'SELECT session_key FROM "{schema}".sessions WHERE id = ANY(:ids)'),
-                {"ids": side.readers},
-            ).scalars()
-        ]
+        chosen = select(sessions.c.session_key).where(sessions.c.id.in_(side.readers))
+        keys = [int(k) for k in conn.execute(chosen).scalars()]
     raw = side.store.engine.raw_connection()
     try:
         driver: Any = raw.driver_connection
         driver.autocommit = True
-        sql = f'SELECT head_seq FROM "{schema}".sessions WHERE session_key = %s'
+        sql = pgsql.SQL("SELECT head_seq FROM {}.sessions WHERE session_key = %s").format(
+            pgsql.Identifier(schema)
+        )
 
         def call(i: int) -> object:
             return driver.execute(sql, (keys[i % len(keys)],), prepare=True).fetchall()

@@ -35,7 +35,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import func, literal, make_url, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    MetaData,
+    Table,
+    Text,
+    func,
+    literal,
+    make_url,
+    select,
+)
 from sqlalchemy.dialects.postgresql import REGCLASS
 
 from session_sql import (
@@ -274,6 +284,17 @@ FLEET_TABLE = "w7_fleet_items"
 session row, no foreign key: what a service writing its own log table does."""
 
 
+def _fleet_table(schema: str | None) -> Table:
+    """``FLEET_TABLE`` in ``schema``: one narrow row per event."""
+    return Table(
+        FLEET_TABLE,
+        MetaData(schema=schema),
+        Column("session", Text, primary_key=True),
+        Column("seq", BigInteger, primary_key=True),
+        Column("item", Text, nullable=False),
+    )
+
+
 def _fleet_writer(
     kind: str, url: str, schema: str, count: int, start: Any
 ) -> tuple[float, float, int]:
@@ -293,7 +314,9 @@ def _fleet_writer(
 
     conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     session = uuid.uuid4().hex
-    insert = f'INSERT INTO "{schema}".{FLEET_TABLE} VALUES (%s, %s, %s)'
+    insert = psycopg.sql.SQL("INSERT INTO {}.{} VALUES (%s, %s, %s)").format(
+        psycopg.sql.Identifier(schema), psycopg.sql.Identifier(FLEET_TABLE)
+    )
     with psycopg.connect(conninfo, autocommit=True) as conn:
         for i in range(count):
             text = json.dumps({"type": "assistant/chunk", "data": _chunk(1, 1, i)})
@@ -346,10 +369,7 @@ def w_contention(target: Target, per_process: int) -> list[Workload]:
         ours_many, _ = _w7_round(pool, manager, jobs)
         follower.join(30)
         with store.engine.begin() as conn:
-            conn.exec_driver_sql(
-                f'CREATE TABLE "{target.schema}".{FLEET_TABLE} (session TEXT, seq BIGINT, '
-                "item TEXT NOT NULL, PRIMARY KEY (session, seq))"
-            )
+            _fleet_table(target.schema).create(conn)
         fleet_raw, _ = _w7_round(pool, manager, [("fleet-raw", where, None, per_process)] * n)
         fleet, _ = _w7_round(pool, manager, [("fleet", where, None, per_process)] * n)
         shared = store.create_session().id
