@@ -158,3 +158,41 @@ def test_without_this_builds_function_the_statements_append(
         handle.append("assistant/chunk", _chunk(1))
         assert store.verify("s").ok
         assert len(store.messages("s")) == 2
+
+
+def test_a_role_that_may_not_call_the_function_appends_with_the_statements(
+    citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
+) -> None:
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+        say(store.create_session("s"), "hello")
+    role = f"w_{citus_schema[2:14]}"
+    with citus_admin.begin() as conn:
+        (signature,) = conn.execute(
+            text(
+                "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname = :s"
+            ),
+            {"s": citus_schema},
+        ).one()
+        conn.execute(text(f"CREATE ROLE {role} LOGIN BYPASSRLS"))
+        conn.execute(text(f'GRANT USAGE ON SCHEMA "{citus_schema}" TO {role}'))
+        conn.execute(
+            text(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA "{citus_schema}" TO {role}')
+        )
+        conn.execute(text(f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC"))
+    url = citus_cluster.url.replace("postgres@", f"{role}@")
+    before = sum(_calls(citus_cluster, citus_schema, want=1))  # the owner's append
+    try:
+        with open_store(url, schema=citus_schema, distributed=True) as store:
+            handle = store.open_session("s")
+            say(handle, "again")
+            handle.append("assistant/chunk", _chunk(1))
+            assert store.verify("s").ok
+        time.sleep(1)  # the workers' backends have ended and reported their counts
+        assert sum(_calls(citus_cluster, citus_schema)) == before == 1
+    finally:
+        with citus_admin.begin() as conn:
+            conn.execute(text(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{citus_schema}" FROM {role}'))
+            conn.execute(text(f'REVOKE ALL ON SCHEMA "{citus_schema}" FROM {role}'))
+        with citus_admin.begin() as conn:  # alone: Citus drops a role over one connection
+            conn.execute(text(f"DROP ROLE {role}"))

@@ -52,7 +52,8 @@ _PLACEHOLDER: Final = re.compile(r"%%|%\((\w+)\)s")
 _DISTRIBUTED: Final = text(
     "SELECT EXISTS (SELECT 1 FROM pg_dist_object WHERE classid = 'pg_proc'::regclass "
     "AND objid = to_regprocedure(:signature) AND colocationid = "
-    "(SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = CAST(:sessions AS regclass)))"
+    "(SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = CAST(:sessions AS regclass))"
+    "AND has_function_privilege(objid, 'EXECUTE'))"
 )
 
 
@@ -175,8 +176,9 @@ def create_delegated_append(conn: Connection, fn: DelegatedAppend, sessions: str
 
 
 def has_delegated(conn: Connection, fn: DelegatedAppend, sessions: str) -> bool:
-    """Whether ``fn`` exists and Citus delegates it (distributed, co-located with
-    ``sessions``)."""
+    """Whether ``fn`` exists, Citus delegates it (distributed, co-located with ``sessions``)
+    and this role may call it (it runs with the caller's rights; PostgreSQL grants
+    ``EXECUTE`` to every role unless it was revoked: then the statements append)."""
     return bool(
         conn.execute(_DISTRIBUTED, {"signature": fn.signature, "sessions": sessions}).scalar_one()
     )
