@@ -47,8 +47,6 @@ __all__ = [
 
 NAME_PREFIX: Final = "session_sql_append_"
 
-_PLACEHOLDER: Final = re.compile(r"%%|%\((\w+)\)s")
-
 _DISTRIBUTED: Final = text(
     "SELECT EXISTS (SELECT 1 FROM pg_dist_object WHERE classid = 'pg_proc'::regclass "
     "AND objid = to_regprocedure(:signature) AND colocationid = "
@@ -83,19 +81,13 @@ class DelegatedAppend(NamedTuple):
 def _typed(
     stmt: ClauseElement, dialect: Dialect, keys: Sequence[str] | None = None
 ) -> tuple[str, list[str], list[str]]:
-    """``stmt`` compiled with ``%s`` placeholders, its parameter names and their SQL types."""
+    """``stmt`` with ``%s`` placeholders (``Compiled.positional``), its parameter names and
+    their SQL types."""
+    from session_sql._store.context import Compiled  # noqa: PLC0415 (it imports this)
+
+    sql, names = Compiled(stmt, dialect, list(keys) if keys is not None else None).positional
     c: Any = stmt.compile(dialect=dialect, column_keys=list(keys) if keys is not None else None)
-    names: list[str] = []
-
-    def placeholder(match: re.Match[str]) -> str:
-        if match[1] is None:
-            return "%%"
-        names.append(match[1])
-        return "%s"
-
-    sql = _PLACEHOLDER.sub(placeholder, c.string)
-    types = [c.binds[n].type.compile(dialect=dialect) for n in names]
-    return sql, names, types
+    return sql, list(names), [c.binds[n].type.compile(dialect=dialect) for n in names]
 
 
 def _numbered(sql: str, first: int) -> str:
