@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple, cast, overload
 
 from session_sql._store import reader
-from session_sql._store.context import MISSING, StoreContext
+from session_sql._store.context import MISSING, OPEN_ROW_COLUMNS, OpenRow, StoreContext
 from session_sql._store.database import fetch_rows, snapshot_tx, translate_errors
 from session_sql._store.reader import MAX_SEQ, event_rows_in
 from session_sql._store.stored import event_from_row
@@ -52,20 +52,24 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     Every event it reads is checked as a load checks it (envelope, catalog gate, data rules):
     a handle never writes on top of an event this build would refuse.
     """
-    st = ctx.statements
-    with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
-        row = reader.session_row(conn, ctx, session_id)
-        params = {"b_key": row.session_key}
-        page = ctx.compiled.surface_events
-        nodes = fetch_rows(conn, page, {**page.defaults, **params})
-        # The head and anything past it: a PK range read of at most two rows.
-        ends = conn.execute(
-            st.events_page, {**params, "b_after": row.head_seq - 1, "b_to": MAX_SEQ, "b_limit": 2}
-        ).all()
+    with translate_errors(session_id):
+        read = _read_by_kept_key(ctx, session_id)
+    if read is None:
+        st = ctx.statements
+        with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
+            row = reader.session_row(conn, ctx, session_id)
+            params = {"b_key": row.session_key}
+            page = ctx.compiled.surface_events
+            nodes = fetch_rows(conn, page, {**page.defaults, **params})
+            # The head and anything past it: a PK range read of at most two rows.
+            bounds = {"b_after": row.head_seq - 1, "b_to": MAX_SEQ, "b_limit": 2}
+            ends = conn.execute(st.events_page, {**params, **bounds}).all()
+    else:
+        row, nodes, ends = read
     head = row.head_seq
     known: dict[int, SessionEvent] = {}
     if head >= 0:
-        if not ends or ends[0].seq != head:
+        if not ends or ends[0][0] != head:  # its seq
             raise _corrupt(session_id, f"the event at head_seq {head} is missing", seq=head)
         known[head] = kept_event(ctx, session_id, tuple(ends[0]))
     if len(ends) > (1 if head >= 0 else 0):
@@ -100,6 +104,27 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
             f"surface_digest {row.surface_digest}",
         )
     return Opened(row, state, known)
+
+
+def _read_by_kept_key(
+    ctx: StoreContext, session_id: str
+) -> tuple[OpenRow, list[Any], list[Any]] | None:
+    """The session row, its surface rows with their events and its head event (and anything
+    past it), read by the session's kept key (``StoreContext.keys``) as one statement
+    (``Statements.opening``) on the primary; None when no key is kept or the key finds no
+    row (deleted, perhaps created again under its id): the caller reads by the id."""
+    key = ctx.keys.get(session_id)
+    if key is None:
+        return None
+    rows = reader.one_statement(ctx, ctx.engine, ctx.idle, ctx.compiled.opening, {"b_key": key})
+    if not rows or rows[0][0] != 0:
+        return None
+    wide = len(OPEN_ROW_COLUMNS) + 1  # the part, then the row's columns,
+    node_end = wide + 1 + (len(rows[0]) - wide - 1) // 2  # a node's pos and event, an event
+    row = OpenRow(*rows[0][1:wide])
+    nodes = [r[wide:node_end] for r in rows if r[0] == 1]
+    ends = [r[node_end:] for r in rows if r[0] == 2]
+    return row, nodes, ends
 
 
 def checked_event(ctx: StoreContext, session_id: str, event_row: Any) -> SessionEvent:

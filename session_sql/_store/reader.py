@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine
 
 from session_sql._gc import PAUSE_MIN_EVENTS, gc_paused
-from session_sql._store.context import MISSING, StoreContext
+from session_sql._store.context import MISSING, Compiled, StoreContext
 from session_sql._store.database import fetch_rows, read_tx, snapshot_tx, translate_errors
 from session_sql._store.following import Follower, Read, Sleep, Wait
 from session_sql._store.idle import IdleConnection
@@ -463,8 +463,17 @@ def surface_tail(ctx: StoreContext, session_id: str, before: int, limit: int) ->
 def _tail_by_key(
     ctx: StoreContext, engine: Engine, idle: IdleConnection, key: int, before: int, limit: int
 ) -> list[Any]:
-    c = ctx.compiled.surface_tail
-    params = c.bind({**c.defaults, "b_key": key, "b_before": before, "b_limit": limit})
+    params = {"b_key": key, "b_before": before, "b_limit": limit}
+    return one_statement(ctx, engine, idle, ctx.compiled.surface_tail, params)
+
+
+def one_statement(
+    ctx: StoreContext, engine: Engine, idle: IdleConnection, c: Compiled, values: dict[str, Any]
+) -> list[Any]:
+    """The rows (driver tuples) of the one read ``c`` with ``values`` (its defaults filled
+    in): on the idle connection of ``engine`` (``idle``), in autocommit, or, when that is in
+    use, not kept, broken, or checkouts are watched by listeners, on a pooled connection."""
+    params = c.bind({**c.defaults, **values})
     rows = None if engine.pool.dispatch.checkout else _on_idle(idle, c.sql, params)
     if rows is not None:
         return rows

@@ -101,29 +101,27 @@ class Recorder:
 
 @contextmanager
 def recorded(engine: Engine) -> Iterator[Recorder]:
-    """Record every statement SQLAlchemy runs on ``engine`` inside the block, and the tail
-    reads that run on a DBAPI cursor of its pool (``reader.surface_tail``)."""
+    """Record every statement SQLAlchemy runs on ``engine`` inside the block, and the reads of
+    one statement that run on a DBAPI cursor of its pool or idle connection
+    (``reader.one_statement``: tail reads, ``open_session`` by a kept key)."""
     rec = Recorder()
 
     def on_statement(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
         rec.executed.append((statement, parameters))
 
-    real_tail = reader.surface_tail
+    real_one = reader.one_statement
 
-    def tail(ctx: Any, session_id: str, before: int, limit: int) -> list[Any]:
+    def one(ctx: Any, on: Any, idle: Any, c: Any, values: dict[str, Any]) -> list[Any]:
         if ctx.engine is engine:
-            c = ctx.compiled.surface_tail
-            key = ctx.keys.get(session_id, -1)
-            params = {**c.defaults, "b_key": key, "b_before": before, "b_limit": limit}
-            rec.executed.append((c.sql, c.bind(params)))
-        return real_tail(ctx, session_id, before, limit)
+            rec.executed.append((c.sql, c.bind({**c.defaults, **values})))
+        return real_one(ctx, on, idle, c, values)
 
     event.listen(engine, "before_cursor_execute", on_statement)
-    reader.surface_tail = tail  # type: ignore[assignment]
+    reader.one_statement = one  # type: ignore[assignment]
     try:
         yield rec
     finally:
-        reader.surface_tail = real_tail  # type: ignore[assignment]
+        reader.one_statement = real_one  # type: ignore[assignment]
         event.remove(engine, "before_cursor_execute", on_statement)
 
 

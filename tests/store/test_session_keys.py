@@ -61,3 +61,26 @@ def test_a_kept_key_of_a_session_another_store_replaced_reads_the_session_there_
         ):
             with pytest.raises(SessionNotFoundError):
                 read()
+
+
+@pytest.mark.parametrize("again", [True, False], ids=["recreated", "deleted"])
+def test_open_session_by_a_stale_kept_key_opens_the_session_there_now(
+    store, backend, tenant, again
+):
+    """``open_session`` reads by the kept key first (one statement); a stale key finds no
+    row, and the session is read by its id: the one there now, or none."""
+    say(store.create_session("s"), "old one")
+    store.open_session("s")  # by the kept key
+    with open_store(backend.url, schema=backend.schema, tenant=tenant) as other:
+        other.delete_session("s")
+        if again:
+            say(other.create_session("s"), "new one")
+    if not again:
+        with pytest.raises(SessionNotFoundError):
+            store.open_session("s")
+        return
+    opened = store.open_session("s")
+    assert texts(opened.messages()) == ["new one"]
+    say(opened, "new two")
+    assert texts(store.messages("s")) == ["new one", "new two"]
+    assert store.verify("s").ok

@@ -1,5 +1,6 @@
-"""How tail reads run: one statement on the store's idle connection, the ordinary path when
-that cannot answer alone, and the kept projections; and SQLite's appends on that connection.
+"""How tail reads and ``open_session`` by a kept key run: one statement on the store's idle
+connection, the ordinary path when that cannot answer alone, and the kept projections; and
+SQLite's appends on that connection.
 The answers are the contract's (``test_store_tail.py``, ``test_store_writing.py``); these
 tests pin down the machinery behind them."""
 
@@ -20,6 +21,7 @@ from session_sql import (
 )
 from session_sql._store.context import MISSING, Kept
 
+from ..builders import summarize
 from .store_builders import execute, key_of, recorded, reply, say, tables, user_message
 
 SYNC_ONLY_BECAUSE = (
@@ -93,6 +95,61 @@ def test_a_tail_needing_more_pages_is_read_again_in_one_snapshot(store: SessionS
     tail_sql = store._ctx.compiled.surface_tail.sql
     assert rec.queries[0] == tail_sql
     assert len(rec.queries) > 2
+
+
+def handle_state(handle: Any) -> tuple[Any, ...]:
+    """What a write handle opened on a session holds of it (see ``opening``)."""
+    s = handle._state
+    return (
+        handle.seq,
+        handle.surface.nodes,
+        (s.positions, s.next_pos, s.replace_generation, s.digest),
+        handle._incarnation,
+        handle.messages(),
+    )
+
+
+def test_open_session_by_a_kept_key_is_one_statement_on_the_idle_connection(
+    store: SessionStore, backend: Any, tenant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``open_session`` of a session whose key the store keeps reads the row, the surface
+    with its events and the head as one statement (``Statements.opening``), without a
+    checkout, and holds what a store that knows only the id reads in its snapshot."""
+    handle = store.create_session("s")
+    for text_ in "abc":
+        say(handle, text_)
+    reply(handle, None)  # a node without a message
+    nodes = handle.surface.nodes
+    summarize(handle, nodes[0], nodes[1], sources=list(nodes[:2]))
+    say(handle, "d")
+    store.messages("s", last=1)  # the idle connection is open
+    checkouts = counted_checkouts(store, monkeypatch)
+    with recorded(store.engine) as rec:
+        opened = store.open_session("s")
+    assert rec.queries == [store._ctx.compiled.opening.sql]
+    assert checkouts == []
+    assert handle_state(opened) == handle_state(handle)
+    # A store that keeps no key reads by the id.
+    with open_store(backend.url, schema=backend.schema, tenant=tenant) as other:
+        with recorded(other.engine) as by_id:
+            assert handle_state(other.open_session("s")) == handle_state(handle)
+        assert store._ctx.compiled.opening.sql not in by_id.queries
+        assert len(by_id.queries) == 4  # the key, the row, the surface, the head
+        with recorded(other.engine) as again:
+            other.open_session("s")  # the key is kept now
+        assert again.queries == [store._ctx.compiled.opening.sql]
+    say(opened, "from the opened handle")
+    assert store.verify("s").ok
+
+
+def test_open_session_of_an_empty_session_by_its_kept_key(store: SessionStore) -> None:
+    store.create_session("s")
+    with recorded(store.engine) as rec:
+        opened = store.open_session("s")
+    assert rec.queries == [store._ctx.compiled.opening.sql]
+    assert opened.seq == 0 and opened.surface.nodes == ()
+    say(opened, "first")
+    assert store.verify("s").ok
 
 
 def test_a_broken_idle_connection_is_replaced(store: SessionStore, backend: Any) -> None:
@@ -179,8 +236,9 @@ def test_a_lost_race_or_a_refused_batch_leaves_the_idle_connection_usable(
     is left outside any transaction, nothing is written, and the next append goes through."""
     handle = store.create_session("s")
     say(handle, "a")
-    kept = idle_dbapi(store)  # SQLite: opened by the appends
     stale = store.open_session("s")
+    kept = idle_dbapi(store)  # opened by the appends (SQLite) or open_session's read
+    assert kept is not None
     say(handle, "b")
     with pytest.raises(ConcurrencyError):
         say(stale, "lost")
