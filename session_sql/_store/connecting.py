@@ -67,7 +67,11 @@ def connect(
         spread = ensure_schema(engine, target, create=create, distributed=distributed)
         sessions = tables_for(target).sessions
         confined = spread and backend.row_security_applies(engine, sessions)
-        delegated = spread and not confined and backend.delegates_append(engine, tables_for(target))
+        delegated = (
+            spread
+            and not confined
+            and backend.delegates_append(engine, tables_for(target), create=create)
+        )
         with translate_errors(database=database_label(engine)):
             backend.prepare_store(engine)
         backend.scope_transactions(engine, tenant, confined)

@@ -567,7 +567,9 @@ def open_store(
     ``True`` requires it (``ConfigurationError`` without it), ``False`` creates plain tables
     even there. An existing store is opened as it is, unless ``True`` or ``False`` asks for
     the other kind (``ConfigurationError``); a store distributed only in part is refused
-    (``SchemaMismatchError``).
+    (``SchemaMismatchError``). With ``create``, a distributed store whose schema lacks this
+    build's append function (``session_sql_append_<digest>``) gets it, where the role may
+    create in the schema.
 
     ``options``: ``create`` (default True: an empty database or missing SQLite file is
     initialised; False: it is a ``StoreError`` and nothing is created — for read-only use),

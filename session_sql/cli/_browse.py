@@ -108,7 +108,8 @@ def init(
     """Create the tables, or check an existing store.
 
     An empty database (or a missing SQLite file) is initialised; an existing store is checked
-    by the schema gate, which refuses a database written by another schema version.
+    by the schema gate, which refuses a database written by another schema version. A
+    distributed store that lacks this build's append function gets it.
     """
     from session_sql import SCHEMA_VERSION
 

@@ -2,7 +2,8 @@
 (``backends/postgresql/delegation.py``): created with the store, run on the worker that holds
 the session (its calls counted there by ``pg_stat_user_functions``), failing as the
 statements fail (a lost race, a row past the head) without writing, and left aside for the
-statements when the schema lacks this build's function (a store another build created)."""
+statements when the schema lacks this build's function (a store another build created) until
+an open with ``create`` (``session-sql init``) adds it."""
 
 from __future__ import annotations
 
@@ -138,26 +139,101 @@ def test_a_lost_race_and_a_row_past_the_head_write_nothing(
         assert _rows(citus_admin, citus_schema, "s") == before
 
 
+FUNCTIONS = text(
+    "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
+    "ON n.oid = p.pronamespace WHERE n.nspname = :s"
+)
+
+
+def _drop_functions(admin: Engine, schema: str) -> None:
+    """Drop the schema's functions: as in a schema another build created."""
+    with admin.begin() as conn:
+        for (signature,) in conn.execute(FUNCTIONS, {"s": schema}).all():
+            conn.execute(text(f"DROP FUNCTION {signature}"))
+
+
+def _functions(admin: Engine, schema: str) -> list[str]:
+    with admin.connect() as conn:
+        return [s for (s,) in conn.execute(FUNCTIONS, {"s": schema}).all()]
+
+
 def test_without_this_builds_function_the_statements_append(
     citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
 ) -> None:
     with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
         say(store.create_session("s"), "hello")
-    with citus_admin.begin() as conn:  # as in a schema another build created
-        for (signature,) in conn.execute(
-            text(
-                "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
-                "ON n.oid = p.pronamespace WHERE n.nspname = :s"
-            ),
-            {"s": citus_schema},
-        ).all():
-            conn.execute(text(f"DROP FUNCTION {signature}"))
-    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+    calls = sum(_calls(citus_cluster, citus_schema, want=1))
+    _drop_functions(citus_admin, citus_schema)
+    # create=False: the store is opened as it is (create=True would add the function).
+    with open_store(citus_cluster.url, schema=citus_schema, create=False) as store:
         handle = store.open_session("s")
         say(handle, "again")
         handle.append("assistant/chunk", _chunk(1))
         assert store.verify("s").ok
         assert len(store.messages("s")) == 2
+    assert _functions(citus_admin, citus_schema) == []
+    assert calls == 1  # the first append's, counted before the function went
+
+
+def test_init_gives_an_existing_store_this_builds_function(
+    citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
+) -> None:
+    """``session-sql init`` (an open with ``create``) on a distributed store that lacks this
+    build's function creates it, distributed as a new store's is; appends then call it."""
+    from typer.testing import CliRunner
+
+    from session_sql.cli import app
+
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+        say(store.create_session("s"), "hello")
+    made = _functions(citus_admin, citus_schema)
+    _drop_functions(citus_admin, citus_schema)
+    result = CliRunner().invoke(app, ["init", "--url", citus_cluster.url, "--schema", citus_schema])
+    assert result.exit_code == 0, result.output
+    assert _functions(citus_admin, citus_schema) == made
+    with citus_admin.connect() as conn:  # distributed by the key, beside the sessions
+        assert conn.execute(
+            text(
+                "SELECT d.distribution_argument_index, d.colocationid = t.colocationid "
+                "FROM pg_dist_object d, pg_dist_partition t WHERE d.objid = "
+                "to_regprocedure(:f) AND t.logicalrelid = CAST(:t AS regclass)"
+            ),
+            {"f": made[0], "t": f'"{citus_schema}".sessions'},
+        ).one() == (0, True)
+    with open_store(citus_cluster.url, schema=citus_schema, create=False) as store:
+        handle = store.open_session("s")
+        for i in range(3):
+            handle.append("assistant/chunk", _chunk(i))
+        assert store.verify("s").ok
+    assert sum(_calls(citus_cluster, citus_schema, want=3)) == 3
+
+
+def test_a_role_that_may_not_create_in_the_schema_opens_without_the_function(
+    citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
+) -> None:
+    with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
+        say(store.create_session("s"), "hello")
+    _drop_functions(citus_admin, citus_schema)
+    role = f"c_{citus_schema[2:14]}"
+    with citus_admin.begin() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN BYPASSRLS"))
+        conn.execute(text(f'GRANT USAGE ON SCHEMA "{citus_schema}" TO {role}'))
+        conn.execute(
+            text(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA "{citus_schema}" TO {role}')
+        )
+    url = citus_cluster.url.replace("postgres@", f"{role}@")
+    try:
+        with open_store(url, schema=citus_schema) as store:  # create=True, the default
+            handle = store.open_session("s")
+            say(handle, "again")
+            assert store.verify("s").ok
+        assert _functions(citus_admin, citus_schema) == []
+    finally:
+        with citus_admin.begin() as conn:
+            conn.execute(text(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{citus_schema}" FROM {role}'))
+            conn.execute(text(f'REVOKE ALL ON SCHEMA "{citus_schema}" FROM {role}'))
+        with citus_admin.begin() as conn:  # alone: Citus drops a role over one connection
+            conn.execute(text(f"DROP ROLE {role}"))
 
 
 def test_a_role_that_may_not_call_the_function_appends_with_the_statements(
@@ -167,13 +243,7 @@ def test_a_role_that_may_not_call_the_function_appends_with_the_statements(
         say(store.create_session("s"), "hello")
     role = f"w_{citus_schema[2:14]}"
     with citus_admin.begin() as conn:
-        (signature,) = conn.execute(
-            text(
-                "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n "
-                "ON n.oid = p.pronamespace WHERE n.nspname = :s"
-            ),
-            {"s": citus_schema},
-        ).one()
+        (signature,) = conn.execute(FUNCTIONS, {"s": citus_schema}).one()
         conn.execute(text(f"CREATE ROLE {role} LOGIN BYPASSRLS"))
         conn.execute(text(f'GRANT USAGE ON SCHEMA "{citus_schema}" TO {role}'))
         conn.execute(

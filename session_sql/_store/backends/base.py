@@ -393,9 +393,10 @@ class Backend(ABC):
         """Whether row-level security keeps this role to the rows of its tenant."""
 
     @abstractmethod
-    def delegates_append(self, engine: Engine, tables: SchemaTables) -> bool:
+    def delegates_append(self, engine: Engine, tables: SchemaTables, *, create: bool) -> bool:
         """Whether a distributed store's single append can go to its worker as one delegated
-        call (its schema holds this build's function for it)."""
+        call (its schema holds this build's function for it); ``create``: a schema without
+        that function gets it first, where the role may create in the schema."""
 
     @abstractmethod
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:

@@ -601,13 +601,26 @@ class PostgreSQLBackend(Backend):
     def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
         return self._row_security(engine, sessions)[0]
 
-    def delegates_append(self, engine: Engine, tables: SchemaTables) -> bool:
-        from session_sql._store.database import read_tx, translate_errors  # noqa: PLC0415
+    def delegates_append(self, engine: Engine, tables: SchemaTables, *, create: bool) -> bool:
+        from session_sql._store.database import create_tx, read_tx, translate_errors  # noqa: PLC0415
 
         sessions = engine.dialect.identifier_preparer.format_table(tables.sessions)
-        fn = delegated_for(tables.metadata.schema)
-        with translate_errors(database=self.database_label(engine)), read_tx(engine) as conn:
-            return delegation.has_delegated(conn, fn, sessions)
+        schema = tables.metadata.schema
+        fn = delegated_for(schema)
+        with translate_errors(database=self.database_label(engine)):
+            with read_tx(engine) as conn:
+                if delegation.has_delegated(conn, fn, sessions):
+                    return True
+                # A store another build created holds its own function, or none: this
+                # build's goes beside it, once, by a role that may create in the schema.
+                if not create or not delegation.may_create(conn, fn, schema):
+                    return False
+            with create_tx(engine) as conn:
+                self.lock_schema_init(conn, schema)
+                if delegation.may_create(conn, fn, schema):  # nobody was first
+                    delegation.create_delegated_append(conn, fn, sessions)
+            with read_tx(engine) as conn:
+                return delegation.has_delegated(conn, fn, sessions)
 
     def _row_security(self, engine: Engine, sessions: Table) -> tuple[bool, str]:
         """Whether row-level security applies to the role on ``sessions``, and the role."""

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
-from sqlalchemy import Connection, insert, text
+from sqlalchemy import Connection, Text, and_, func, insert, literal, select, text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
@@ -43,6 +43,7 @@ __all__ = [
     "delegated_append",
     "delegated_for",
     "has_delegated",
+    "may_create",
 ]
 
 NAME_PREFIX: Final = "session_sql_append_"
@@ -165,6 +166,15 @@ def create_delegated_append(conn: Connection, fn: DelegatedAppend, sessions: str
         text("SELECT create_distributed_function(:f, '$1', colocate_with => :with)"),
         {"f": fn.signature, "with": sessions},
     )
+
+
+def may_create(conn: Connection, fn: DelegatedAppend, schema: str | None) -> bool:
+    """Whether ``fn`` is missing and this role may create it in ``schema`` (the current
+    schema when None)."""
+    missing = func.to_regprocedure(literal(fn.signature, Text)).is_(None)
+    where = literal(schema, Text) if schema is not None else func.current_schema()
+    allowed = func.has_schema_privilege(where, literal("CREATE", Text))
+    return bool(conn.execute(select(and_(missing, allowed))).scalar_one())
 
 
 def has_delegated(conn: Connection, fn: DelegatedAppend, sessions: str) -> bool:

@@ -527,7 +527,7 @@ class SQLiteBackend(Backend):
     def row_security_applies(self, engine: Engine, sessions: Table) -> bool:
         return False
 
-    def delegates_append(self, engine: Engine, tables: SchemaTables) -> bool:
+    def delegates_append(self, engine: Engine, tables: SchemaTables, *, create: bool) -> bool:
         return False  # never distributed
 
     def refuse_row_security(self, engine: Engine, sessions: Table, side: str) -> None:
