@@ -16,11 +16,13 @@ output and an answer, over and over) for one session, and is timed on:
 
 Implementations: the raw driver (``sqlite3`` / ``psycopg`` inserting the same
 JSON rows with the same durability: WAL and ``synchronous=FULL``, one commit per call), the
-SDK's ``SQLiteSession`` (SQLite only) and ``SQLAlchemySession``, and session_sql through its
-``SessionSQLSession``. Prints the median of ``--runs`` runs and each figure's ratio to the
-best peer (raw aside). Needs ``session-sql[openai-agents]`` and aiosqlite. Uses fresh files and
-a fresh schema per run, dropped after; ``--pg ''`` skips PostgreSQL. ``--rows`` times only
-some rows (the data a read row needs is still written, untimed).
+SDK's ``SQLiteSession`` (SQLite only) and ``SQLAlchemySession``, eventsourcing's event
+recorder (each item one stored event; when the package is installed: the dev extra), and
+session_sql through its ``SessionSQLSession``. Prints the median of ``--runs`` runs and each
+figure's ratio to the best peer (raw aside). Needs ``session-sql[openai-agents]`` and
+aiosqlite. Uses fresh files and a fresh schema per run, dropped after; ``--pg ''`` skips
+PostgreSQL. ``--rows`` times only some rows (the data a read row needs is still written,
+untimed).
 
 Where each row's time goes (sampled profiles of the client per row, the store's native API
 beside the adapter): ``profile_peers.py`` in this directory; the server's side
@@ -46,7 +48,14 @@ import psycopg
 from agents.extensions.memory import SQLAlchemySession
 from agents.memory import SQLiteSession
 from bench_openai_agents import item
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
+
+try:  # a peer when installed (the dev extra)
+    from eventsourcing.persistence import StoredEvent
+    from eventsourcing.postgres import PostgresAggregateRecorder, PostgresDatastore
+    from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteDatastore
+except ImportError:  # pragma: no cover
+    StoredEvent = None
 
 from session_sql.integrations.openai_agents import SessionSQLSession
 
@@ -134,6 +143,73 @@ class _RawSession:
         self.conn.close()
 
 
+class _EventsourcingSession:
+    """eventsourcing's event recorder alone: each item one stored event of the session's
+    originator (its version the item's place, its state the item's JSON), read back newest
+    first with a limit, as that library's aggregates are read."""
+
+    def __init__(self, session_id: str, datastore: Any, recorder: Any) -> None:
+        self.originator = uuid.uuid5(uuid.NAMESPACE_URL, session_id)
+        self.datastore, self.recorder = datastore, recorder
+        self.version: int | None = None
+
+    async def add_items(self, items: list[Any]) -> None:
+        if self.version is None:
+            last = self.recorder.select_events(self.originator, desc=True, limit=1)
+            self.version = last[0].originator_version if last else 0
+        first = self.version + 1
+        events = [
+            StoredEvent(self.originator, first + i, "item", json.dumps(x).encode())
+            for i, x in enumerate(items)
+        ]
+        self.recorder.insert_events(events)
+        self.version += len(items)
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        if limit is None:
+            rows = self.recorder.select_events(self.originator)
+        else:
+            rows = self.recorder.select_events(self.originator, desc=True, limit=limit)[::-1]
+        return [json.loads(r.state) for r in rows]
+
+    def close(self) -> None:
+        self.datastore.close()
+
+
+def _eventsourcing_sqlite(path: Path) -> Factory | None:
+    """A factory of eventsourcing sessions on the SQLite file ``path`` (each with a datastore
+    of its own, as each raw session has its connection), or None when it is not installed."""
+    if StoredEvent is None:
+        return None
+
+    def make(session_id: str) -> Any:
+        datastore = SQLiteDatastore(str(path))
+        recorder = SQLiteAggregateRecorder(datastore)
+        recorder.create_table()
+        return _EventsourcingSession(session_id, datastore, recorder)
+
+    return make
+
+
+def _eventsourcing_pg(url: str, schema: str) -> Factory | None:
+    """The same on PostgreSQL, in ``schema``."""
+    if StoredEvent is None:
+        return None
+
+    u = make_url(url)
+    options = {"host": u.host or "127.0.0.1", "port": u.port or 5432, "user": u.username or ""}
+
+    def make(session_id: str) -> Any:
+        datastore = PostgresDatastore(
+            u.database or "", password=u.password or "", schema=schema, **options
+        )
+        recorder = PostgresAggregateRecorder(datastore)
+        recorder.create_table()
+        return _EventsourcingSession(session_id, datastore, recorder)
+
+    return make
+
+
 async def _close(session: Any) -> None:
     closing = getattr(session, "close", None)
     if closing is not None:
@@ -199,6 +275,9 @@ def _sqlite_peers(tmp: Path) -> dict[str, Factory]:
     peers["OpenAI SQLAlchemySession"] = lambda s: SQLAlchemySession.from_url(
         s, url=url, create_tables=True
     )
+    eventsourcing = _eventsourcing_sqlite(tmp / "eventsourcing.db")
+    if eventsourcing is not None:
+        peers["eventsourcing"] = eventsourcing
     ours = f"sqlite:///{tmp / 'ours.db'}"
     peers["session_sql"] = lambda s: SessionSQLSession.from_url(s, ours)
     return peers
@@ -212,6 +291,9 @@ def _pg_peers(url: str, schema: str) -> dict[str, Factory]:
         create_tables=True,
         engine_kwargs={"connect_args": {"options": f"-c search_path={schema}"}},
     )
+    eventsourcing = _eventsourcing_pg(url, schema)
+    if eventsourcing is not None:
+        peers["eventsourcing"] = eventsourcing
     peers["session_sql"] = lambda s: SessionSQLSession.from_url(s, url, schema=f"{schema}_ours")
     return peers
 
