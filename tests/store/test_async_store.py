@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.util import await_
 
 from session_sql import (
     AsyncSessionStore,
@@ -34,7 +35,7 @@ from session_sql import (
     open_async_store,
 )
 from session_sql._store import reader
-from session_sql._store.running import _copy_outcome, _Pinned, _Uninterrupted
+from session_sql._store.running import _copy_outcome, _Pinned, _Runner, _Uninterrupted
 
 from ..loops import in_loops
 from .store_builders import user_message
@@ -609,6 +610,43 @@ def test_a_held_cancellation_never_reaches_the_awaited_coroutine() -> None:
     steps, cancelled, gate_cancelled = asyncio.run(main())
     assert steps == ["yielded", "future", "lock"]
     assert cancelled and not gate_cancelled
+
+
+def test_a_greenlet_call_runs_in_the_callers_task_and_outlives_its_cancellation() -> None:
+    """PostgreSQL's runner calls the sync store in a greenlet on the loop, in the caller's own
+    task (no task of its own): cancelled while it waits, the call runs to its end and the
+    caller sees the cancellation after; results and errors come back as they are."""
+
+    async def main() -> None:
+        runner = _Runner(threads=None)
+        ran_in: list[Any] = []
+        done: list[str] = []
+
+        def slow() -> int:
+            ran_in.append(asyncio.current_task())
+            await_(asyncio.sleep(0.05))
+            done.append("slow")
+            return 7
+
+        caller = asyncio.ensure_future(runner.call(slow))
+        await asyncio.sleep(0.01)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert done == ["slow"]  # it ran to its end before the caller saw the cancellation
+        assert ran_in == [caller]
+
+        def fails() -> None:
+            raise KeyError("its own error")
+
+        assert await runner.call(lambda: 3) == 3
+        with pytest.raises(KeyError, match="its own error"):
+            await runner.call(fails)
+        runner.shutdown()
+        with pytest.raises(PermanentStoreError, match="closed"):
+            await runner.call(lambda: 3)
+
+    asyncio.run(main())
 
 
 def test_a_pinned_future_lets_its_waiter_see_the_outcome_before_the_cancellation() -> None:
