@@ -113,10 +113,7 @@ def _read_by_kept_key(
     past it), read by the session's kept key (``StoreContext.keys``) as one statement
     (``Statements.opening``) on the primary; None when no key is kept or the key finds no
     row (deleted, perhaps created again under its id): the caller reads by the id."""
-    key = ctx.keys.get(session_id)
-    if key is None:
-        return None
-    rows = reader.one_statement(ctx, ctx.engine, ctx.idle, ctx.compiled.opening, {"b_key": key})
+    rows = reader.by_kept_key_alone(ctx, session_id, ctx.compiled.opening)
     if not rows or rows[0][0] != 0:
         return None
     wide = len(OPEN_ROW_COLUMNS) + 1  # the part, then the row's columns,

@@ -467,6 +467,16 @@ def _tail_by_key(
     return one_statement(ctx, engine, idle, ctx.compiled.surface_tail, params)
 
 
+def by_kept_key_alone(ctx: StoreContext, session_id: str, c: Compiled) -> list[Any] | None:
+    """The rows of the one read ``c`` of the session by its kept key (``StoreContext.keys``)
+    on the primary (``one_statement``); None when no key is kept. (No rows: the key may be
+    stale, and the caller reads by the id.)"""
+    key = ctx.keys.get(session_id)
+    if key is None:
+        return None
+    return one_statement(ctx, ctx.engine, ctx.idle, c, {"b_key": key})
+
+
 def one_statement(
     ctx: StoreContext, engine: Engine, idle: IdleConnection, c: Compiled, values: dict[str, Any]
 ) -> list[Any]:

@@ -475,6 +475,11 @@ class SessionStore:
     def head_seq(self, session_id: str) -> int:
         """The last seq of a session (-1 when its log is empty), from its row."""
         lookup_id(session_id)
+        with translate_errors(session_id):
+            # By the kept key: one statement on the idle connection; else by the id.
+            rows = reader.by_kept_key_alone(self._ctx, session_id, self._ctx.compiled.head_seq)
+        if rows:
+            return int(rows[0][0])
         with translate_errors(session_id), read_tx(self._ctx.engine) as conn:
             key = reader.session_key(conn, self._ctx, session_id)
             head = conn.execute(self._ctx.statements.head_seq, {"b_key": key}).scalar()

@@ -84,3 +84,21 @@ def test_open_session_by_a_stale_kept_key_opens_the_session_there_now(
     say(opened, "new two")
     assert texts(store.messages("s")) == ["new one", "new two"]
     assert store.verify("s").ok
+
+
+@pytest.mark.parametrize("again", [True, False], ids=["recreated", "deleted"])
+def test_head_seq_by_a_stale_kept_key_reads_the_session_there_now(store, backend, tenant, again):
+    """``head_seq`` reads by the kept key first (one statement), then by the id."""
+    handle = store.create_session("s")
+    for text in ("old one", "old two"):
+        say(handle, text)
+    assert store.head_seq("s") == 1  # by the kept key
+    with open_store(backend.url, schema=backend.schema, tenant=tenant) as other:
+        other.delete_session("s")
+        if again:
+            say(other.create_session("s"), "new one")
+    if again:
+        assert store.head_seq("s") == 0
+    else:
+        with pytest.raises(SessionNotFoundError):
+            store.head_seq("s")

@@ -142,6 +142,19 @@ def test_open_session_by_a_kept_key_is_one_statement_on_the_idle_connection(
     assert store.verify("s").ok
 
 
+def test_head_seq_by_a_kept_key_is_one_statement_on_the_idle_connection(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = store.create_session("s")
+    assert store.head_seq("s") == -1
+    say(handle, "a")
+    checkouts = counted_checkouts(store, monkeypatch)
+    with recorded(store.engine) as rec:
+        assert store.head_seq("s") == 0
+    assert rec.queries == [store._ctx.compiled.head_seq.sql]
+    assert checkouts == []
+
+
 def test_open_session_of_an_empty_session_by_its_kept_key(store: SessionStore) -> None:
     store.create_session("s")
     with recorded(store.engine) as rec:
