@@ -70,9 +70,12 @@ BATCH = [{"type": "todo/write", "data": {"i": i}} for i in range(3)]
 
 def session_and_connection(store: Any) -> tuple[Any, Any]:
     """A session "s" with one event, and the driver connection of the store's one-connection
-    pool (which its appends use), checked back in."""
+    pool (which its appends use), checked back in. The store's idle connection (the reads of
+    one statement: ``open_session`` by a kept key) is opened first, so that it is not the
+    pool's connection it takes."""
     handle = store.create_session("s")
     say(handle, "a")
+    store.open_session("s")
     raw = store.engine.raw_connection()
     conn = raw.driver_connection
     raw.close()

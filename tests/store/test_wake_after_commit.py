@@ -192,12 +192,14 @@ def test_appends_send_the_server_no_warning(pg_url: tuple[str, str]) -> None:
     url, schema = pg_url
     notices: list[str] = []
     with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
+        handle = store.create_session("s")
+        # By the kept key, on the store's idle connection (opened now, kept apart from the
+        # pool): the pool's one connection is then the appends'.
+        stale = store.open_session("s")
         raw = store.engine.raw_connection()
         conn = raw.driver_connection
         conn.add_notice_handler(lambda d: notices.append(f"{d.severity}: {d.message_primary}"))
         raw.close()
-        handle = store.create_session("s")
-        stale = store.open_session("s")
         handle.append("turn/start", {"turn": 1})
         handle.append_many(ITEMS[1:])
         with pytest.raises(ConcurrencyError):
