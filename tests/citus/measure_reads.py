@@ -19,7 +19,10 @@ Inside a delegated function every statement still goes through Citus on the work
 there as a distributed query and run on the local shard), so a function saves the round trips
 of the coordinator, not the planning.
 
-    python scripts/measure_citus_reads.py [--url postgresql://postgres@127.0.0.1:5432/test]
+    python -m tests.citus.measure_reads [--url postgresql://postgres@127.0.0.1:5432/test]
+
+It lives with the tests, not in ``scripts/``: it times the store's own statements, which only
+the tests may reach (``tests/test_boundary.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -38,13 +40,10 @@ from sqlalchemy import Text, cast, select
 from sqlalchemy.dialects.postgresql import array
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from session_sql import open_store  # noqa: E402
-from session_sql._store.context import Compiled  # noqa: E402
-from session_sql.cli._bench_reads import _big_session  # noqa: E402
-from tests.citus.cluster import citus_missing, start_cluster  # noqa: E402
+from session_sql import open_store
+from session_sql._store.context import Compiled
+from session_sql.cli._bench_reads import _big_session
+from tests.citus.cluster import citus_missing, start_cluster
 
 SESSIONS = 8
 FORMS = (
@@ -164,7 +163,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     missing = citus_missing()
     if missing is not None:
-        sys.stderr.write(f"measure_citus_reads: {missing}\n")
+        sys.stderr.write(f"measure_reads: {missing}\n")
         return 1
     cluster = start_cluster(workers=2, durable=True)
     schema = "measure_citus_reads"
