@@ -382,6 +382,7 @@ class CompiledStatements:
         self.refresh_rows = Compiled(st.refresh_rows, dialect)
         self.surface_events = Compiled(st.surface_events, dialect)
         self.opening = Compiled(st.opening, dialect)
+        self.key_of = Compiled(st.key_of, dialect)
         self.head_seq = Compiled(st.head_seq, dialect)
 
 

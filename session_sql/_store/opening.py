@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, cast, overload
 from session_sql._store import reader
 from session_sql._store.context import MISSING, OPEN_ROW_COLUMNS, OpenRow, StoreContext
 from session_sql._store.database import fetch_rows, snapshot_tx, translate_errors
-from session_sql._store.reader import MAX_SEQ, event_rows_in
+from session_sql._store.reader import event_rows_in
 from session_sql._store.stored import event_from_row
 from session_sql.catalog import NODE_TYPES
 from session_sql.errors import (
@@ -53,19 +53,15 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     a handle never writes on top of an event this build would refuse.
     """
     with translate_errors(session_id):
-        read = _read_by_kept_key(ctx, session_id)
-    if read is None:
-        st = ctx.statements
+        read = _parts(reader.by_kept_key_alone(ctx, session_id, ctx.compiled.opening))
+    if read is None:  # no key kept, or a stale one: the key by the id, then the same read
         with translate_errors(session_id), snapshot_tx(ctx.engine) as conn:
-            row = reader.session_row(conn, ctx, session_id)
-            params = {"b_key": row.session_key}
-            page = ctx.compiled.surface_events
-            nodes = fetch_rows(conn, page, {**page.defaults, **params})
-            # The head and anything past it: a PK range read of at most two rows.
-            bounds = {"b_after": row.head_seq - 1, "b_to": MAX_SEQ, "b_limit": 2}
-            ends = conn.execute(st.events_page, {**params, **bounds}).all()
-    else:
-        row, nodes, ends = read
+            key = reader.session_key(conn, ctx, session_id)
+            c = ctx.compiled.opening
+            read = _parts(fetch_rows(conn, c, {**c.defaults, "b_key": key}))
+        if read is None:  # the row went after its id was read: deleted in between
+            raise SessionNotFoundError.for_session(session_id)
+    row, nodes, ends = read
     head = row.head_seq
     known: dict[int, SessionEvent] = {}
     if head >= 0:
@@ -106,14 +102,10 @@ def read_open(ctx: StoreContext, session_id: str) -> Opened:
     return Opened(row, state, known)
 
 
-def _read_by_kept_key(
-    ctx: StoreContext, session_id: str
-) -> tuple[OpenRow, list[Any], list[Any]] | None:
-    """The session row, its surface rows with their events and its head event (and anything
-    past it), read by the session's kept key (``StoreContext.keys``) as one statement
-    (``Statements.opening``) on the primary; None when no key is kept or the key finds no
-    row (deleted, perhaps created again under its id): the caller reads by the id."""
-    rows = reader.by_kept_key_alone(ctx, session_id, ctx.compiled.opening)
+def _parts(rows: list[Any] | None) -> tuple[OpenRow, list[Any], list[Any]] | None:
+    """``Statements.opening``'s rows as the session row, its surface rows with their events
+    and its head event (and anything past it); None without rows or without the session row
+    (a key that is stale: the session was deleted, perhaps created again under its id)."""
     if not rows or rows[0][0] != 0:
         return None
     wide = len(OPEN_ROW_COLUMNS) + 1  # the part, then the row's columns,

@@ -39,11 +39,12 @@ def require_session(conn: Connection, ctx: StoreContext, session_id: str) -> Non
 def session_key(conn: Connection, ctx: StoreContext, session_id: str) -> int:
     """The session's key, read from ``session_ids`` (``SessionNotFoundError`` when there is
     none): every statement of one session addresses it by its key; a stream pins it."""
-    row = conn.execute(ctx.statements.key_of, {"b_id": session_id}).first()
-    if row is None:
+    c = ctx.compiled.key_of  # compiled once per process, not once per engine (a new store)
+    rows = fetch_rows(conn, c, {**c.defaults, "b_id": session_id})
+    if not rows:
         ctx.keys.pop(session_id, None)
         raise SessionNotFoundError.for_session(session_id)
-    key = ctx.keys[session_id] = int(row[0])
+    key = ctx.keys[session_id] = int(rows[0][0])
     return key
 
 
