@@ -105,6 +105,8 @@ async def _outcome_of(coro: Coroutine[Any, Any, Any], outcome: list[Any]) -> Non
     """Await ``coro``; put its result and its error (one of them None) in ``outcome``."""
     try:
         outcome[:] = (await coro, None)
+    except GeneratorExit:  # closed before it finished (its loop went away): nobody waits
+        raise
     except BaseException as exc:
         outcome[:] = (None, exc)
 
