@@ -35,7 +35,13 @@ from session_sql import (
     open_async_store,
 )
 from session_sql._store import reader
-from session_sql._store.running import _copy_outcome, _Pinned, _Runner, _Uninterrupted
+from session_sql._store.running import (
+    _copy_outcome,
+    _outcome_of,
+    _Pinned,
+    _Runner,
+    _Uninterrupted,
+)
 
 from ..loops import in_loops
 from .store_builders import user_message
@@ -647,6 +653,24 @@ def test_a_greenlet_call_runs_in_the_callers_task_and_outlives_its_cancellation(
             await runner.call(lambda: 3)
 
     asyncio.run(main())
+
+
+def test_a_greenlet_call_closed_before_it_finished_ends_quietly() -> None:
+    """A call whose coroutine is closed while it waits (its loop went away) keeps no
+    outcome and lets the close through (no "coroutine ignored GeneratorExit")."""
+
+    class Pending:
+        def __await__(self) -> Any:
+            yield self
+
+    async def waits() -> None:
+        await Pending()
+
+    outcome: list[Any] = []
+    coro = _outcome_of(waits(), outcome)
+    assert isinstance(coro.send(None), Pending)
+    coro.close()
+    assert outcome == []
 
 
 def test_a_pinned_future_lets_its_waiter_see_the_outcome_before_the_cancellation() -> None:
