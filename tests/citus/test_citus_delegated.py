@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -208,32 +210,39 @@ def test_init_gives_an_existing_store_this_builds_function(
     assert sum(_calls(citus_cluster, citus_schema, want=3)) == 3
 
 
+@contextmanager
+def _writer_role(cluster: CitusCluster, admin: Engine, schema: str, prefix: str) -> Iterator[str]:
+    """A login role that bypasses row security, may read and write the schema's tables and
+    may not create in it; yields its URL, and drops it after."""
+    role = f"{prefix}_{schema[2:14]}"
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN BYPASSRLS"))
+        conn.execute(text(f'GRANT USAGE ON SCHEMA "{schema}" TO {role}'))
+        conn.execute(
+            text(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA "{schema}" TO {role}')
+        )
+    try:
+        yield cluster.url.replace("postgres@", f"{role}@")
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{schema}" FROM {role}'))
+            conn.execute(text(f'REVOKE ALL ON SCHEMA "{schema}" FROM {role}'))
+        with admin.begin() as conn:  # alone: Citus drops a role over one connection
+            conn.execute(text(f"DROP ROLE {role}"))
+
+
 def test_a_role_that_may_not_create_in_the_schema_opens_without_the_function(
     citus_cluster: CitusCluster, citus_admin: Engine, citus_schema: str
 ) -> None:
     with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
         say(store.create_session("s"), "hello")
     _drop_functions(citus_admin, citus_schema)
-    role = f"c_{citus_schema[2:14]}"
-    with citus_admin.begin() as conn:
-        conn.execute(text(f"CREATE ROLE {role} LOGIN BYPASSRLS"))
-        conn.execute(text(f'GRANT USAGE ON SCHEMA "{citus_schema}" TO {role}'))
-        conn.execute(
-            text(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA "{citus_schema}" TO {role}')
-        )
-    url = citus_cluster.url.replace("postgres@", f"{role}@")
-    try:
+    with _writer_role(citus_cluster, citus_admin, citus_schema, "c") as url:
         with open_store(url, schema=citus_schema) as store:  # create=True, the default
             handle = store.open_session("s")
             say(handle, "again")
             assert store.verify("s").ok
         assert _functions(citus_admin, citus_schema) == []
-    finally:
-        with citus_admin.begin() as conn:
-            conn.execute(text(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{citus_schema}" FROM {role}'))
-            conn.execute(text(f'REVOKE ALL ON SCHEMA "{citus_schema}" FROM {role}'))
-        with citus_admin.begin() as conn:  # alone: Citus drops a role over one connection
-            conn.execute(text(f"DROP ROLE {role}"))
 
 
 def test_a_role_that_may_not_call_the_function_appends_with_the_statements(
@@ -241,18 +250,11 @@ def test_a_role_that_may_not_call_the_function_appends_with_the_statements(
 ) -> None:
     with open_store(citus_cluster.url, schema=citus_schema, distributed=True) as store:
         say(store.create_session("s"), "hello")
-    role = f"w_{citus_schema[2:14]}"
-    with citus_admin.begin() as conn:
-        (signature,) = conn.execute(FUNCTIONS, {"s": citus_schema}).one()
-        conn.execute(text(f"CREATE ROLE {role} LOGIN BYPASSRLS"))
-        conn.execute(text(f'GRANT USAGE ON SCHEMA "{citus_schema}" TO {role}'))
-        conn.execute(
-            text(f'GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA "{citus_schema}" TO {role}')
-        )
-        conn.execute(text(f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC"))
-    url = citus_cluster.url.replace("postgres@", f"{role}@")
-    before = sum(_calls(citus_cluster, citus_schema, want=1))  # the owner's append
-    try:
+    with _writer_role(citus_cluster, citus_admin, citus_schema, "w") as url:
+        with citus_admin.begin() as conn:
+            (signature,) = conn.execute(FUNCTIONS, {"s": citus_schema}).one()
+            conn.execute(text(f"REVOKE EXECUTE ON FUNCTION {signature} FROM PUBLIC"))
+        before = sum(_calls(citus_cluster, citus_schema, want=1))  # the owner's append
         with open_store(url, schema=citus_schema, distributed=True) as store:
             handle = store.open_session("s")
             say(handle, "again")
@@ -260,9 +262,3 @@ def test_a_role_that_may_not_call_the_function_appends_with_the_statements(
             assert store.verify("s").ok
         time.sleep(1)  # the workers' backends have ended and reported their counts
         assert sum(_calls(citus_cluster, citus_schema)) == before == 1
-    finally:
-        with citus_admin.begin() as conn:
-            conn.execute(text(f'REVOKE ALL ON ALL TABLES IN SCHEMA "{citus_schema}" FROM {role}'))
-            conn.execute(text(f'REVOKE ALL ON SCHEMA "{citus_schema}" FROM {role}'))
-        with citus_admin.begin() as conn:  # alone: Citus drops a role over one connection
-            conn.execute(text(f"DROP ROLE {role}"))
