@@ -13,11 +13,18 @@ one connection in autocommit (the store's Python left out):
 * ``open, three statements``: ``open_session``'s reads by id before (the session row, the
   surface with its events, the head) in one transaction;
 * ``open, one statement``: ``Statements.opening``, what ``open_session`` sends by a kept key;
-* ``open, delegated function``: the three reads inside one delegated function.
+* ``open, delegated function``: the three reads inside one delegated function;
+* ``tail, on the worker`` and ``open, one statement, on the worker``: the same statements
+  sent to the worker that holds the session's shard, over a connection of its own (Citus
+  13 keeps its metadata on every node, so a worker plans a query on a distributed table
+  itself and runs it on its local shard without another connection); on the plain side,
+  the plain server again.
 
 Inside a delegated function every statement still goes through Citus on the worker (planned
 there as a distributed query and run on the local shard), so a function saves the round trips
-of the coordinator, not the planning.
+of the coordinator, not the planning. Sent straight to the worker, a statement skips the
+coordinator's hop but not Citus's planning on the worker, and Citus refuses a generic plan for
+the join of the tail read ("could not create distributed plan"), so it is planned per call.
 
     python -m tests.citus.measure_reads [--url postgresql://postgres@127.0.0.1:5432/test]
 
@@ -52,6 +59,8 @@ FORMS = (
     "open, three statements",
     "open, one statement",
     "open, delegated function",
+    "tail, on the worker",
+    "open, one statement, on the worker",
 )
 TYPES = {"b_tenant": "text"}
 """The functions' parameter types by name (the rest are keys, positions, seqs, limits)."""
@@ -99,6 +108,27 @@ def _function(
     return f"SELECT {name}({', '.join(['%s'] * len(names))})", names
 
 
+def _holders(
+    conn: psycopg.Connection, schema: str, keys: list[int]
+) -> dict[int, psycopg.Connection]:
+    """A connection (autocommit) to the worker holding each key's shard of ``sessions``."""
+    nodes: dict[tuple[str, int], psycopg.Connection] = {}
+    holders = {}
+    for key in keys:
+        row = conn.execute(
+            "SELECT nodename, nodeport FROM pg_dist_shard_placement WHERE shardid = "
+            "get_shard_id_for_distribution_column(%s, %s)",
+            (f"{schema}.sessions", key),
+        ).fetchone()
+        assert row is not None
+        host, port = row
+        if (host, port) not in nodes:
+            url = f"postgresql://postgres@{host}:{port}/postgres"
+            nodes[host, port] = psycopg.connect(url, autocommit=True)
+        holders[key] = nodes[host, port]
+    return holders
+
+
 def _side(url: str, schema: str, distributed: bool) -> dict[str, Callable[[int], int]]:
     """The forms' calls on a store created in ``schema`` at ``url``, by call number."""
     store = open_store(url, schema=schema, distributed=distributed, create=True)
@@ -122,8 +152,10 @@ def _side(url: str, schema: str, distributed: bool) -> dict[str, Callable[[int],
         **compiled.surface_events.defaults,
     }
 
-    def run(sql: str, params: Any) -> int:
-        return len(conn.execute(sql, params).fetchall())
+    holders = _holders(conn, schema, keys) if distributed else dict.fromkeys(keys, conn)
+
+    def run(sql: str, params: Any, on: psycopg.Connection = conn) -> int:
+        return len(on.execute(sql, params).fetchall())
 
     def bound(c: Any, key: int, values: dict[str, Any]) -> Any:
         return c.bind({**c.defaults, **tenant, "b_key": key, **values})
@@ -144,8 +176,12 @@ def _side(url: str, schema: str, distributed: bool) -> dict[str, Callable[[int],
             n += run(compiled.surface_events.sql, bound(compiled.surface_events, k, {}))
             return n + run(compiled.events_page.sql, bound(compiled.events_page, k, ends))
 
-    def one(i: int) -> int:
-        return run(compiled.opening.sql, bound(compiled.opening, keys[i], {}))
+    def one(i: int, on: psycopg.Connection = conn) -> int:
+        return run(compiled.opening.sql, bound(compiled.opening, keys[i], {}), on)
+
+    def tail_there(i: int) -> int:
+        c, k = compiled.surface_tail, keys[i]
+        return run(c.sql, bound(c, k, tail_values), holders[k])
 
     return {
         "tail": tail,
@@ -153,6 +189,8 @@ def _side(url: str, schema: str, distributed: bool) -> dict[str, Callable[[int],
         "open, three statements": three,
         "open, one statement": one,
         "open, delegated function": lambda i: call(open_call, open_names, keys[i], ends),
+        "tail, on the worker": tail_there,
+        "open, one statement, on the worker": lambda i: one(i, holders[keys[i]]),
     }
 
 
