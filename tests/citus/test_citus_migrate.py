@@ -1,4 +1,5 @@
-"""``migrate`` from a version 5 store into a version 6 store distributed on Citus (SPEC §13.1).
+"""``migrate`` from a version 5 store into a version 6 store distributed on Citus (SPEC §13.1),
+and out of a distributed store into plain ones.
 
 The source is a version 5 store built from that release's DDL in a fresh schema of the local
 PostgreSQL (the one the other suites use), holding what a store of this build holds: two tenants
@@ -47,13 +48,13 @@ def v5_source(postgres_admin: Engine) -> Iterator[tuple[str, str]]:
         conn.execute(DropSchema(schema, cascade=True, if_exists=True))
 
 
-def _fill(url: str) -> None:
+def _fill(url: str, schema: str = "session_sql") -> None:
     """What the version 5 store will hold, written by this build: per tenant, a session with
     metadata, a tool turn and a compaction, its fork with a removal, and an empty one."""
     for tenant in TENANTS:
         name = tenant or "default"
         clock = iter(range(T0, T0 + 10_000)).__next__
-        with open_store(url, tenant=tenant, clock=clock) as store:
+        with open_store(url, schema=schema, tenant=tenant, clock=clock) as store:
             s1 = store.create_session("s1", user_id=f"user-{name}", labels={"app": name})
             say(s1, f"hello from {name}")
             tool_turn(s1, 1)
@@ -277,3 +278,38 @@ def test_a_migration_into_a_distributed_store_killed_mid_session_resumes(
     ):
         assert copied.distributed is True
         assert _snapshot(copied) == _snapshot(original)
+
+
+def test_a_distributed_store_migrates_out_into_plain_stores(
+    citus_cluster: CitusCluster,
+    citus_schema: str,
+    v5_source: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    """Off the cluster: a distributed store copied into SQLite and into a plain schema of
+    the local PostgreSQL (whose server has no ``citus`` extension), every session verified
+    and answering as the source does; the source keeps its distribution and its rows."""
+    _fill(citus_cluster.url, schema=citus_schema)
+    plain_url, plain_schema = v5_source  # an empty schema, dropped after the test
+    targets = {
+        "sqlite": (f"sqlite:///{tmp_path / 'off.db'}", "session_sql"),
+        "postgresql": (plain_url, plain_schema),
+    }
+    for url, schema in targets.values():
+        report = migrate(citus_cluster.url, url, from_schema=citus_schema, to_schema=schema)
+        assert report.ok, report.failures
+        assert (report.source_version, report.tenants, report.sessions) == (6, 2, 6)
+        assert (report.copied, report.skipped) == (6, 0)
+        assert report.copied_events == report.events
+    for tenant in TENANTS:
+        with open_store(
+            citus_cluster.url, schema=citus_schema, tenant=tenant, create=False
+        ) as source:
+            assert source.distributed is True
+            held = _snapshot(source)
+            assert sorted(held) == ["s1", "s2", "s3"]
+            for url, schema in targets.values():
+                with open_store(url, schema=schema, tenant=tenant, create=False) as copied:
+                    assert copied.distributed is False
+                    assert _snapshot(copied) == held
+                    assert all(s["verify"] for s in _snapshot(copied).values())
