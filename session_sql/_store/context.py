@@ -670,6 +670,7 @@ class StoreContext:
             self.engine.dialect,
             self.tenant_on_workers,
             self.delegated,
+            self.distributed,
         )
         return Writes(self.compiled, own, self.tables, self.tenant, self.max_event_bytes, notes)
 

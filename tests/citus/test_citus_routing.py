@@ -1,10 +1,11 @@
 """One session's operations on a distributed store are router queries, beside
 ``test_citus_distributed``: in a named tenant as in the default one, through a lost race and
 the ``refresh`` after it, and ``verify``, ``repair``, ``surface``, ``events``, ``export_jsonl``,
-``fork_session`` and ``delete_session`` of one session. Each
-connection of the store runs with ``citus.multi_task_query_log_level = 'error'``, so a
-statement that Citus would split over several shards fails instead of running; a listing,
-which must fan out, does fail under it: the setting is in force."""
+``fork_session`` and ``delete_session`` of one session, and a batch in each of its forms (the
+one query, ``COPY``). Each connection of the store runs with
+``citus.multi_task_query_log_level = 'error'``, so a statement that Citus would split over
+several shards fails instead of running; a listing, which must fan out, does fail under it:
+the setting is in force."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from session_sql import ConcurrencyError, SessionStore, StoreError, open_store
 
-from ..builders import remove, say, summarize, tool_turn
+from ..builders import remove, say, summarize, tool_turn, user_message
 from .cluster import CitusCluster
 
 ROUTER_ONLY = {"options": "-c citus.multi_task_query_log_level=error"}
@@ -35,6 +36,16 @@ def _one_session(store: SessionStore, session_id: str) -> None:
     last = store.surface(session_id)[-1]
     remove(handle, last, last, sources=[last])
     handle.append_many([{"type": "todo/write", "data": {"i": i}} for i in range(5)])
+    handle.append_many(  # copied, events and surface rows (``DISTRIBUTED_COPY_MIN_EVENTS``)
+        [
+            {
+                "type": "user/message",
+                "data": user_message(f"m{i}", id=f"m{i}"),
+                "surface_op": "append",
+            }
+            for i in range(12)
+        ]
+    )
     other = store.open_session(session_id)
     say(other, "from elsewhere")
     with pytest.raises(ConcurrencyError):  # the handle is behind: the guarded write loses

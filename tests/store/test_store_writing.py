@@ -58,6 +58,11 @@ SYNC_ONLY = {
 }
 
 
+BATCH_SIZES = [1, 2, 12, 300]
+"""Batches of every form: one event, a few (the one query), a dozen (copied on a distributed
+store: ``appending.DISTRIBUTED_COPY_MIN_EVENTS``), hundreds (copied everywhere)."""
+
+
 def assert_consistent(store: SessionStore, handle: Session) -> None:
     """The handle, the side table, the session row and a fresh replay all agree."""
     sid = handle.id
@@ -342,6 +347,26 @@ def test_empty_assistant_messages_are_on_the_surface_but_not_in_messages(store):
 # -- optimistic concurrency -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("size", BATCH_SIZES)
+def test_a_stale_handles_batch_loses_whole(store, size):
+    """A batch from a handle that is behind loses whichever way it would go in (one query, a
+    pipeline, ``COPY``): nothing of it is written, and after ``refresh`` it goes in whole."""
+    first = store.create_session("s1")
+    second = store.open_session("s1")
+    say(first, "first wins")
+    batch = [
+        {"type": "user/message", "data": user_message(f"m{i}", id=f"m{i}"), "surface_op": "append"}
+        if i % 3 == 0
+        else {"type": "todo/write", "data": {"i": i}}
+        for i in range(size)
+    ]
+    with refused(store, ConcurrencyError, second):
+        second.append_many(batch)
+    assert len(second.refresh()) == 1
+    assert [ev.seq for ev in second.append_many(batch)] == list(range(1, 1 + size))
+    assert_consistent(store, second)
+
+
 def test_a_stale_handle_gets_concurrency_error_and_can_retry(store):
     first = store.create_session("s1", seed=tool_turn_log())
     second = store.open_session("s1")
@@ -410,7 +435,7 @@ def test_refresh_refuses_stored_rows_that_do_not_replay(store):
     assert capture(other) == before
 
 
-@pytest.mark.parametrize("size", [1, 2, 300])
+@pytest.mark.parametrize("size", BATCH_SIZES)
 def test_a_batch_refuses_rows_already_past_the_head(store, size):
     """A batch is one insert statement on PostgreSQL (column arrays): a row edited in past the
     head refuses the whole batch, and a single event too (its insert fails on the taken key
@@ -437,7 +462,7 @@ def test_a_batch_refuses_rows_already_past_the_head(store, size):
     assert_consistent(store, handle)
 
 
-@pytest.mark.parametrize("size", [1, 2, 300])
+@pytest.mark.parametrize("size", BATCH_SIZES)
 def test_a_batch_refuses_surface_rows_already_past_the_head(store, size):
     """A surface position taken past ``surface_next_pos`` refuses the batch whichever way its
     surface rows go in (a big batch's by ``COPY`` on PostgreSQL), and nothing is kept."""

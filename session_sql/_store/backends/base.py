@@ -157,6 +157,7 @@ class Backend(ABC):
         dialect: Dialect,
         tenant_on_workers: bool,
         delegated: bool = False,
+        distributed: bool = False,
     ) -> Any:
         """The statements only this database's transactions run, compiled for ``dialect``
         (``transactions.Writes.own``), or None."""

@@ -2,9 +2,10 @@
 
 One session's append is one query in autocommit (``one_query.one_trip_flow``: one round trip
 that also commits); several sessions' go through one pipeline, every insert counted
-(``transactions.counted_append``); a big batch (``COPY_MIN_ROWS`` events or more) copies its
-rows (:func:`bulk_flow`). :func:`append_flow` picks the form; the sync store runs it on a
-pooled connection (:func:`append_parts`), the async store on one of its kept connections
+(``transactions.counted_append``); a big batch (``COPY_MIN_ROWS`` events or more, fewer on
+a distributed store: ``copy_min_events``) copies its rows (:func:`bulk_flow`).
+:func:`append_flow` picks the form; the sync store runs it on a pooled connection
+(:func:`append_parts`), the async store on one of its kept connections
 (:func:`append_parts_async`), each through ``driving``'s loop for its driver. So both stores
 run the same transactions, with the same checks and outcomes.
 """
@@ -51,7 +52,18 @@ if TYPE_CHECKING:
     from session_sql._store.context import StoreContext
 
 COPY_MIN_ROWS: Final = 32
-"""From this many events in one append transaction, PostgreSQL's events go in by ``COPY``."""
+"""From this many events in one append transaction, PostgreSQL's events go in by ``COPY``
+(and from this many new surface nodes of a session, the nodes)."""
+
+DISTRIBUTED_COPY_MIN_EVENTS: Final = 10
+"""``COPY_MIN_ROWS`` of a distributed store. Through a Citus coordinator every row of the one
+query is a statement the coordinator sends to the worker and waits for, where a ``COPY`` is one
+stream, so copying pays from fewer rows (measured: the one query is faster up to about 9
+events, the copy from about 10; docs/performance.md, W13)."""
+
+DISTRIBUTED_COPY_MIN_NODES: Final = 2
+"""The new surface nodes of a session from which a distributed store's batch copies them (each
+row of an ``executemany`` is a statement through the coordinator; one row is one either way)."""
 
 ROW_SECURITY_ACTIVE: Final = "SELECT row_security_active(CAST(%s AS regclass))"
 
@@ -128,9 +140,18 @@ def _single(w: Writes, parts: Sequence[AppendPart]) -> AppendPart | None:
     are ``SET LOCAL`` statements then, which Citus sends on to a worker, and in a query of
     several statements the worker's copy fails ("cannot execute a distributed query from a
     query on a shard"); the pipeline sends each statement as its own."""
-    if w.own.distributed_sets or len(parts) != 1 or len(parts[0].events) >= COPY_MIN_ROWS:
+    if w.own.distributed_sets or len(parts) != 1 or len(parts[0].events) >= copy_min_events(w):
         return None
     return parts[0]
+
+
+def copy_min_events(w: Writes) -> int:
+    """From how many events an append transaction of the store copies them."""
+    return DISTRIBUTED_COPY_MIN_EVENTS if w.own.distributed else COPY_MIN_ROWS
+
+
+def _copy_min_nodes(w: Writes) -> int:
+    return DISTRIBUTED_COPY_MIN_NODES if w.own.distributed else COPY_MIN_ROWS
 
 
 def _no_bind(sql: str, params: Any) -> str:
@@ -146,7 +167,7 @@ def append_flow(
     if one is not None:
         moved = yield from one_trip_flow(w, one, driver, bind)
         return None if moved else 0
-    bulk = sum(len(p.events) for p in parts) >= COPY_MIN_ROWS
+    bulk = sum(len(p.events) for p in parts) >= copy_min_events(w)
     if bulk:
         return (yield from bulk_flow(w, parts))
     c, own = w.compiled, w.own
@@ -182,8 +203,9 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
     before anything is inserted (the session rows are then locked, so a taken key can only be
     a row already past the head); then each session's events by ``COPY`` (or, under row
     security, one counted ``INSERT … unnest``); then, when copying, each session's first batch
-    of ``COPY_MIN_ROWS`` surface rows or more by ``COPY`` (the server checks a surface row's
-    two foreign keys either way, but a statement per row costs it more than the row); then one
+    of ``COPY_MIN_ROWS`` surface rows or more (``DISTRIBUTED_COPY_MIN_NODES`` on a distributed
+    store) by ``COPY`` (the server checks a surface row's two foreign keys either way, but a
+    statement per row costs it more than the row); then one
     pipeline with the rest of the surface upkeep. The same checks and outcomes
     (``transactions.classify``) as the pipeline's; followers are woken after the commit.
     """
@@ -193,6 +215,7 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
         for p in parts
     ]
     events, surface = copy_statement(w.tables.events, EVENT_VALUE_COLUMNS), None
+    copy_min_nodes = _copy_min_nodes(w)
     yield from tenant_first(w)
     runs = [
         *tenant_runs(w),
@@ -224,7 +247,7 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
         ops = b.ops
         if copying and ops and ops[0][0] is SurfaceOp.INSERT_NODES:
             rows = ops[0][1]
-            if len(rows) >= COPY_MIN_ROWS:
+            if len(rows) >= copy_min_nodes:
                 surface = surface or copy_statement(w.tables.surface, SURFACE_COLUMNS)
                 values = [(r["session_key"], r["pos"], r["event_seq"], r["tenant"]) for r in rows]
                 reply = yield Copy(surface, values)

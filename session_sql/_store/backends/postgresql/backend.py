@@ -298,6 +298,7 @@ class PostgreSQLBackend(Backend):
         dialect: Dialect,
         tenant_on_workers: bool,
         delegated: bool = False,
+        distributed: bool = False,
     ) -> Any:
         from session_sql._store.backends.postgresql.statements import (  # noqa: PLC0415
             OwnStatements,  # (it imports the context, which imports this module)
@@ -305,7 +306,13 @@ class PostgreSQLBackend(Backend):
 
         tenant = str(st.tenant_param.value)
         return OwnStatements(
-            st, tables, tenant, dialect, tenant_on_workers=tenant_on_workers, delegated=delegated
+            st,
+            tables,
+            tenant,
+            dialect,
+            tenant_on_workers=tenant_on_workers,
+            delegated=delegated,
+            distributed=distributed,
         )
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:

@@ -52,6 +52,7 @@ class OwnStatements:
         *,
         tenant_on_workers: bool = False,
         delegated: bool = False,
+        distributed: bool = False,
     ):
         s, e, sf = tables.sessions, tables.events, tables.surface
         # The one-round-trip append: its statements and the commit go in one message, so
@@ -85,6 +86,9 @@ class OwnStatements:
         self.distributed_sets = distributed_sets(tenant) if tenant_on_workers else ()
         """What a distributed store's transactions set first (``distributed_sets``), else
         empty."""
+        self.distributed = distributed
+        """The store's tables are distributed (Citus): its appends copy from fewer rows
+        (``appending.copy_min_events``)."""
         self.delegated = delegated_for(tables.metadata.schema) if delegated else None
         """A distributed store's function for a single append, when its schema has this
         build's (``delegation``), else ``None``."""

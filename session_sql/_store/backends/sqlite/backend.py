@@ -216,6 +216,7 @@ class SQLiteBackend(Backend):
         dialect: Dialect,
         tenant_on_workers: bool,
         delegated: bool = False,
+        distributed: bool = False,
     ) -> Any:
         return None  # SQLite runs only the statements both databases share
 
