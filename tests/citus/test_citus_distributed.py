@@ -245,6 +245,8 @@ def test_row_level_security_holds_on_the_workers(
             handle = store.create_session("mine")
             handle.append_many(_items(3))
             handle.append_many(_items(40, 3))
+            handle.append_many(_items(12, 43))  # the batch's form from 10 events on Citus
+            assert store.verify("mine").ok
             assert len(store.messages("mine", last=5)) == 5
             assert [s.id for s in store.list_sessions()] == ["mine"]
             assert store.load_session("mine").seq == handle.seq + 1
