@@ -205,9 +205,9 @@ def bulk_flow(w: Writes, parts: Sequence[AppendPart]) -> Flow[int | None]:
     security, one counted ``INSERT … unnest``); then, when copying, each session's first batch
     of ``COPY_MIN_ROWS`` surface rows or more (``DISTRIBUTED_COPY_MIN_NODES`` on a distributed
     store) by ``COPY`` (the server checks a surface row's two foreign keys either way, but a
-    statement per row costs it more than the row); then one
-    pipeline with the rest of the surface upkeep. The same checks and outcomes
-    (``transactions.classify``) as the pipeline's; followers are woken after the commit.
+    statement per row costs it more than the row); then one pipeline with the rest of the
+    surface upkeep. The same checks and outcomes (``transactions.classify``) as the
+    pipeline's; followers are woken after the commit.
     """
     own = w.own
     bulk = [
