@@ -149,7 +149,7 @@ class SurfaceOp(enum.Enum):
     """What one batch of surface statements does."""
 
     INSERT_NODES = enum.auto()  # executemany; every row must be inserted (counted)
-    DROP_NODES = enum.auto()  # executemany
+    DROP_NODES = enum.auto()  # executemany (PostgreSQL: one statement, ``drop_nodes``)
     RETARGET_NODE = enum.auto()  # execute
 
 
@@ -228,8 +228,11 @@ def upkeep_runs(w: Writes, ops: list[tuple[SurfaceOp, Any]]) -> tuple[list[Run],
             one = len(params) == 1
             runs.append(Run(c.insert_node.sql, params[0] if one else params, many=not one))
             expected.append(len(params))
-        elif op is SurfaceOp.DROP_NODES:
-            runs.append(Run(c.drop_node.sql, params, many=True))
+        elif op is SurfaceOp.DROP_NODES:  # one statement where the database has one
+            own = w.own
+            runs.append(
+                Run(c.drop_node.sql, params, many=True) if own is None else own.drop_run(params)
+            )
             expected.append(-1)
         else:
             runs.append(Run(c.retarget_node.sql, params))

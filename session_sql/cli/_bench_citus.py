@@ -12,7 +12,9 @@ batch of 100 events of the agent mix, a tail read (``messages(last=20)``) and ``
 of a session of ``SESSION_EVENTS`` events and ``SESSION_NODES`` surface nodes. Each is a router
 query on Citus (every statement goes to the shard that holds the session), so the figure is the
 coordinator's hop, not a fan-out. ``create_session`` is timed too: it writes the id's row and
-the session's row, which lie on the shards of two distribution values (the id, the key).
+the session's row, which lie on the shards of two distribution values (the id, the key); and a
+compaction: one summary replacing the whole surface of a session of ``BATCH`` user messages
+(a fresh session each call), which deletes the shadowed surface rows.
 
 The last row is no operation of the store's but its floor: the cheapest statement that reaches
 a worker (one table, the session's key, prepared, on an idle connection in autocommit, through
@@ -33,8 +35,8 @@ from typing import Any
 from psycopg import sql as pgsql
 from sqlalchemy import select, text
 
-from session_sql import SessionStore
-from session_sql.cli._bench_events import agent_events
+from session_sql import Replace, SessionStore
+from session_sql.cli._bench_events import _user, agent_events
 from session_sql.cli._bench_harness import Target, Workload, _workload
 from session_sql.cli._bench_reads import TAIL, _big_session
 from session_sql.cli._support import CliError
@@ -71,6 +73,7 @@ OPERATIONS = (
     f"messages(last={TAIL})",
     "open_session",
     "create_session",
+    f"compaction of {BATCH}",
     FLOOR,
 )
 """W13's operations, in the order they are reported."""
@@ -189,6 +192,31 @@ def _create(side: _Side) -> Callable[[int], object]:
     return lambda _: side.store.create_session()
 
 
+def _compaction(side: _Side, calls: int) -> Callable[[int], object]:
+    """Call ``i`` appends a summary over the whole surface of the ``i``-th of ``WARM + calls``
+    sessions of ``BATCH`` user messages, written before."""
+    messages = [
+        {"type": "user/message", "data": _user(k), "surface_op": "append"} for k in range(BATCH)
+    ]
+    handles = []
+    for _ in range(WARM + calls):
+        handle = side.store.create_session()
+        handle.append_many(messages)
+        handles.append(handle)
+
+    def call(i: int) -> object:
+        handle = handles[i]
+        nodes = handle.surface.nodes
+        return handle.append(
+            "user/message",
+            _user(-1),
+            surface_op=Replace(nodes[0], nodes[-1]),
+            source_event_seqs=list(nodes),
+        )
+
+    return call
+
+
 @contextmanager
 def _floor(side: _Side, schema: str) -> Iterator[Callable[[int], object]]:
     """The floor's call on ``side``: the session row's head by its key, prepared, through a
@@ -253,6 +281,12 @@ def w_citus(
                 f"messages(last={TAIL})": (TAIL, _tail(p), _tail(c), calls),
                 "open_session": (1, _open(p), _open(c), calls),
                 "create_session": (1, _create(p), _create(c), calls),
+                f"compaction of {BATCH}": (
+                    1,
+                    _compaction(p, max(5, calls // 4)),
+                    _compaction(c, max(5, calls // 4)),
+                    max(5, calls // 4),
+                ),
                 FLOOR: (1, p_floor, c_floor, calls),
             }
             timed = {op: _alternate(n, on_p, on_c) for op, (_, on_p, on_c, n) in runs.items()}

@@ -17,8 +17,10 @@ from sqlalchemy import Engine, text
 from sqlalchemy.dialects.postgresql import psycopg as postgresql_psycopg
 
 from session_sql import ConcurrencyError, SessionNotFoundError, open_async_store, open_store
+from session_sql._store.backends.postgresql.one_query import prepared_form
 from session_sql._store.context import Compiled
 
+from ..builders import remove, summarize
 from .store_builders import user_message
 
 pytestmark = pytest.mark.postgresql
@@ -169,6 +171,40 @@ def test_a_batch_is_one_insert_per_table(pg, tmp_path: Path) -> None:
         assert sent.count(f"INSERT INTO {schema}.surface ") == 1
         got = [e.data["content"][0]["text"] for e in store.events("s")]
         assert got == ["a", *HOSTILE, "plain"]
+        assert store.verify("s").ok
+
+
+def test_a_replace_drops_its_shadowed_rows_in_one_statement(pg, tmp_path: Path) -> None:
+    """A summary over six nodes and a removal of five delete the shadowed surface rows by one
+    ``DELETE … = ANY`` each, not a statement per row (through a Citus coordinator, each
+    statement is a round trip to the worker); the surface is what a replay makes of it."""
+    url, schema = pg
+    with open_store(url, schema=schema, pool_size=1, max_overflow=0) as store:
+        handle, conn = session_and_connection(store)
+        handle.append_many(
+            [
+                {
+                    "type": "user/message",
+                    "data": user_message(f"m{i}", id=f"m{i}"),
+                    "surface_op": "append",
+                }
+                for i in range(12)
+            ]
+        )
+        own, compiled = store._ctx.writes.own, store._ctx.compiled
+        one = "EXECUTE " + prepared_form(own.drop_nodes.positional[0]).name + "("
+        per_row = "EXECUTE " + prepared_form(compiled.drop_node.positional[0]).name + "("
+        nodes = handle.surface.nodes
+        with traced(conn, tmp_path / "summary"):
+            summarize(handle, nodes[1], nodes[6], sources=nodes[1:7])
+        nodes = handle.surface.nodes
+        with traced(conn, tmp_path / "removal"):
+            remove(handle, nodes[3], nodes[7], sources=nodes[3:8])
+        for trace in ("summary", "removal"):
+            sent = (tmp_path / trace).read_text()
+            assert sent.count(one) == 1 and per_row not in sent
+        assert len(handle.surface.nodes) == 13 - 5 - 5
+        assert store.surface("s") == handle.surface.nodes
         assert store.verify("s").ok
 
 

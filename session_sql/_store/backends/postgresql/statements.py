@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Insert,
     Integer,
     Table,
     Text,
+    any_,
     bindparam,
     cast,
+    delete,
     func,
     insert,
     literal_column,
@@ -38,6 +41,7 @@ from session_sql._store.schema import (
     default_tenant_flag,
     distributed_sets,
 )
+from session_sql._store.transactions import Run
 
 
 class OwnStatements:
@@ -69,6 +73,15 @@ class OwnStatements:
         # A batch of events as ONE statement; same conflict rule and row count as
         # ``Statements.insert_event``.
         self.insert_events_unnest = Compiled(insert_unnest(e), dialect)
+        # A replace's shadowed surface rows as ONE statement (``Statements.drop_node`` is one
+        # row each: through a Citus coordinator, a round trip to the worker per row).
+        self.drop_nodes = Compiled(
+            delete(sf).where(
+                sf.c.session_key == bindparam("b_key", type_=BigInteger),
+                sf.c.event_seq == any_(bindparam("b_seqs", type_=ARRAY(BigInteger))),
+            ),
+            dialect,
+        )
         self.notify_core = select(func.pg_notify(bindparam("b_channel"), bindparam("b_payload")))
         self.notify = Compiled(self.notify_core, dialect)
         # SET LOCAL of the tenant settings that row-level security reads.
@@ -92,6 +105,16 @@ class OwnStatements:
         self.delegated = delegated_for(tables.metadata.schema) if delegated else None
         """A distributed store's function for a single append, when its schema has this
         build's (``delegation``), else ``None``."""
+
+    def drop_run(self, drops: list[dict[str, Any]]) -> Run:
+        """A ``SurfaceOp.DROP_NODES`` batch as one statement (``drop_nodes``)."""
+        return Run(self.drop_nodes.sql, drop_nodes_params(drops))
+
+
+def drop_nodes_params(drops: list[dict[str, Any]]) -> dict[str, Any]:
+    """``OwnStatements.drop_nodes``'s parameters from a ``SurfaceOp.DROP_NODES`` batch (the
+    bound ``Statements.drop_node`` parameters of one session's shadowed rows)."""
+    return {"b_key": drops[0]["b_key"], "b_seqs": [d["b_seq"] for d in drops]}
 
 
 def insert_unnest(table: Table) -> Insert:
