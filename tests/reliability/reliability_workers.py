@@ -419,10 +419,13 @@ def contender(
 
 
 def first_open(url: str, schema: str, imported: Any, opened: Any) -> None:
-    """Open (initialise) a store once the library is imported; then wait to be killed."""
+    """Open (initialise) a store once the library is imported; then wait to be killed.
+
+    ``opened`` is a shared byte set to 1, not an event: an event's lock, held by a process
+    killed inside its ``set()``, would block the parent's next look at it for ever."""
     imported.set()
     store = open_store(url, schema=schema)
-    opened.set()
+    opened.value = 1
     store.close()
     time.sleep(60)
 

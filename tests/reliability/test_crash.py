@@ -324,7 +324,7 @@ def test_sigkill_during_the_first_open_leaves_an_empty_or_complete_schema(
             url, schema = backend.url, f"{backend.schema}_{trial}"
             admin = request.getfixturevalue("postgres_admin")
             request.addfinalizer(lambda a=admin, s=schema: _drop_pg_schema(a, s))
-        imported, opened = SPAWN.Event(), SPAWN.Event()
+        imported, opened = SPAWN.Event(), SPAWN.RawValue("b", 0)  # (see ``first_open``)
         child = SPAWN.Process(target=first_open, args=(url, schema, imported, opened), daemon=True)
         child.start()
         assert imported.wait(120), "the child did not start"
@@ -332,7 +332,7 @@ def test_sigkill_during_the_first_open_leaves_an_empty_or_complete_schema(
         time.sleep(rng.uniform(0, backend.expect.kill_within))
         os.kill(child.pid, signal.SIGKILL)
         child.join(30)
-        outcomes["killed after the open" if opened.is_set() else "killed during the open"] += 1
+        outcomes["killed after the open" if opened.value else "killed during the open"] += 1
         with open_store(url, schema=schema) as store:  # initialises, or passes the gate
             handle = store.create_session("after")
             handle.append("todo/write", {"trial": trial})
