@@ -672,7 +672,10 @@ class StoreContext:
             self.delegated,
             self.distributed,
         )
-        return Writes(self.compiled, own, self.tables, self.tenant, self.max_event_bytes, notes)
+        drop = self.backend.drop_nodes_run(self.compiled, own)
+        return Writes(
+            self.compiled, own, self.tables, self.tenant, self.max_event_bytes, notes, drop
+        )
 
     @functools.cached_property
     def compiled(self) -> CompiledStatements:

@@ -131,6 +131,8 @@ class Writes:
     tenant: str
     max_event_bytes: int | None
     wake_notes: Callable[[Iterable[tuple[str, int]]], list[dict[str, str]]] | None
+    drop_nodes: Callable[[int, list[int]], Run]
+    """The statement deleting a session's shadowed surface rows (``Backend.drop_nodes_run``)."""
 
 
 class AppendPart(NamedTuple):
@@ -149,7 +151,7 @@ class SurfaceOp(enum.Enum):
     """What one batch of surface statements does."""
 
     INSERT_NODES = enum.auto()  # executemany; every row must be inserted (counted)
-    DROP_NODES = enum.auto()  # executemany (PostgreSQL: one statement, ``drop_nodes``)
+    DROP_NODES = enum.auto()  # (session key, shadowed seqs): ``Writes.drop_nodes``
     RETARGET_NODE = enum.auto()  # execute
 
 
@@ -178,11 +180,8 @@ def surface_ops(
             # A replace keeps the first shadowed row (its pos) for the new seq; a removal
             # (seq None) deletes every shadowed row, and surface_next_pos stays.
             kept = 0 if t.seq is None else 1
-            drops = [
-                c.drop_node.bind({"b_key": session_key, "b_seq": s}) for s in t.shadowed[kept:]
-            ]
-            if drops:
-                ops.append((SurfaceOp.DROP_NODES, drops))
+            if len(t.shadowed) > kept:
+                ops.append((SurfaceOp.DROP_NODES, (session_key, list(t.shadowed[kept:]))))
             if t.seq is not None:
                 retarget = {
                     "b_key": session_key,
@@ -228,11 +227,8 @@ def upkeep_runs(w: Writes, ops: list[tuple[SurfaceOp, Any]]) -> tuple[list[Run],
             one = len(params) == 1
             runs.append(Run(c.insert_node.sql, params[0] if one else params, many=not one))
             expected.append(len(params))
-        elif op is SurfaceOp.DROP_NODES:  # one statement where the database has one
-            own = w.own
-            runs.append(
-                Run(c.drop_node.sql, params, many=True) if own is None else own.drop_run(params)
-            )
+        elif op is SurfaceOp.DROP_NODES:
+            runs.append(w.drop_nodes(*params))
             expected.append(-1)
         else:
             runs.append(Run(c.retarget_node.sql, params))

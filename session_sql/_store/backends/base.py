@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL, Dialect
 from session_sql.errors import ConfigurationError, SessionSQLError, StoreError
 
 if TYPE_CHECKING:
-    from session_sql._store.context import Statements, StoreContext
+    from session_sql._store.context import CompiledStatements, Statements, StoreContext
     from session_sql._store.schema import SchemaTables
     from session_sql._store.transactions import AppendPart, Run
 
@@ -169,6 +169,18 @@ class Backend(ABC):
     @abstractmethod
     def nodes_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """The insert of surface rows ``(session_key, pos, event_seq, tenant)``, counted."""
+
+    def drop_nodes_run(self, compiled: CompiledStatements, own: Any) -> Callable[..., Run]:
+        """``Writes.drop_nodes``: the delete of a session's shadowed surface rows by their
+        seqs, here a statement per row (``Statements.drop_node``)."""
+        from session_sql._store.transactions import Run  # noqa: PLC0415 (it imports this)
+
+        drop = compiled.drop_node
+
+        def run(key: int, seqs: list[int]) -> Run:
+            return Run(drop.sql, [drop.bind({"b_key": key, "b_seq": s}) for s in seqs], many=True)
+
+        return run
 
     @abstractmethod
     def copy_allowed(self, cur: Any, ctx: StoreContext) -> bool:

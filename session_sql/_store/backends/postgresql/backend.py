@@ -14,7 +14,7 @@ import functools
 import hashlib
 import logging
 import select as io_select
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import psycopg
@@ -91,7 +91,7 @@ from session_sql.errors import (
 )
 
 if TYPE_CHECKING:
-    from session_sql._store.context import Statements, StoreContext
+    from session_sql._store.context import CompiledStatements, Statements, StoreContext
     from session_sql._store.schema import SchemaTables
     from session_sql._store.transactions import AppendPart
 
@@ -314,6 +314,10 @@ class PostgreSQLBackend(Backend):
             delegated=delegated,
             distributed=distributed,
         )
+
+    def drop_nodes_run(self, compiled: CompiledStatements, own: Any) -> Callable[..., Run]:
+        run: Callable[..., Run] = own.drop_run  # one statement (``drop_nodes``)
+        return run
 
     def insert_run(self, ctx: StoreContext, rows: Sequence[tuple[Any, ...]]) -> Run:
         """One statement over column arrays (``Statements.insert_events_unnest``)."""

@@ -167,7 +167,7 @@ def one_trip(w: Writes, part: AppendPart) -> list[tuple[Compiled, list[Any]]]:
         if op is SurfaceOp.INSERT_NODES:
             out.append((own.insert_node_strict, params))
         elif op is SurfaceOp.DROP_NODES:
-            out.append((own.drop_nodes, [drop_nodes_params(params)]))
+            out.append((own.drop_nodes, [drop_nodes_params(*params)]))
         else:
             out.append((c.retarget_node, [params]))
     return out

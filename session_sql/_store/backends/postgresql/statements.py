@@ -106,15 +106,14 @@ class OwnStatements:
         """A distributed store's function for a single append, when its schema has this
         build's (``delegation``), else ``None``."""
 
-    def drop_run(self, drops: list[dict[str, Any]]) -> Run:
-        """A ``SurfaceOp.DROP_NODES`` batch as one statement (``drop_nodes``)."""
-        return Run(self.drop_nodes.sql, drop_nodes_params(drops))
+    def drop_run(self, key: int, seqs: list[int]) -> Run:
+        """``Writes.drop_nodes``: a session's shadowed surface rows deleted by one statement."""
+        return Run(self.drop_nodes.sql, drop_nodes_params(key, seqs))
 
 
-def drop_nodes_params(drops: list[dict[str, Any]]) -> dict[str, Any]:
-    """``OwnStatements.drop_nodes``'s parameters from a ``SurfaceOp.DROP_NODES`` batch (the
-    bound ``Statements.drop_node`` parameters of one session's shadowed rows)."""
-    return {"b_key": drops[0]["b_key"], "b_seqs": [d["b_seq"] for d in drops]}
+def drop_nodes_params(key: int, seqs: list[int]) -> dict[str, Any]:
+    """``OwnStatements.drop_nodes``'s parameters."""
+    return {"b_key": key, "b_seqs": seqs}
 
 
 def insert_unnest(table: Table) -> Insert:
